@@ -1,0 +1,72 @@
+//! A background thread that syncs [`Durability::Interval`](crate::Durability) logs
+//! whose unsynced data has waited long enough, so an idle tail is synced too.
+
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::PartitionLog;
+
+/// Calls [`PartitionLog::sync_if_due`] on registered logs every `tick`.
+///
+/// Logs are held weakly: a dropped log is forgotten. Dropping the flusher stops the
+/// thread.
+#[derive(Debug)]
+pub struct Flusher {
+    logs: Arc<Mutex<Vec<Weak<PartitionLog>>>>,
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Flusher {
+    /// Starts the thread.
+    pub fn start(tick: Duration) -> Self {
+        let logs: Arc<Mutex<Vec<Weak<PartitionLog>>>> = Arc::default();
+        let (stop, stopped) = mpsc::channel::<()>();
+        let shared = Arc::clone(&logs);
+        let thread = std::thread::Builder::new()
+            .name("rill-flusher".into())
+            .spawn(move || {
+                loop {
+                    match stopped.recv_timeout(tick) {
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+                    }
+                    let live: Vec<Arc<PartitionLog>> = {
+                        let mut logs = shared.lock().unwrap_or_else(|e| e.into_inner());
+                        logs.retain(|w| w.strong_count() > 0);
+                        logs.iter().filter_map(Weak::upgrade).collect()
+                    };
+                    for log in live {
+                        if let Err(e) = log.sync_if_due() {
+                            tracing::error!(dir = %log.dir().display(), error = %e, "interval sync failed");
+                        }
+                    }
+                }
+            })
+            .expect("spawn the flusher thread");
+        Self {
+            logs,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Adds a log to sync.
+    pub fn register(&self, log: &Arc<PartitionLog>) {
+        self.logs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::downgrade(log));
+    }
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

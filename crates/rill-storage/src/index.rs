@@ -1,0 +1,215 @@
+//! Sparse offset and time indexes of one segment (`docs/FORMAT.md` §4).
+//!
+//! The indexes are hints derived from the `.log`: they are not synced with it, and
+//! recovery trims or rebuilds them. Entries are kept in memory (8 + 12 bytes per
+//! `index_interval_bytes` of log) and appended to the two files as they are made.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::StorageError;
+use crate::error::io_err;
+use crate::io::{Io, IoFile};
+
+const OFFSET_ENTRY_LEN: usize = 8;
+const TIME_ENTRY_LEN: usize = 12;
+
+/// One sparse index entry: the batch at `position` starts at `base + rel_offset` and
+/// was stamped with `timestamp_us` as its first timestamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IndexEntry {
+    pub(crate) rel_offset: u32,
+    pub(crate) position: u32,
+    pub(crate) timestamp_us: i64,
+}
+
+#[derive(Debug)]
+pub(crate) struct SegmentIndex {
+    entries: Vec<IndexEntry>,
+    offset_file: Arc<dyn IoFile>,
+    time_file: Arc<dyn IoFile>,
+    offset_path: PathBuf,
+    time_path: PathBuf,
+}
+
+pub(crate) fn index_paths(dir: &Path, base_offset: u64) -> (PathBuf, PathBuf) {
+    (
+        dir.join(format!("{base_offset:020}.index")),
+        dir.join(format!("{base_offset:020}.timeindex")),
+    )
+}
+
+impl SegmentIndex {
+    /// Opens (creating if missing) the index files of a segment and loads their entries.
+    ///
+    /// Returns the index and whether the files were well formed; a malformed index
+    /// is returned empty and must be rebuilt by the caller.
+    pub(crate) fn open(
+        io: &dyn Io,
+        dir: &Path,
+        base_offset: u64,
+        log_len: u64,
+    ) -> Result<(Self, bool), StorageError> {
+        let (offset_path, time_path) = index_paths(dir, base_offset);
+        let offset_file = io
+            .open(&offset_path, true)
+            .map_err(io_err("open index", &offset_path))?;
+        let time_file = io
+            .open(&time_path, true)
+            .map_err(io_err("open time index", &time_path))?;
+        let mut index = Self {
+            entries: Vec::new(),
+            offset_file,
+            time_file,
+            offset_path,
+            time_path,
+        };
+        let ok = index.load(log_len)?;
+        if !ok {
+            index.entries.clear();
+        }
+        Ok((index, ok))
+    }
+
+    fn load(&mut self, log_len: u64) -> Result<bool, StorageError> {
+        let offset_len = self
+            .offset_file
+            .len()
+            .map_err(io_err("stat index", &self.offset_path))?;
+        let time_len = self
+            .time_file
+            .len()
+            .map_err(io_err("stat time index", &self.time_path))?;
+        if offset_len % OFFSET_ENTRY_LEN as u64 != 0 || time_len % TIME_ENTRY_LEN as u64 != 0 {
+            return Ok(false);
+        }
+        let count = offset_len / OFFSET_ENTRY_LEN as u64;
+        if count != time_len / TIME_ENTRY_LEN as u64 || count > log_len / 64 + 1 {
+            return Ok(false);
+        }
+        let mut offsets = vec![0u8; offset_len as usize];
+        let mut times = vec![0u8; time_len as usize];
+        self.offset_file
+            .read_exact_at(&mut offsets, 0)
+            .map_err(io_err("read index", &self.offset_path))?;
+        self.time_file
+            .read_exact_at(&mut times, 0)
+            .map_err(io_err("read time index", &self.time_path))?;
+        let mut entries = Vec::with_capacity(count as usize);
+        for (o, t) in offsets
+            .chunks_exact(OFFSET_ENTRY_LEN)
+            .zip(times.chunks_exact(TIME_ENTRY_LEN))
+        {
+            let rel_offset = u32::from_le_bytes(o[0..4].try_into().expect("4 bytes"));
+            let position = u32::from_le_bytes(o[4..8].try_into().expect("4 bytes"));
+            let timestamp_us = i64::from_le_bytes(t[0..8].try_into().expect("8 bytes"));
+            let time_rel = u32::from_le_bytes(t[8..12].try_into().expect("4 bytes"));
+            if time_rel != rel_offset {
+                return Ok(false);
+            }
+            if let Some(prev) = entries.last() {
+                let prev: &IndexEntry = prev;
+                if rel_offset <= prev.rel_offset
+                    || position <= prev.position
+                    || timestamp_us < prev.timestamp_us
+                {
+                    return Ok(false);
+                }
+            }
+            entries.push(IndexEntry {
+                rel_offset,
+                position,
+                timestamp_us,
+            });
+        }
+        self.entries = entries;
+        Ok(true)
+    }
+
+    pub(crate) fn entries(&self) -> &[IndexEntry] {
+        &self.entries
+    }
+
+    pub(crate) fn last(&self) -> Option<IndexEntry> {
+        self.entries.last().copied()
+    }
+
+    /// The last entry at or before relative offset `rel`.
+    pub(crate) fn floor_offset(&self, rel: u64) -> Option<IndexEntry> {
+        let i = self
+            .entries
+            .partition_point(|e| u64::from(e.rel_offset) <= rel);
+        i.checked_sub(1).map(|i| self.entries[i])
+    }
+
+    /// The last entry whose first timestamp is below `ts`: no record before it can have
+    /// a timestamp at or above `ts`.
+    pub(crate) fn floor_time(&self, ts: i64) -> Option<IndexEntry> {
+        let i = self.entries.partition_point(|e| e.timestamp_us < ts);
+        i.checked_sub(1).map(|i| self.entries[i])
+    }
+
+    /// Appends an entry to memory and to both files.
+    pub(crate) fn push(&mut self, entry: IndexEntry) -> Result<(), StorageError> {
+        let n = self.entries.len() as u64;
+        let mut o = [0u8; OFFSET_ENTRY_LEN];
+        o[0..4].copy_from_slice(&entry.rel_offset.to_le_bytes());
+        o[4..8].copy_from_slice(&entry.position.to_le_bytes());
+        let mut t = [0u8; TIME_ENTRY_LEN];
+        t[0..8].copy_from_slice(&entry.timestamp_us.to_le_bytes());
+        t[8..12].copy_from_slice(&entry.rel_offset.to_le_bytes());
+        self.offset_file
+            .write_all_at(&o, n * OFFSET_ENTRY_LEN as u64)
+            .map_err(io_err("write index", &self.offset_path))?;
+        self.time_file
+            .write_all_at(&t, n * TIME_ENTRY_LEN as u64)
+            .map_err(io_err("write time index", &self.time_path))?;
+        self.entries.push(entry);
+        Ok(())
+    }
+
+    /// Keeps the first `n` entries, in memory and on disk.
+    pub(crate) fn truncate(&mut self, n: usize) -> Result<(), StorageError> {
+        self.entries.truncate(n);
+        self.offset_file
+            .set_len((n * OFFSET_ENTRY_LEN) as u64)
+            .map_err(io_err("truncate index", &self.offset_path))?;
+        self.time_file
+            .set_len((n * TIME_ENTRY_LEN) as u64)
+            .map_err(io_err("truncate time index", &self.time_path))
+    }
+
+    /// Replaces every entry, in memory and on disk.
+    pub(crate) fn rewrite(&mut self, entries: &[IndexEntry]) -> Result<(), StorageError> {
+        self.truncate(0)?;
+        let mut o = Vec::with_capacity(entries.len() * OFFSET_ENTRY_LEN);
+        let mut t = Vec::with_capacity(entries.len() * TIME_ENTRY_LEN);
+        for e in entries {
+            o.extend_from_slice(&e.rel_offset.to_le_bytes());
+            o.extend_from_slice(&e.position.to_le_bytes());
+            t.extend_from_slice(&e.timestamp_us.to_le_bytes());
+            t.extend_from_slice(&e.rel_offset.to_le_bytes());
+        }
+        self.offset_file
+            .write_all_at(&o, 0)
+            .map_err(io_err("write index", &self.offset_path))?;
+        self.time_file
+            .write_all_at(&t, 0)
+            .map_err(io_err("write time index", &self.time_path))?;
+        self.entries = entries.to_vec();
+        Ok(())
+    }
+
+    pub(crate) fn sync(&self) -> Result<(), StorageError> {
+        self.offset_file
+            .sync_data()
+            .map_err(io_err("sync index", &self.offset_path))?;
+        self.time_file
+            .sync_data()
+            .map_err(io_err("sync time index", &self.time_path))
+    }
+
+    pub(crate) fn paths(&self) -> [&Path; 2] {
+        [&self.offset_path, &self.time_path]
+    }
+}

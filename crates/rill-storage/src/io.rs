@@ -1,0 +1,113 @@
+//! The narrow disk seam: every byte the log engine reads or writes goes through [`Io`]
+//! and [`IoFile`], so tests can inject failures (see [`crate::fault`]).
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// File-system operations the log engine needs.
+pub trait Io: Send + Sync + fmt::Debug {
+    /// Creates `path` and its parents.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Paths of the entries of directory `path`.
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<PathBuf>>;
+    /// Opens `path` for reading and writing, creating it if `create`.
+    fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn IoFile>>;
+    /// Deletes the file `path`.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Makes the directory's entries (created and removed files) durable.
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+}
+
+/// One open file, used with positional I/O only (safe to share across threads).
+pub trait IoFile: Send + Sync + fmt::Debug {
+    /// Reads up to `buf.len()` bytes at `pos`; returns how many were read.
+    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize>;
+    /// Writes all of `buf` at `pos`.
+    fn write_all_at(&self, buf: &[u8], pos: u64) -> io::Result<()>;
+    /// `fdatasync`: data written so far is on stable media when this returns `Ok`.
+    fn sync_data(&self) -> io::Result<()>;
+    /// Truncates or extends the file to `len` bytes.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Current length in bytes.
+    fn len(&self) -> io::Result<u64>;
+
+    /// Reads exactly `buf.len()` bytes at `pos`, failing with `UnexpectedEof` if the file
+    /// ends first.
+    fn read_exact_at(&self, mut buf: &mut [u8], mut pos: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(buf, pos) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => {
+                    buf = &mut buf[n..];
+                    pos += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The real file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StdIo;
+
+#[derive(Debug)]
+struct StdFile(File);
+
+impl Io for StdIo {
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        fs::create_dir_all(path)
+    }
+
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
+        fs::read_dir(path)?
+            .map(|entry| entry.map(|e| e.path()))
+            .collect()
+    }
+
+    fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn IoFile>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(path)?;
+        Ok(Arc::new(StdFile(file)))
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        File::open(path)?.sync_all()
+    }
+}
+
+impl IoFile for StdFile {
+    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
+        self.0.read_at(buf, pos)
+    }
+
+    fn write_all_at(&self, buf: &[u8], pos: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, pos)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+}

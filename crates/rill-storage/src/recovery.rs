@@ -1,0 +1,351 @@
+//! Opening a log: find the segments, check the sealed ones, repair the tail of the last
+//! one (`docs/FORMAT.md` §4, "Recovery on open").
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::StorageError;
+use crate::config::LogConfig;
+use crate::error::io_err;
+use crate::index::{IndexEntry, SegmentIndex};
+use crate::io::Io;
+use crate::log::{Writer, corrupt, create_segment};
+use crate::segment::{Found, IndexCadence, ScanStop, Scanner, Segment, entry_for, parse_log_name};
+
+pub(crate) struct Recovered {
+    pub(crate) segments: Vec<Arc<Segment>>,
+    pub(crate) writer: Writer,
+}
+
+/// What a scan of a segment found.
+struct Tail {
+    next_offset: u64,
+    max_ts: Option<i64>,
+    first_ts: Option<i64>,
+}
+
+pub(crate) fn recover(
+    dir: &Path,
+    config: &LogConfig,
+    io: &dyn Io,
+) -> Result<Recovered, StorageError> {
+    io.create_dir_all(dir)
+        .map_err(io_err("create directory", dir))?;
+    let entries = io.read_dir(dir).map_err(io_err("list directory", dir))?;
+    let mut bases: Vec<u64> = entries.iter().filter_map(|p| parse_log_name(p)).collect();
+    bases.sort_unstable();
+    remove_orphan_indexes(io, &entries, &bases)?;
+
+    if bases.is_empty() {
+        let segment = Arc::new(create_segment(io, dir, config.initial_offset)?);
+        let writer = new_writer(
+            config,
+            Arc::clone(&segment),
+            0,
+            config.initial_offset,
+            None,
+            None,
+        );
+        return Ok(Recovered {
+            segments: vec![segment],
+            writer,
+        });
+    }
+
+    let mut segments = Vec::with_capacity(bases.len());
+    let mut expected: Option<u64> = None;
+    let mut last_max_ts: Option<i64> = None;
+    let last_i = bases.len() - 1;
+    for (i, &base) in bases.iter().enumerate() {
+        if let Some(expected) = expected
+            && base != expected
+        {
+            return Err(StorageError::Corrupt {
+                path: crate::segment::log_path(dir, base),
+                position: 0,
+                reason: format!(
+                    "segment starts at offset {base}, previous segment ends at {expected}"
+                ),
+            });
+        }
+        let path = crate::segment::log_path(dir, base);
+        let log = io
+            .open(&path, false)
+            .map_err(io_err("open segment", &path))?;
+        let len = log.len().map_err(io_err("stat segment", &path))?;
+        let (index, index_ok) = SegmentIndex::open(io, dir, base, len)?;
+        let segment = Segment::new(base, path, log, index);
+        let tail = if i < last_i {
+            open_sealed(&segment, config, len, index_ok)?
+        } else {
+            recover_active(&segment, config, len)?
+        };
+        segment.set_next_offset(tail.next_offset);
+        if let Some(ts) = tail.max_ts {
+            segment.observe_timestamp(ts);
+            last_max_ts = Some(last_max_ts.map_or(ts, |m| m.max(ts)));
+        }
+        expected = Some(tail.next_offset);
+        segments.push((Arc::new(segment), tail.first_ts));
+    }
+
+    let (active, first_ts) = segments.last().cloned().expect("at least one segment");
+    let written_len = active.visible_len();
+    let next_offset = active.next_offset();
+    let writer = new_writer(
+        config,
+        active,
+        written_len,
+        next_offset,
+        last_max_ts,
+        first_ts,
+    );
+    Ok(Recovered {
+        segments: segments.into_iter().map(|(s, _)| s).collect(),
+        writer,
+    })
+}
+
+fn new_writer(
+    config: &LogConfig,
+    active: Arc<Segment>,
+    written_len: u64,
+    next_offset: u64,
+    last_max_ts: Option<i64>,
+    segment_first_ts: Option<i64>,
+) -> Writer {
+    let cadence = IndexCadence::new(config.index_interval_bytes, active.index().last());
+    Writer {
+        active,
+        written_len,
+        next_offset,
+        last_max_ts,
+        segment_first_ts,
+        cadence,
+        seq: 0,
+        closed: false,
+    }
+}
+
+/// Deletes `.index`/`.timeindex` files whose `.log` is gone (a crash during retention).
+fn remove_orphan_indexes(
+    io: &dyn Io,
+    entries: &[std::path::PathBuf],
+    bases: &[u64],
+) -> Result<(), StorageError> {
+    for path in entries {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let stem = name
+            .strip_suffix(".index")
+            .or_else(|| name.strip_suffix(".timeindex"));
+        let Some(stem) = stem else { continue };
+        let Ok(base) = stem.parse::<u64>() else {
+            continue;
+        };
+        if stem.len() == 20 && bases.binary_search(&base).is_err() {
+            io.remove_file(path)
+                .map_err(io_err("remove orphan index", path))?;
+            tracing::info!(path = %path.display(), "removed index without a segment");
+        }
+    }
+    Ok(())
+}
+
+/// A sealed segment was synced when it was rolled, so it must be a complete chain of
+/// batches: check the chain from the last index entry (or everywhere, rebuilding the
+/// index, if the index is unusable).
+fn open_sealed(
+    segment: &Segment,
+    config: &LogConfig,
+    len: u64,
+    index_ok: bool,
+) -> Result<Tail, StorageError> {
+    if len == 0 {
+        return Ok(Tail {
+            next_offset: segment.base_offset,
+            max_ts: None,
+            first_ts: None,
+        });
+    }
+    let last = index_ok.then(|| segment.index().last()).flatten();
+    if let Some(entry) = last
+        && u64::from(entry.position) < len
+    {
+        let mut scanner = Scanner::new(
+            segment.log.as_ref(),
+            &segment.path,
+            u64::from(entry.position),
+            len,
+        )
+        .chaining(segment.base_offset + u64::from(entry.rel_offset));
+        if let Some(tail) = scan_to_end(&mut scanner, |_| Ok(()))? {
+            segment.set_visible_len(len);
+            let first_ts = first_timestamp(segment, len)?;
+            return Ok(Tail { first_ts, ..tail });
+        }
+    }
+    // The index is missing, damaged or wrong: rebuild it from a full scan.
+    let mut entries = Vec::new();
+    let mut cadence = IndexCadence::new(config.index_interval_bytes, None);
+    let mut scanner =
+        Scanner::new(segment.log.as_ref(), &segment.path, 0, len).chaining(segment.base_offset);
+    let tail = scan_to_end(&mut scanner, |found| {
+        if cadence.take(found.position)
+            && let Some(e) = entry_for(segment.base_offset, found)
+        {
+            entries.push(e);
+        }
+        Ok(())
+    })?;
+    let Some(tail) = tail else {
+        return Err(corrupt(
+            &segment.path,
+            scanner.position(),
+            &"sealed segment is damaged",
+        ));
+    };
+    segment.index_mut().rewrite(&entries)?;
+    tracing::info!(path = %segment.path.display(), entries = entries.len(), "rebuilt segment index");
+    segment.set_visible_len(len);
+    let first_ts = first_timestamp(segment, len)?;
+    Ok(Tail { first_ts, ..tail })
+}
+
+/// Scans to the end of the scanner's range. `None` if the chain breaks first.
+fn scan_to_end(
+    scanner: &mut Scanner<'_>,
+    mut on_batch: impl FnMut(&Found) -> Result<(), StorageError>,
+) -> Result<Option<Tail>, StorageError> {
+    let mut next_offset = None;
+    let mut max_ts = None;
+    loop {
+        match scanner.next_batch()? {
+            Ok(Some(found)) => {
+                on_batch(&found)?;
+                next_offset = found.header.next_offset();
+                max_ts = Some(found.header.max_timestamp_us);
+            }
+            Ok(None) => break,
+            Err(_) => return Ok(None),
+        }
+    }
+    Ok(next_offset.map(|next_offset| Tail {
+        next_offset,
+        max_ts,
+        first_ts: None,
+    }))
+}
+
+fn first_timestamp(segment: &Segment, len: u64) -> Result<Option<i64>, StorageError> {
+    if len == 0 {
+        return Ok(None);
+    }
+    let mut scanner = Scanner::new(segment.log.as_ref(), &segment.path, 0, len)
+        .with_chunk(rill_format::BATCH_HEADER_LEN);
+    Ok(match scanner.next_batch()? {
+        Ok(Some(found)) => Some(found.header.first_timestamp_us),
+        _ => None,
+    })
+}
+
+/// Repairs the active segment: trims index entries that point past valid data, scans
+/// forward from the last good entry validating every batch, and truncates the file at
+/// the first torn or invalid batch.
+fn recover_active(segment: &Segment, config: &LogConfig, len: u64) -> Result<Tail, StorageError> {
+    let base = segment.base_offset;
+    // Find the last index entry that points at a valid batch with the expected offset.
+    let kept = {
+        let index = segment.index();
+        let entries: Vec<IndexEntry> = index.entries().to_vec();
+        drop(index);
+        let mut kept = 0;
+        for (i, entry) in entries.iter().enumerate().rev() {
+            if u64::from(entry.position) >= len {
+                continue;
+            }
+            let mut scanner = Scanner::new(
+                segment.log.as_ref(),
+                &segment.path,
+                u64::from(entry.position),
+                len,
+            )
+            .validating(base + u64::from(entry.rel_offset));
+            if matches!(scanner.next_batch()?, Ok(Some(_))) {
+                kept = i + 1;
+                break;
+            }
+        }
+        kept
+    };
+    let (start, expected) = {
+        let mut index = segment.index_mut();
+        if kept < index.entries().len() {
+            index.truncate(kept)?;
+        }
+        index.last().map_or((0, base), |e| {
+            (u64::from(e.position), base + u64::from(e.rel_offset))
+        })
+    };
+
+    let mut cadence = IndexCadence::new(config.index_interval_bytes, segment.index().last());
+    let mut scanner =
+        Scanner::new(segment.log.as_ref(), &segment.path, start, len).validating(expected);
+    let mut next_offset = expected;
+    let mut max_ts = None;
+    let end = loop {
+        match scanner.next_batch()? {
+            Ok(Some(found)) => {
+                if cadence.take(found.position)
+                    && let Some(entry) = entry_for(base, &found)
+                {
+                    segment.index_mut().push(entry)?;
+                }
+                next_offset = found.header.next_offset().expect("validated batch");
+                max_ts = Some(found.header.max_timestamp_us);
+            }
+            Ok(None) => break len,
+            Err(stop) => {
+                let at = scanner.position();
+                warn_truncation(segment, at, len, &stop);
+                break at;
+            }
+        }
+    };
+    if end < len {
+        segment
+            .log
+            .set_len(end)
+            .map_err(io_err("truncate segment", &segment.path))?;
+        segment
+            .log
+            .sync_data()
+            .map_err(io_err("sync segment", &segment.path))?;
+    }
+    if max_ts.is_none() && start > 0 {
+        // Unreachable in practice: a kept entry points at a valid batch. Kept for safety.
+        return Err(corrupt(
+            &segment.path,
+            start,
+            &"index entry points at no batch",
+        ));
+    }
+    segment.set_visible_len(end);
+    let first_ts = first_timestamp(segment, end)?;
+    Ok(Tail {
+        next_offset,
+        max_ts,
+        first_ts,
+    })
+}
+
+fn warn_truncation(segment: &Segment, at: u64, len: u64, stop: &ScanStop) {
+    tracing::warn!(
+        path = %segment.path.display(),
+        position = at,
+        dropped_bytes = len - at,
+        reason = %stop,
+        "truncating torn or invalid tail of the active segment"
+    );
+}

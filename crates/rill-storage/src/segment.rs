@@ -1,0 +1,313 @@
+//! One segment: a `.log` file of back-to-back batches plus its sparse indexes, and the
+//! scanner that walks batches in a byte range of it.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use rill_format::{BATCH_HEADER_LEN, BatchHeader, BatchView, FormatError};
+
+use crate::StorageError;
+use crate::error::io_err;
+use crate::index::{IndexEntry, SegmentIndex};
+use crate::io::{Io, IoFile};
+
+/// Bytes read from disk at a time while scanning.
+const SCAN_CHUNK_BYTES: usize = 256 * 1024;
+
+pub(crate) fn log_path(dir: &Path, base_offset: u64) -> PathBuf {
+    dir.join(format!("{base_offset:020}.log"))
+}
+
+/// Parses a segment file name `{base_offset:020}.log`.
+pub(crate) fn parse_log_name(path: &Path) -> Option<u64> {
+    let name = path.file_name()?.to_str()?;
+    let stem = name.strip_suffix(".log")?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse().ok()
+}
+
+#[derive(Debug)]
+pub(crate) struct Segment {
+    pub(crate) base_offset: u64,
+    pub(crate) path: PathBuf,
+    pub(crate) log: Arc<dyn IoFile>,
+    index: RwLock<SegmentIndex>,
+    /// Bytes that readers may read. For the active segment under `always`, this trails
+    /// the written length until the data is synced.
+    visible_len: AtomicU64,
+    /// Offset after the last batch written to this segment.
+    next_offset: AtomicU64,
+    /// Largest record timestamp written to this segment; `None` while empty.
+    max_timestamp_us: AtomicI64,
+    has_timestamp: AtomicU64,
+}
+
+impl Segment {
+    pub(crate) fn new(
+        base_offset: u64,
+        path: PathBuf,
+        log: Arc<dyn IoFile>,
+        index: SegmentIndex,
+    ) -> Self {
+        Self {
+            base_offset,
+            path,
+            log,
+            index: RwLock::new(index),
+            visible_len: AtomicU64::new(0),
+            next_offset: AtomicU64::new(base_offset),
+            max_timestamp_us: AtomicI64::new(i64::MIN),
+            has_timestamp: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn index(&self) -> RwLockReadGuard<'_, SegmentIndex> {
+        self.index.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn index_mut(&self) -> RwLockWriteGuard<'_, SegmentIndex> {
+        self.index.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn visible_len(&self) -> u64 {
+        self.visible_len.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_visible_len(&self, len: u64) {
+        self.visible_len.fetch_max(len, Ordering::AcqRel);
+    }
+
+    pub(crate) fn next_offset(&self) -> u64 {
+        self.next_offset.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_next_offset(&self, next: u64) {
+        self.next_offset.store(next, Ordering::Release);
+    }
+
+    pub(crate) fn max_timestamp_us(&self) -> Option<i64> {
+        (self.has_timestamp.load(Ordering::Acquire) != 0)
+            .then(|| self.max_timestamp_us.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn observe_timestamp(&self, max_ts: i64) {
+        self.max_timestamp_us.fetch_max(max_ts, Ordering::AcqRel);
+        self.has_timestamp.store(1, Ordering::Release);
+    }
+
+    /// Files of this segment, the `.log` first.
+    pub(crate) fn file_paths(&self) -> Vec<PathBuf> {
+        let index = self.index();
+        let mut paths = vec![self.path.clone()];
+        paths.extend(index.paths().iter().map(|p| p.to_path_buf()));
+        paths
+    }
+
+    /// Position of the last index entry at or before `offset` (0 if none).
+    pub(crate) fn index_floor(&self, offset: u64) -> u64 {
+        let rel = offset.saturating_sub(self.base_offset);
+        self.index()
+            .floor_offset(rel)
+            .map_or(0, |e| u64::from(e.position))
+    }
+
+    pub(crate) fn remove_files(&self, io: &dyn Io) -> Result<(), StorageError> {
+        for path in self.file_paths() {
+            match io.remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err("remove segment file", &path)(e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a scan stopped before the end of its range.
+#[derive(Debug)]
+pub(crate) enum ScanStop {
+    /// The range ends inside a batch (a torn write, or a range end inside a batch).
+    Torn,
+    /// The bytes at the position are not a valid batch.
+    Invalid(FormatError),
+    /// A valid batch with an unexpected base offset.
+    OffsetMismatch { expected: u64, found: u64 },
+}
+
+impl std::fmt::Display for ScanStop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Torn => f.write_str("batch is cut off"),
+            Self::Invalid(e) => write!(f, "invalid batch: {e}"),
+            Self::OffsetMismatch { expected, found } => {
+                write!(f, "batch has base offset {found}, expected {expected}")
+            }
+        }
+    }
+}
+
+/// A batch found by a [`Scanner`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Found {
+    pub(crate) position: u64,
+    pub(crate) header: BatchHeader,
+}
+
+/// Walks the batches of `file` in `[position, end)` through a read buffer.
+#[derive(Debug)]
+pub(crate) struct Scanner<'a> {
+    file: &'a dyn IoFile,
+    path: &'a Path,
+    position: u64,
+    end: u64,
+    buf: Vec<u8>,
+    buf_start: u64,
+    /// When set, each batch is fully validated (both CRCs, every record).
+    validate: bool,
+    /// When set, each batch must start at this offset.
+    expected_offset: Option<u64>,
+    chunk: usize,
+}
+
+impl<'a> Scanner<'a> {
+    pub(crate) fn new(file: &'a dyn IoFile, path: &'a Path, position: u64, end: u64) -> Self {
+        Self {
+            file,
+            path,
+            position,
+            end,
+            buf: Vec::new(),
+            buf_start: position,
+            validate: false,
+            expected_offset: None,
+            chunk: SCAN_CHUNK_BYTES,
+        }
+    }
+
+    /// Reads `chunk` bytes at a time (at least a whole batch when one is needed).
+    pub(crate) fn with_chunk(mut self, chunk: usize) -> Self {
+        self.chunk = chunk.max(BATCH_HEADER_LEN);
+        self
+    }
+
+    /// Validate every batch fully and check offsets chain from `expected_offset`.
+    pub(crate) fn validating(mut self, expected_offset: u64) -> Self {
+        self.validate = true;
+        self.expected_offset = Some(expected_offset);
+        self
+    }
+
+    /// Check offsets chain from `expected_offset` (headers only).
+    pub(crate) fn chaining(mut self, expected_offset: u64) -> Self {
+        self.expected_offset = Some(expected_offset);
+        self
+    }
+
+    pub(crate) fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Makes `[pos, pos + len)` available in the buffer; `len` fits in the range.
+    fn fill(&mut self, pos: u64, len: usize) -> Result<&[u8], StorageError> {
+        let buf_end = self.buf_start + self.buf.len() as u64;
+        if pos < self.buf_start || pos + len as u64 > buf_end {
+            let want = (self.end - pos).min(len.max(self.chunk) as u64) as usize;
+            self.buf.resize(want, 0);
+            self.file
+                .read_exact_at(&mut self.buf, pos)
+                .map_err(io_err("read segment", self.path))?;
+            self.buf_start = pos;
+        }
+        let at = (pos - self.buf_start) as usize;
+        Ok(&self.buf[at..at + len])
+    }
+
+    /// The next batch, `Ok(Ok(None))` at the end of the range, or `Ok(Err(stop))` where
+    /// the bytes stop being a valid chain of batches.
+    pub(crate) fn next_batch(&mut self) -> Result<Result<Option<Found>, ScanStop>, StorageError> {
+        let pos = self.position;
+        if pos >= self.end {
+            return Ok(Ok(None));
+        }
+        if self.end - pos < BATCH_HEADER_LEN as u64 {
+            return Ok(Err(ScanStop::Torn));
+        }
+        let header = match BatchHeader::parse(self.fill(pos, BATCH_HEADER_LEN)?) {
+            Ok(h) => h,
+            Err(e) => return Ok(Err(ScanStop::Invalid(e))),
+        };
+        let len = u64::from(header.batch_length);
+        if self.end - pos < len {
+            return Ok(Err(ScanStop::Torn));
+        }
+        if self.validate {
+            let bytes = self.fill(pos, len as usize)?;
+            if let Err(e) = BatchView::parse(bytes) {
+                return Ok(Err(ScanStop::Invalid(e)));
+            }
+        } else if header.record_count == 0 || header.next_offset().is_none() {
+            return Ok(Err(ScanStop::Invalid(FormatError::Empty)));
+        }
+        if let Some(expected) = self.expected_offset {
+            if header.base_offset != expected {
+                return Ok(Err(ScanStop::OffsetMismatch {
+                    expected,
+                    found: header.base_offset,
+                }));
+            }
+            self.expected_offset = header.next_offset();
+        }
+        self.position = pos + len;
+        Ok(Ok(Some(Found {
+            position: pos,
+            header,
+        })))
+    }
+
+    /// Bytes of the batch just returned by [`Scanner::next_batch`].
+    pub(crate) fn batch_bytes(&mut self, found: &Found) -> Result<&[u8], StorageError> {
+        self.fill(found.position, found.header.batch_length as usize)
+    }
+}
+
+/// Decides where sparse index entries go while batches are appended or scanned.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IndexCadence {
+    interval_bytes: u64,
+    last_position: Option<u64>,
+}
+
+impl IndexCadence {
+    pub(crate) fn new(interval_bytes: u64, last: Option<IndexEntry>) -> Self {
+        Self {
+            interval_bytes,
+            last_position: last.map(|e| u64::from(e.position)),
+        }
+    }
+
+    /// Whether the batch at `position` gets an entry; records it if so.
+    pub(crate) fn take(&mut self, position: u64) -> bool {
+        let due = match self.last_position {
+            None => true,
+            Some(last) => position >= last + self.interval_bytes,
+        };
+        if due {
+            self.last_position = Some(position);
+        }
+        due
+    }
+}
+
+/// The index entry for a found batch, if its relative offset and position fit the
+/// entry's u32 fields (they do for any segment this engine writes; damaged or foreign
+/// data simply gets no entry, which costs a longer scan, never a wrong answer).
+pub(crate) fn entry_for(segment_base: u64, found: &Found) -> Option<IndexEntry> {
+    Some(IndexEntry {
+        rel_offset: u32::try_from(found.header.base_offset.checked_sub(segment_base)?).ok()?,
+        position: u32::try_from(found.position).ok()?,
+        timestamp_us: found.header.first_timestamp_us,
+    })
+}

@@ -1,0 +1,418 @@
+//! Append, read, time lookup, segment rolls, reopen, limits, retention, index rebuild.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use rill_format::{BatchBuilder, NewRecord};
+use rill_storage::{Durability, LogConfig, ManualClock, PartitionLog, StorageError};
+
+#[test]
+fn append_assigns_dense_offsets_and_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = PartitionLog::open(dir.path(), small_config()).unwrap();
+    assert_eq!((log.log_start(), log.next_offset()), (0, 0));
+    let a = log.append(&mut batch("a", 3, 10)).unwrap();
+    let b = log.append(&mut batch("b", 2, 10)).unwrap();
+    assert_eq!((a.base_offset, a.last_offset), (0, 2));
+    assert_eq!((b.base_offset, b.last_offset), (3, 4));
+    assert!(b.timestamp_us >= a.timestamp_us);
+    assert_eq!(log.next_offset(), 5);
+    let all = read_all(&log, 0);
+    let offsets: Vec<u64> = all.iter().map(|(o, _)| *o).collect();
+    assert_eq!(offsets, vec![0, 1, 2, 3, 4]);
+    assert!(all[3].1.starts_with(b"b-0"));
+    // A read in the middle of a batch returns that whole batch.
+    let mid = log.read(1, 1 << 20).unwrap();
+    let first = mid.batches().next().unwrap().unwrap();
+    assert_eq!(first.base_offset(), 0);
+    assert_eq!(mid.next_offset, 5);
+    // At the end: empty. Beyond: typed error.
+    assert!(log.read(5, 1 << 20).unwrap().bytes.is_empty());
+    assert!(matches!(
+        log.read(6, 1 << 20),
+        Err(StorageError::OffsetBeyondEnd {
+            requested: 6,
+            next_offset: 5
+        })
+    ));
+}
+
+#[test]
+fn read_respects_max_bytes_but_returns_at_least_one_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = PartitionLog::open(dir.path(), small_config()).unwrap();
+    for i in 0..10 {
+        log.append(&mut batch(&format!("t{i}"), 2, 100)).unwrap();
+    }
+    let one = log.read(0, 1).unwrap();
+    assert_eq!(one.batches().count(), 1);
+    assert_eq!(one.next_offset, 2);
+    let len = one.bytes.len();
+    let three = log.read(0, len * 3 + len / 2).unwrap();
+    assert_eq!(three.batches().count(), 3);
+    assert_eq!(three.next_offset, 6);
+}
+
+#[test]
+fn rolls_segments_by_size_and_reads_across_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = PartitionLog::open(dir.path(), small_config()).unwrap();
+    for i in 0..50 {
+        log.append(&mut batch(&format!("r{i}"), 4, 60)).unwrap();
+    }
+    assert!(log.segment_count() > 3, "{} segments", log.segment_count());
+    let all = read_all(&log, 0);
+    assert_eq!(all.len(), 200);
+    assert!(all.iter().enumerate().all(|(i, (o, _))| *o == i as u64));
+    // Every offset can be read directly, through the sparse index.
+    for offset in (0..200).step_by(7) {
+        let read = log.read(offset, 1).unwrap();
+        let b = read.batches().next().unwrap().unwrap();
+        assert!(b.base_offset() <= offset && offset < b.next_offset());
+    }
+    drop(log);
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(names.contains(&"00000000000000000000.log".to_string()));
+    assert!(names.contains(&"00000000000000000000.index".to_string()));
+    assert!(names.contains(&"00000000000000000000.timeindex".to_string()));
+    // Reopen: same content, appends continue.
+    let log = PartitionLog::open(dir.path(), small_config()).unwrap();
+    assert_eq!(log.next_offset(), 200);
+    assert_eq!(
+        log.append(&mut batch("after", 1, 1)).unwrap().base_offset,
+        200
+    );
+    assert_eq!(read_all(&log, 0).len(), 201);
+}
+
+#[test]
+fn rolls_by_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000_000_000));
+    let mut config = small_config();
+    config.segment_bytes_max = 1 << 20;
+    config.segment_age_max = Some(secs(60));
+    let log = open_manual(dir.path(), config, &clock);
+    log.append(&mut batch("a", 1, 1)).unwrap();
+    clock.advance_us(59_000_000);
+    log.append(&mut batch("b", 1, 1)).unwrap();
+    assert_eq!(log.segment_count(), 1);
+    clock.advance_us(2_000_000);
+    log.append(&mut batch("c", 1, 1)).unwrap();
+    assert_eq!(log.segment_count(), 2);
+}
+
+#[test]
+fn timestamps_are_append_time_and_never_go_backwards() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(5_000_000));
+    let log = open_manual(dir.path(), small_config(), &clock);
+    let a = log.append(&mut batch("a", 1, 1)).unwrap();
+    assert_eq!(a.timestamp_us, 5_000_000);
+    clock.set_us(4_000_000); // the wall clock stepped back
+    let b = log.append(&mut batch("b", 1, 1)).unwrap();
+    assert_eq!(b.timestamp_us, 5_000_000);
+    clock.set_us(9_000_000);
+    let c = log.append(&mut batch("c", 1, 1)).unwrap();
+    assert_eq!(c.timestamp_us, 9_000_000);
+}
+
+#[test]
+fn finds_the_first_offset_at_or_after_a_timestamp() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let log = open_manual(dir.path(), small_config(), &clock);
+    // 40 batches of 3 records, 1 ms apart; the middle record has a 100 µs delta.
+    for i in 0..40 {
+        let mut builder = BatchBuilder::new();
+        for d in [0u64, 100, 0] {
+            builder
+                .push(NewRecord::value(format!("v{i:040}").as_bytes()).timestamp_delta_us(d))
+                .unwrap();
+        }
+        log.append(&mut builder.finish().unwrap()).unwrap();
+        clock.advance_us(1_000);
+    }
+    assert!(log.segment_count() > 1);
+    assert_eq!(log.offset_for_timestamp(0).unwrap(), Some(0));
+    assert_eq!(log.offset_for_timestamp(1_000).unwrap(), Some(0));
+    assert_eq!(log.offset_for_timestamp(1_001).unwrap(), Some(1));
+    assert_eq!(log.offset_for_timestamp(1_101).unwrap(), Some(3));
+    // Batch 25 starts at 26_000.
+    assert_eq!(log.offset_for_timestamp(26_000).unwrap(), Some(75));
+    assert_eq!(log.offset_for_timestamp(25_050).unwrap(), Some(73));
+    assert_eq!(log.offset_for_timestamp(40_101).unwrap(), None);
+    drop(log);
+    let log = open_manual(dir.path(), small_config(), &clock);
+    assert_eq!(log.offset_for_timestamp(26_000).unwrap(), Some(75));
+}
+
+#[test]
+fn limits_are_typed_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config();
+    config.batch_bytes_max = 2048;
+    config.record_bytes_max = 512;
+    let log = PartitionLog::open(dir.path(), config).unwrap();
+    assert!(matches!(
+        log.append(&mut batch("big", 1, 4000)),
+        Err(StorageError::BatchTooLarge { max: 2048, .. })
+    ));
+    assert!(matches!(
+        log.append(&mut batch("rec", 1, 600)),
+        Err(StorageError::RecordTooLarge { max: 512, .. })
+    ));
+    let mut two = batch("x", 1, 1);
+    two.extend_from_slice(&batch("y", 1, 1));
+    assert!(matches!(
+        log.append(&mut two),
+        Err(StorageError::TrailingBytes { .. })
+    ));
+    let mut bad = batch("x", 1, 1);
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    assert!(matches!(
+        log.append(&mut bad),
+        Err(StorageError::InvalidBatch(_))
+    ));
+    assert_eq!(log.next_offset(), 0);
+    assert!(log.poisoned().is_none());
+}
+
+#[test]
+fn config_is_validated() {
+    let dir = tempfile::tempdir().unwrap();
+    for bad in [
+        LogConfig {
+            segment_bytes_max: 10,
+            ..LogConfig::default()
+        },
+        LogConfig {
+            durability: Durability::Interval(secs(0)),
+            ..LogConfig::default()
+        },
+        LogConfig {
+            index_interval_bytes: 0,
+            ..LogConfig::default()
+        },
+    ] {
+        assert!(matches!(
+            PartitionLog::open(dir.path(), bad),
+            Err(StorageError::Config(_))
+        ));
+    }
+}
+
+#[test]
+fn retention_by_bytes_deletes_whole_sealed_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config();
+    config.retention_bytes = Some(10_000);
+    let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
+    for i in 0..100 {
+        log.append(&mut batch(&format!("r{i}"), 2, 100)).unwrap();
+    }
+    let before = log.size_bytes();
+    let outcome = log.apply_retention().unwrap();
+    assert!(outcome.segments_deleted > 0);
+    assert!(log.size_bytes() >= 10_000, "keeps at least the limit");
+    assert!(
+        log.size_bytes() < 10_000 + 4096,
+        "deletes down to the limit"
+    );
+    assert_eq!(before - outcome.bytes_deleted, log.size_bytes());
+    let start = log.log_start();
+    assert_eq!(outcome.log_start, start);
+    assert!(start > 0);
+    match log.read(0, 100) {
+        Err(StorageError::OffsetBeforeStart {
+            requested: 0,
+            log_start,
+        }) => {
+            assert_eq!(log_start, start)
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(read_all(&log, start).len() as u64, 200 - start);
+    // The start survives a reopen, and the deleted files are gone.
+    drop(log);
+    let log = PartitionLog::open(dir.path(), config).unwrap();
+    assert_eq!(log.log_start(), start);
+    assert!(!dir.path().join("00000000000000000000.log").exists());
+    assert!(!dir.path().join("00000000000000000000.index").exists());
+}
+
+#[test]
+fn retention_by_age_never_deletes_the_active_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000_000_000));
+    let mut config = small_config();
+    config.retention_age = Some(secs(3600));
+    let log = open_manual(dir.path(), config, &clock);
+    for i in 0..30 {
+        log.append(&mut batch(&format!("r{i}"), 2, 100)).unwrap();
+    }
+    let segments = log.segment_count();
+    assert!(segments > 2);
+    clock.advance_us(3_599_000_000);
+    assert_eq!(log.apply_retention().unwrap().segments_deleted, 0);
+    clock.advance_us(2_000_000);
+    let outcome = log.apply_retention().unwrap();
+    assert_eq!(outcome.segments_deleted, segments - 1);
+    assert_eq!(log.segment_count(), 1);
+    assert!(!read_all(&log, log.log_start()).is_empty());
+    assert_eq!(log.append(&mut batch("new", 1, 1)).unwrap().base_offset, 60);
+}
+
+#[test]
+fn missing_or_damaged_indexes_are_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = PartitionLog::open(dir.path(), small_config()).unwrap();
+    for i in 0..60 {
+        log.append(&mut batch(&format!("r{i}"), 3, 50)).unwrap();
+    }
+    let expected = read_all(&log, 0);
+    drop(log);
+    let first_index = dir.path().join("00000000000000000000.index");
+    let original = std::fs::read(&first_index).unwrap();
+    assert!(original.len() >= 16);
+    // Missing index of a sealed segment.
+    std::fs::remove_file(&first_index).unwrap();
+    // Garbage index of another sealed segment (not a multiple of the entry size).
+    let mut names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "index"))
+        .collect();
+    names.sort();
+    std::fs::write(&names[1], b"garbage").unwrap();
+    // Wrong entries in the active segment's index: point into the middle of batches.
+    let active_index = names.last().unwrap();
+    std::fs::write(active_index, [1u8, 0, 0, 0, 7, 0, 0, 0]).unwrap();
+    let log = PartitionLog::open(dir.path(), small_config()).unwrap();
+    assert_eq!(read_all(&log, 0), expected);
+    for offset in (0..180).step_by(11) {
+        let read = log.read(offset, 1).unwrap();
+        let b = read.batches().next().unwrap().unwrap();
+        assert!(b.base_offset() <= offset && offset < b.next_offset());
+    }
+    drop(log);
+    assert_eq!(std::fs::read(&first_index).unwrap(), original);
+}
+
+#[test]
+fn orphan_index_files_are_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(PartitionLog::open(dir.path(), small_config()).unwrap());
+    let orphan = dir.path().join("00000000000000000042.index");
+    std::fs::write(&orphan, [0u8; 8]).unwrap();
+    drop(PartitionLog::open(dir.path(), small_config()).unwrap());
+    assert!(!orphan.exists());
+}
+
+#[test]
+fn a_gap_between_segments_is_reported_not_papered_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = PartitionLog::open(dir.path(), small_config()).unwrap();
+    for i in 0..60 {
+        log.append(&mut batch(&format!("r{i}"), 3, 50)).unwrap();
+    }
+    drop(log);
+    let mut logs: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    std::fs::remove_file(&logs[1]).unwrap();
+    assert!(matches!(
+        PartitionLog::open(dir.path(), small_config()),
+        Err(StorageError::Corrupt { .. })
+    ));
+}
+
+#[test]
+fn initial_offset_applies_to_a_new_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        initial_offset: 1000,
+        ..small_config()
+    };
+    let log = PartitionLog::open(dir.path(), config).unwrap();
+    assert_eq!(log.append(&mut batch("a", 2, 1)).unwrap().base_offset, 1000);
+    assert_eq!(log.log_start(), 1000);
+    assert!(matches!(
+        log.read(999, 10),
+        Err(StorageError::OffsetBeforeStart {
+            log_start: 1000,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn close_refuses_appends_but_keeps_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = PartitionLog::open(dir.path(), small_config()).unwrap();
+    log.append(&mut batch("a", 2, 1)).unwrap();
+    log.close().unwrap();
+    assert!(matches!(
+        log.append(&mut batch("b", 1, 1)),
+        Err(StorageError::Closed)
+    ));
+    assert_eq!(read_all(&log, 0).len(), 2);
+}
+
+#[test]
+fn always_durability_group_commits_concurrent_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        durability: Durability::Always,
+        ..LogConfig::default()
+    };
+    let log = Arc::new(PartitionLog::open(dir.path(), config).unwrap());
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || {
+                for i in 0..50 {
+                    log.append(&mut batch(&format!("t{t}-{i}"), 2, 10)).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(log.next_offset(), 400);
+    let all = read_all(&log, 0);
+    assert_eq!(all.len(), 400);
+}
+
+#[test]
+fn interval_durability_syncs_when_due() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let (io, faults) = rill_storage::fault::FaultyIo::new();
+    faults.only_files_ending_with(".log");
+    let config = LogConfig {
+        durability: Durability::Interval(std::time::Duration::from_millis(100)),
+        ..small_config()
+    };
+    let log = PartitionLog::open_with(dir.path(), config, Arc::new(io), clock.clone()).unwrap();
+    log.append(&mut batch("a", 1, 1)).unwrap();
+    let after_first = faults.sync_count();
+    assert_eq!(after_first, 1, "the first unsynced write is due at once");
+    log.append(&mut batch("b", 1, 1)).unwrap();
+    assert!(!log.sync_if_due().unwrap());
+    assert_eq!(faults.sync_count(), after_first);
+    clock.advance_us(100_000);
+    assert!(log.sync_if_due().unwrap());
+    assert_eq!(faults.sync_count(), after_first + 1);
+    assert!(!log.sync_if_due().unwrap(), "nothing new to sync");
+}

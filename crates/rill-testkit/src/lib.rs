@@ -1,0 +1,55 @@
+//! Test-only helpers for Rill: child processes that a test kills with SIGKILL, and
+//! the deterministic record contents they write so a parent can verify them.
+//!
+//! Architecture Invariant: nothing outside tests depends on this crate.
+
+/// The value of record `index` of batch `seq` appended by writer `thread`.
+///
+/// Deterministic so a verifier can recompute every acknowledged record.
+pub fn crash_value(thread: u32, seq: u64, index: u32) -> Vec<u8> {
+    let mut value = format!("t{thread}-s{seq}-r{index}-").into_bytes();
+    // Vary sizes so batches straddle index entries and segment rolls.
+    let pad = ((seq * 31 + u64::from(index) * 7) % 200) as usize;
+    value.extend(std::iter::repeat_n(b'a' + (seq % 26) as u8, pad));
+    value
+}
+
+/// Records in batch `seq` of a crash writer.
+pub fn crash_batch_len(seq: u64) -> u32 {
+    1 + (seq % 5) as u32
+}
+
+/// One acknowledgement line printed by the crash appender: `ACK base thread seq count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ack {
+    /// Offset of the batch's first record.
+    pub base_offset: u64,
+    /// Writer thread.
+    pub thread: u32,
+    /// Batch number of that thread.
+    pub seq: u64,
+    /// Records in the batch.
+    pub count: u32,
+}
+
+impl Ack {
+    /// Formats the line (without newline).
+    pub fn line(&self) -> String {
+        format!(
+            "ACK {} {} {} {}",
+            self.base_offset, self.thread, self.seq, self.count
+        )
+    }
+
+    /// Parses a complete line; `None` for anything else.
+    pub fn parse(line: &str) -> Option<Self> {
+        let mut parts = line.strip_prefix("ACK ")?.split(' ');
+        let ack = Self {
+            base_offset: parts.next()?.parse().ok()?,
+            thread: parts.next()?.parse().ok()?,
+            seq: parts.next()?.parse().ok()?,
+            count: parts.next()?.parse().ok()?,
+        };
+        parts.next().is_none().then_some(ack)
+    }
+}
