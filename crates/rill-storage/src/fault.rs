@@ -180,7 +180,7 @@ impl IoFile for FaultyFile {
         self.inner.set_len(len)
     }
 
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
+    fn size(&self) -> io::Result<u64> {
+        self.inner.size()
     }
 }

@@ -74,11 +74,11 @@ impl SegmentIndex {
     fn load(&mut self, log_len: u64) -> Result<bool, StorageError> {
         let offset_len = self
             .offset_file
-            .len()
+            .size()
             .map_err(io_err("stat index", &self.offset_path))?;
         let time_len = self
             .time_file
-            .len()
+            .size()
             .map_err(io_err("stat time index", &self.time_path))?;
         if offset_len % OFFSET_ENTRY_LEN as u64 != 0 || time_len % TIME_ENTRY_LEN as u64 != 0 {
             return Ok(false);

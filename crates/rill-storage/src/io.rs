@@ -33,7 +33,7 @@ pub trait IoFile: Send + Sync + fmt::Debug {
     /// Truncates or extends the file to `len` bytes.
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Current length in bytes.
-    fn len(&self) -> io::Result<u64>;
+    fn size(&self) -> io::Result<u64>;
 
     /// Reads exactly `buf.len()` bytes at `pos`, failing with `UnexpectedEof` if the file
     /// ends first.
@@ -107,7 +107,7 @@ impl IoFile for StdFile {
         self.0.set_len(len)
     }
 
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
     }
 }

@@ -72,7 +72,7 @@ pub(crate) fn recover(
         let log = io
             .open(&path, false)
             .map_err(io_err("open segment", &path))?;
-        let len = log.len().map_err(io_err("stat segment", &path))?;
+        let len = log.size().map_err(io_err("stat segment", &path))?;
         let (index, index_ok) = SegmentIndex::open(io, dir, base, len)?;
         let segment = Segment::new(base, path, log, index);
         let tail = if i < last_i {

@@ -64,7 +64,7 @@ struct ModelRecord {
     value: Vec<u8>,
 }
 
-fn run(config: LogConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
+fn run(config: &LogConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(1_000_000));
     let open = || {
@@ -207,7 +207,7 @@ fn log_matches_model() {
     );
     let result = runner.run(
         &(config(), prop::collection::vec(op(), 1..120)),
-        |(config, ops)| run(config, ops),
+        |(config, ops)| run(&config, ops),
     );
     if let Err(e) = result {
         panic!("model test failed; replay with RILL_SEED={seed}\n{e}");

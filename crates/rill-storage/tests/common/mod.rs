@@ -44,11 +44,12 @@ pub fn read_all(log: &PartitionLog, from: u64) -> Vec<(u64, Vec<u8>)> {
 }
 
 pub fn small_config() -> LogConfig {
-    let mut config = LogConfig::default();
-    config.segment_bytes_max = 4096;
-    config.index_interval_bytes = 256;
-    config.durability = Durability::Never;
-    config
+    LogConfig {
+        segment_bytes_max: 4096,
+        index_interval_bytes: 256,
+        durability: Durability::Never,
+        ..LogConfig::default()
+    }
 }
 
 pub fn open_manual(dir: &Path, config: LogConfig, clock: &Arc<ManualClock>) -> PartitionLog {

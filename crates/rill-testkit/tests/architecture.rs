@@ -1,0 +1,92 @@
+//! Architecture invariants from ARCHITECTURE.md, checked against `cargo metadata` and the
+//! sources, so a forbidden dependency fails the build's tests rather than a review.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+/// For each workspace crate, the Rill crates it may depend on (normal dependencies).
+const ALLOWED: &[(&str, &[&str])] = &[
+    ("rill-format", &[]),
+    ("rill-storage", &["rill-format"]),
+    ("rill-testkit", &["rill-format", "rill-storage"]),
+];
+
+fn metadata() -> serde_json::Value {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("metadata is JSON")
+}
+
+#[test]
+fn crates_depend_only_on_allowed_rill_crates() {
+    let allowed: BTreeMap<&str, &[&str]> = ALLOWED.iter().copied().collect();
+    let meta = metadata();
+    for package in meta["packages"].as_array().unwrap() {
+        let name = package["name"].as_str().unwrap();
+        let Some(allowed) = allowed.get(name) else {
+            panic!(
+                "{name} is not in the ALLOWED table: add it with the edges ARCHITECTURE.md permits"
+            );
+        };
+        for dep in package["dependencies"].as_array().unwrap() {
+            let dep_name = dep["name"].as_str().unwrap();
+            let normal = dep["kind"].is_null();
+            if normal && dep_name.starts_with("rill") {
+                assert!(
+                    allowed.contains(&dep_name),
+                    "{name} must not depend on {dep_name} (see ARCHITECTURE.md)"
+                );
+            }
+        }
+    }
+}
+
+fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push((
+                path.display().to_string(),
+                std::fs::read_to_string(&path).unwrap(),
+            ));
+        }
+    }
+}
+
+#[test]
+fn format_and_storage_have_no_network_code_and_format_no_io() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for (krate, forbidden) in [
+        (
+            "rill-format/src",
+            &["std::net", "tokio", "std::fs", "std::io::"][..],
+        ),
+        ("rill-storage/src", &["std::net", "tokio", "rill_proto"][..]),
+    ] {
+        let mut files = Vec::new();
+        sources(&root.join(krate), &mut files);
+        assert!(!files.is_empty());
+        for (path, text) in files {
+            for word in forbidden {
+                assert!(!text.contains(word), "{path} uses {word}");
+            }
+        }
+    }
+}
