@@ -1,0 +1,53 @@
+//! Rill's wire protocol: length-prefixed frames carrying a protobuf control message and
+//! raw record-batch bytes, with one never-reused error-code enum. Pure encode/decode:
+//! no I/O, no async runtime; record batches are opaque bytes here.
+//!
+//! The frame layout and every message are documented in `docs/PROTOCOL.md`; the schema
+//! is `proto/rill.proto`.
+//!
+//! ```
+//! use rill_proto::{FrameDecoder, Request, RequestBody, pb};
+//!
+//! let request = Request::new(RequestBody::ListStreams(pb::ListStreamsRequest {}));
+//! let mut wire = bytes::BytesMut::from(&request.encode(7)?.to_bytes()[..]);
+//! let frame = FrameDecoder::default().decode(&mut wire)?.expect("a whole frame");
+//! assert_eq!(frame.correlation_id, 7);
+//! assert_eq!(Request::decode(frame)?, request);
+//! # Ok::<(), rill_proto::ProtoError>(())
+//! ```
+//!
+//! Architecture Invariant: this crate knows no other Rill crate, no sockets and no
+//! tokio. Decoders are bounded and never panic (fuzzed by `fuzz/fuzz_targets/frame_decode.rs`).
+
+mod error;
+mod frame;
+mod message;
+
+/// The generated protobuf messages of `proto/rill.proto`.
+#[allow(missing_docs, clippy::all, clippy::pedantic, unreachable_pub)]
+pub mod pb {
+    include!(concat!(env!("OUT_DIR"), "/rill.v1.rs"));
+}
+
+pub use error::ProtoError;
+pub use frame::{
+    DEFAULT_MAX_FRAME_BYTES, EncodedFrame, FLAG_ERROR, FLAG_RESPONSE, FRAME_HEADER_LEN, Frame,
+    FrameDecoder, PROTOCOL_VERSION, encode_frame,
+};
+pub use message::{Kind, Request, RequestBody, Response, ResponseBody};
+pub use pb::ErrorCode;
+
+impl ErrorCode {
+    /// Whether a client should retry a request that failed with this code.
+    pub fn is_transient(self) -> bool {
+        matches!(
+            self,
+            Self::NotOwner
+                | Self::Rebalancing
+                | Self::Migrating
+                | Self::Timeout
+                | Self::Busy
+                | Self::ShuttingDown
+        )
+    }
+}

@@ -1,0 +1,191 @@
+//! Frame and message round-trips, split delivery, and bad input.
+
+use bytes::{Bytes, BytesMut};
+use proptest::prelude::*;
+use rill_proto::pb::*;
+use rill_proto::{
+    ErrorCode, FrameDecoder, Kind, ProtoError, Request, RequestBody, Response, ResponseBody,
+};
+
+fn produce(stream: String, partition: u32, batch: Vec<u8>) -> Request {
+    Request::with_payload(
+        RequestBody::Produce(ProduceRequest {
+            stream,
+            topic: "orders".into(),
+            partition,
+        }),
+        Bytes::from(batch),
+    )
+}
+
+proptest! {
+    #[test]
+    fn requests_round_trip_through_split_delivery(
+        stream in "[a-z]{1,20}",
+        partition: u32,
+        batch in prop::collection::vec(any::<u8>(), 0..500),
+        correlation_id: u64,
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..4),
+    ) {
+        let request = produce(stream, partition, batch);
+        let wire = request.encode(correlation_id).unwrap().to_bytes();
+        // Deliver the bytes in arbitrary pieces, as TCP may.
+        let mut points: Vec<usize> = cuts.iter().map(|c| c.index(wire.len())).collect();
+        points.sort_unstable();
+        points.push(wire.len());
+        let decoder = FrameDecoder::default();
+        let mut buf = BytesMut::new();
+        let mut start = 0;
+        let mut frames = Vec::new();
+        for p in points {
+            buf.extend_from_slice(&wire[start..p]);
+            start = p;
+            while let Some(frame) = decoder.decode(&mut buf).unwrap() {
+                frames.push(frame);
+            }
+        }
+        prop_assert_eq!(frames.len(), 1);
+        prop_assert_eq!(frames[0].correlation_id, correlation_id);
+        prop_assert_eq!(Request::decode(frames.pop().unwrap()).unwrap(), request);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+        let decoder = FrameDecoder::new(1024);
+        let mut buf = BytesMut::from(&bytes[..]);
+        while let Ok(Some(frame)) = decoder.decode(&mut buf) {
+            let _ = Request::decode(frame.clone());
+            let _ = Response::decode(frame);
+        }
+    }
+}
+
+#[test]
+fn every_kind_round_trips_requests_and_responses() {
+    for &kind in Kind::ALL {
+        let (req, resp) = match kind {
+            Kind::Hello => (
+                RequestBody::Hello(HelloRequest {
+                    client: "c".into(),
+                    protocol_version: 1,
+                }),
+                ResponseBody::Hello(HelloResponse {
+                    server: "s".into(),
+                    protocol_version: 1,
+                    max_frame_bytes: 9,
+                    max_batch_bytes: 8,
+                }),
+            ),
+            Kind::Fetch => (
+                RequestBody::Fetch(FetchRequest {
+                    stream: "s".into(),
+                    topic: "t".into(),
+                    partition: 3,
+                    offset: 9,
+                    max_bytes: 10,
+                    max_wait_ms: 5,
+                    min_bytes: 1,
+                }),
+                ResponseBody::Fetch(FetchResponse {
+                    next_offset: 10,
+                    log_start: 0,
+                    log_end: 11,
+                }),
+            ),
+            Kind::GetOffset => (
+                RequestBody::GetOffset(GetOffsetRequest {
+                    stream: "s".into(),
+                    topic: "t".into(),
+                    partition: 0,
+                    consumer: "c".into(),
+                }),
+                ResponseBody::GetOffset(GetOffsetResponse { offset: Some(4) }),
+            ),
+            _ => continue,
+        };
+        let request = Request::new(req);
+        let frame = decode_one(request.encode(1).unwrap().to_bytes());
+        assert_eq!(Request::decode(frame).unwrap(), request);
+        let response = Response::Ok {
+            body: resp,
+            payload: Bytes::from_static(b"batches"),
+        };
+        let frame = decode_one(response.encode(1).unwrap().to_bytes());
+        assert_eq!(Response::decode(frame).unwrap(), response);
+    }
+}
+
+#[test]
+fn error_responses_round_trip() {
+    let response = Response::error(Kind::Fetch as u16, ErrorCode::OffsetBeforeStart, "gone");
+    let frame = decode_one(response.encode(42).unwrap().to_bytes());
+    assert!(frame.is_error());
+    assert_eq!(Response::decode(frame).unwrap(), response);
+    assert!(ErrorCode::NotOwner.is_transient());
+    assert!(!ErrorCode::TopicNotFound.is_transient());
+}
+
+fn decode_one(bytes: Bytes) -> rill_proto::Frame {
+    let mut buf = BytesMut::from(&bytes[..]);
+    let frame = FrameDecoder::default().decode(&mut buf).unwrap().unwrap();
+    assert!(buf.is_empty());
+    frame
+}
+
+#[test]
+fn oversized_length_prefix_is_rejected_before_buffering() {
+    let mut buf = BytesMut::from(&u32::MAX.to_le_bytes()[..]);
+    match FrameDecoder::new(1 << 20).decode(&mut buf) {
+        Err(e @ ProtoError::FrameTooLarge { .. }) => {
+            assert_eq!(e.code(), ErrorCode::FrameTooLarge);
+            assert!(!e.is_recoverable());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn unknown_kind_and_version_name_the_correlation_id() {
+    let mut wire = Request::new(RequestBody::ListStreams(ListStreamsRequest {}))
+        .encode(77)
+        .unwrap()
+        .to_bytes()
+        .to_vec();
+    wire[4] = 0xee; // kind
+    let err = Request::decode(decode_one(Bytes::from(wire.clone()))).unwrap_err();
+    assert_eq!(err.correlation_id(), Some(77));
+    assert_eq!(err.code(), ErrorCode::UnknownKind);
+    assert!(err.is_recoverable());
+    wire[4] = 4;
+    wire[6] = 9; // version
+    let err = Request::decode(decode_one(Bytes::from(wire))).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::UnsupportedVersion);
+}
+
+#[test]
+fn truncated_and_inconsistent_frames_are_errors() {
+    let wire = Request::new(RequestBody::ListStreams(ListStreamsRequest {}))
+        .encode(1)
+        .unwrap()
+        .to_bytes();
+    // Truncated: needs more bytes, not an error.
+    let mut buf = BytesMut::from(&wire[..wire.len() - 1]);
+    assert_eq!(FrameDecoder::default().decode(&mut buf).unwrap(), None);
+    // A control length beyond the frame.
+    let mut bad = wire.to_vec();
+    bad[16..20].copy_from_slice(&1000u32.to_le_bytes());
+    let mut buf = BytesMut::from(&bad[..]);
+    assert!(matches!(
+        FrameDecoder::default().decode(&mut buf),
+        Err(ProtoError::MalformedFrame {
+            correlation_id: 1,
+            ..
+        })
+    ));
+    // A frame shorter than its header.
+    let mut buf = BytesMut::from(&[3u8, 0, 0, 0, 1, 2, 3][..]);
+    assert!(matches!(
+        FrameDecoder::default().decode(&mut buf),
+        Err(ProtoError::Malformed(_))
+    ));
+}
