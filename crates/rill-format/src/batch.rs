@@ -44,6 +44,8 @@ pub struct BatchHeader {
     pub max_timestamp_us: i64,
     /// Number of records.
     pub record_count: u32,
+    /// The idempotent producer that wrote the batch, if any.
+    pub producer: Option<ProducerInfo>,
 }
 
 impl BatchHeader {
@@ -74,6 +76,7 @@ impl BatchHeader {
             first_timestamp_us: i64_at(buf, FIRST_TIMESTAMP),
             max_timestamp_us: i64_at(buf, MAX_TIMESTAMP),
             record_count,
+            producer: producer_at(buf),
         })
     }
 
@@ -208,11 +211,7 @@ impl<'a> BatchView<'a> {
 
     /// The idempotent producer that wrote the batch, if any.
     pub fn producer(&self) -> Option<ProducerInfo> {
-        (u16_at(self.bytes, ATTRIBUTES) & ATTR_IDEMPOTENT != 0).then(|| ProducerInfo {
-            id: u64_at(self.bytes, PRODUCER_ID),
-            epoch: u16_at(self.bytes, PRODUCER_EPOCH),
-            base_sequence: u32_at(self.bytes, BASE_SEQUENCE),
-        })
+        producer_at(self.bytes)
     }
 
     /// The records' compression codec.
@@ -235,6 +234,15 @@ impl<'a> BatchView<'a> {
             first_timestamp_us: self.first_timestamp_us(),
         }
     }
+}
+
+/// The producer fields of the header at the front of `buf` (at least 64 bytes).
+fn producer_at(buf: &[u8]) -> Option<ProducerInfo> {
+    (u16_at(buf, ATTRIBUTES) & ATTR_IDEMPOTENT != 0).then(|| ProducerInfo {
+        id: u64_at(buf, PRODUCER_ID),
+        epoch: u16_at(buf, PRODUCER_EPOCH),
+        base_sequence: u32_at(buf, BASE_SEQUENCE),
+    })
 }
 
 /// One record of a batch, borrowing its bytes.

@@ -48,4 +48,4 @@ pub use config::{Durability, LogConfig};
 pub use error::{ConfigError, StorageError};
 pub use flusher::Flusher;
 pub use io::{Io, IoFile, StdIo};
-pub use log::{Appended, LogRead, PartitionLog, RetentionOutcome};
+pub use log::{Appended, DurableTicket, LogRead, PartitionLog, RetentionOutcome};

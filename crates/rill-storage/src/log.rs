@@ -36,6 +36,16 @@ pub struct Appended {
     pub timestamp_us: i64,
 }
 
+/// Names a write returned by [`PartitionLog::append_deferred`], for
+/// [`PartitionLog::wait_durable`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DurableTicket(u64);
+
+impl DurableTicket {
+    /// A ticket for writes that were already durable (recovered from disk).
+    pub const DURABLE: Self = Self(0);
+}
+
 /// Whole stored batches returned by [`PartitionLog::read`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogRead {
@@ -232,6 +242,19 @@ impl PartitionLog {
     /// `batch` must hold exactly one batch. Under [`Durability::Always`] this returns
     /// after an `fdatasync` covered the batch (shared with concurrent appends).
     pub fn append(&self, batch: &mut [u8]) -> Result<Appended, StorageError> {
+        let (appended, ticket) = self.append_deferred(batch)?;
+        self.wait_durable(ticket)?;
+        Ok(appended)
+    }
+
+    /// Writes a batch like [`PartitionLog::append`] but returns before the durability
+    /// policy holds: call [`PartitionLog::wait_durable`] with the ticket before
+    /// acknowledging. Lets a caller hold its own lock across the write only, so
+    /// concurrent appends still share one fsync.
+    pub fn append_deferred(
+        &self,
+        batch: &mut [u8],
+    ) -> Result<(Appended, DurableTicket), StorageError> {
         if batch.len() > self.config.batch_bytes_max as usize {
             return Err(StorageError::BatchTooLarge {
                 bytes: batch.len(),
@@ -316,14 +339,41 @@ impl PartitionLog {
             )
         };
 
+        Ok((appended, DurableTicket(seq)))
+    }
+
+    /// Returns once the write behind `ticket` satisfies the durability policy: synced
+    /// under `always` (sharing the sync with concurrent appends); under `interval`,
+    /// after a sync if one is due.
+    pub fn wait_durable(&self, ticket: DurableTicket) -> Result<(), StorageError> {
         match self.config.durability {
-            Durability::Always => self.sync_through(seq)?,
-            Durability::Interval(_) => {
-                self.sync_if_due()?;
-            }
-            Durability::Never => {}
+            Durability::Always => self.sync_through(ticket.0),
+            Durability::Interval(_) => self.sync_if_due().map(drop),
+            Durability::Never => Ok(()),
         }
-        Ok(appended)
+    }
+
+    /// Headers of every batch in the last `segments` segments, oldest first: what a
+    /// caller needs to rebuild per-producer state after a restart.
+    pub fn recent_batch_headers(&self, segments: usize) -> Result<Vec<BatchHeader>, StorageError> {
+        let all = self.segments_snapshot();
+        let mut headers = Vec::new();
+        for segment in &all[all.len().saturating_sub(segments)..] {
+            let mut scanner = Scanner::new(
+                segment.log.as_ref(),
+                &segment.path,
+                0,
+                segment.visible_len(),
+            );
+            loop {
+                match scanner.next_batch()? {
+                    Ok(Some(found)) => headers.push(found.header),
+                    Ok(None) => break,
+                    Err(stop) => return Err(corrupt(&segment.path, scanner.position(), &stop)),
+                }
+            }
+        }
+        Ok(headers)
     }
 
     fn needs_roll(&self, w: &Writer, len: u64, ts: i64) -> bool {

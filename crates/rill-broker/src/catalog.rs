@@ -1,0 +1,284 @@
+//! The persisted catalog: streams, topics and their options, in `catalog.json`, replaced
+//! atomically (write a temporary file, fsync, rename, fsync the directory).
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rill_proto::pb;
+use rill_storage::{Durability, LogConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::BrokerError;
+
+/// Most partitions a topic may have.
+pub const PARTITIONS_MAX: u32 = 4096;
+/// Default segment size.
+pub const SEGMENT_BYTES_DEFAULT: u64 = 1 << 30;
+/// Default largest record.
+pub const RECORD_BYTES_DEFAULT: u32 = 1 << 20;
+
+/// A topic's durability policy, as stored and sent on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DurabilityConfig {
+    /// Acknowledge after fdatasync (group commit).
+    Always,
+    /// Sync at most this many ms after a write.
+    Interval {
+        /// The interval.
+        ms: u64,
+    },
+    /// Sync on segment roll and shutdown only.
+    Never,
+}
+
+impl DurabilityConfig {
+    /// The log engine's policy.
+    pub fn to_storage(self) -> Durability {
+        match self {
+            Self::Always => Durability::Always,
+            Self::Interval { ms } => Durability::Interval(Duration::from_millis(ms)),
+            Self::Never => Durability::Never,
+        }
+    }
+}
+
+/// Options of a topic (all partitions share them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicConfig {
+    /// Number of partitions.
+    pub partitions: u32,
+    /// Delete sealed segments whose newest record is older than this.
+    pub retention_ms: Option<u64>,
+    /// Per partition: delete the oldest sealed segments beyond this size.
+    pub retention_bytes: Option<u64>,
+    /// Segment size.
+    pub segment_bytes: u64,
+    /// Durability policy.
+    pub durability: DurabilityConfig,
+    /// Largest record accepted.
+    pub max_record_bytes: u32,
+}
+
+impl TopicConfig {
+    /// Options with every default and `partitions` partitions.
+    pub fn with_partitions(partitions: u32, durability: DurabilityConfig) -> Self {
+        Self {
+            partitions,
+            retention_ms: None,
+            retention_bytes: None,
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
+            durability,
+            max_record_bytes: RECORD_BYTES_DEFAULT,
+        }
+    }
+
+    /// Builds options from a request, filling defaults; fails on out-of-range values.
+    pub fn from_proto(
+        o: &pb::TopicOptions,
+        default_durability: DurabilityConfig,
+    ) -> Result<Self, BrokerError> {
+        let durability = match pb::Durability::try_from(o.durability) {
+            Ok(pb::Durability::Unspecified) => default_durability,
+            Ok(pb::Durability::Always) => DurabilityConfig::Always,
+            Ok(pb::Durability::Never) => DurabilityConfig::Never,
+            Ok(pb::Durability::Interval) => DurabilityConfig::Interval {
+                ms: o.durability_interval_ms.ok_or_else(|| {
+                    BrokerError::InvalidConfig("interval durability needs an interval in ms".into())
+                })?,
+            },
+            Err(_) => {
+                return Err(BrokerError::InvalidConfig(format!(
+                    "unknown durability {}",
+                    o.durability
+                )));
+            }
+        };
+        let config = Self {
+            partitions: if o.partitions == 0 { 1 } else { o.partitions },
+            retention_ms: o.retention_ms,
+            retention_bytes: o.retention_bytes,
+            segment_bytes: o.segment_bytes.unwrap_or(SEGMENT_BYTES_DEFAULT),
+            durability,
+            max_record_bytes: o.max_record_bytes.unwrap_or(RECORD_BYTES_DEFAULT),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The options as sent on the wire.
+    pub fn to_proto(&self) -> pb::TopicOptions {
+        let (durability, interval) = match self.durability {
+            DurabilityConfig::Always => (pb::Durability::Always, None),
+            DurabilityConfig::Interval { ms } => (pb::Durability::Interval, Some(ms)),
+            DurabilityConfig::Never => (pb::Durability::Never, None),
+        };
+        pb::TopicOptions {
+            partitions: self.partitions,
+            retention_ms: self.retention_ms,
+            retention_bytes: self.retention_bytes,
+            segment_bytes: Some(self.segment_bytes),
+            durability: durability as i32,
+            durability_interval_ms: interval,
+            max_record_bytes: Some(self.max_record_bytes),
+        }
+    }
+
+    /// Checks every option's range.
+    pub fn validate(&self) -> Result<(), BrokerError> {
+        let bad = |m: String| Err(BrokerError::InvalidConfig(m));
+        if self.partitions == 0 || self.partitions > PARTITIONS_MAX {
+            return bad(format!(
+                "partitions must be 1..={PARTITIONS_MAX}, not {}",
+                self.partitions
+            ));
+        }
+        if self.retention_ms == Some(0) {
+            return bad("retention must be positive".into());
+        }
+        if self.retention_bytes == Some(0) {
+            return bad("retention bytes must be positive".into());
+        }
+        if self.durability == (DurabilityConfig::Interval { ms: 0 }) {
+            return bad("durability interval must be positive".into());
+        }
+        if self.max_record_bytes == 0 {
+            return bad("max record bytes must be positive".into());
+        }
+        self.log_config(16 << 20)
+            .validate()
+            .map_err(|e| BrokerError::InvalidConfig(e.to_string()))
+    }
+
+    /// The log engine's options for one partition of this topic.
+    pub fn log_config(&self, batch_bytes_max: u32) -> LogConfig {
+        LogConfig {
+            segment_bytes_max: self.segment_bytes,
+            durability: self.durability.to_storage(),
+            retention_age: self.retention_ms.map(Duration::from_millis),
+            retention_bytes: self.retention_bytes,
+            batch_bytes_max,
+            record_bytes_max: self.max_record_bytes,
+            ..LogConfig::default()
+        }
+    }
+
+    /// Where `requested` (with only the fields a request set) disagrees with `self`.
+    pub fn conflicts(&self, requested: &pb::TopicOptions) -> Vec<String> {
+        let mut out = Vec::new();
+        if requested.partitions != 0 && requested.partitions != self.partitions {
+            out.push(format!(
+                "it has {} partitions, not {}",
+                self.partitions, requested.partitions
+            ));
+        }
+        let differs = |name: &str, want: Option<u64>, have: Option<u64>, out: &mut Vec<String>| {
+            if want.is_some() && want != have {
+                out.push(format!("its {name} is {have:?}, not {want:?}"));
+            }
+        };
+        differs(
+            "retention_ms",
+            requested.retention_ms,
+            self.retention_ms,
+            &mut out,
+        );
+        differs(
+            "retention_bytes",
+            requested.retention_bytes,
+            self.retention_bytes,
+            &mut out,
+        );
+        differs(
+            "segment_bytes",
+            requested.segment_bytes,
+            Some(self.segment_bytes),
+            &mut out,
+        );
+        differs(
+            "max_record_bytes",
+            requested.max_record_bytes.map(u64::from),
+            Some(u64::from(self.max_record_bytes)),
+            &mut out,
+        );
+        if requested.durability != pb::Durability::Unspecified as i32
+            && requested.durability != self.to_proto().durability
+            || requested.durability_interval_ms.is_some()
+                && requested.durability_interval_ms != self.to_proto().durability_interval_ms
+        {
+            out.push(format!("its durability is {:?}", self.durability));
+        }
+        out
+    }
+}
+
+/// The catalog as stored in `catalog.json`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct CatalogFile {
+    pub(crate) version: u32,
+    pub(crate) streams: BTreeMap<String, StreamFile>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StreamFile {
+    pub(crate) created_us: i64,
+    pub(crate) topics: BTreeMap<String, TopicFile>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct TopicFile {
+    pub(crate) created_us: i64,
+    pub(crate) config: TopicConfig,
+}
+
+const CATALOG_VERSION: u32 = 1;
+
+pub(crate) fn catalog_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("catalog.json")
+}
+
+fn err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> BrokerError + use<> {
+    let path = path.to_path_buf();
+    move |source| BrokerError::Catalog { op, path, source }
+}
+
+pub(crate) fn load(data_dir: &Path) -> Result<CatalogFile, BrokerError> {
+    let path = catalog_path(data_dir);
+    let text = match fs::read(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(CatalogFile {
+                version: CATALOG_VERSION,
+                ..CatalogFile::default()
+            });
+        }
+        Err(e) => return Err(err("read", &path)(e)),
+    };
+    let catalog: CatalogFile = serde_json::from_slice(&text).map_err(|e| {
+        err("parse", &path)(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    })?;
+    if catalog.version != CATALOG_VERSION {
+        return Err(err("read", &path)(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("catalog version {} is not supported", catalog.version),
+        )));
+    }
+    Ok(catalog)
+}
+
+pub(crate) fn save(data_dir: &Path, catalog: &CatalogFile) -> Result<(), BrokerError> {
+    let path = catalog_path(data_dir);
+    let tmp = data_dir.join("catalog.json.tmp");
+    let text = serde_json::to_vec_pretty(catalog).expect("the catalog serializes");
+    let mut file = File::create(&tmp).map_err(err("create", &tmp))?;
+    file.write_all(&text).map_err(err("write", &tmp))?;
+    file.sync_all().map_err(err("sync", &tmp))?;
+    drop(file);
+    fs::rename(&tmp, &path).map_err(err("rename", &path))?;
+    File::open(data_dir)
+        .and_then(|d| d.sync_all())
+        .map_err(err("sync directory", data_dir))
+}

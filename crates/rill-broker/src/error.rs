@@ -1,0 +1,146 @@
+use rill_proto::ErrorCode;
+use rill_storage::StorageError;
+
+/// Errors of broker operations. Each maps to one wire [`ErrorCode`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BrokerError {
+    /// A name breaks the naming rules.
+    #[error("invalid {what} name {name:?}: {reason}")]
+    InvalidName {
+        /// "stream", "topic" or "consumer".
+        what: &'static str,
+        /// The name (cut to 64 characters).
+        name: String,
+        /// The rule it breaks.
+        reason: &'static str,
+    },
+    /// The stream does not exist.
+    #[error("stream {0:?} does not exist; create it with `rill stream create`")]
+    StreamNotFound(String),
+    /// The topic does not exist.
+    #[error("topic {stream}/{topic} does not exist; create it with `rill topic create`")]
+    TopicNotFound {
+        /// Its stream.
+        stream: String,
+        /// The topic.
+        topic: String,
+    },
+    /// The partition does not exist.
+    #[error("partition {partition} does not exist: {stream}/{topic} has {partitions} partitions")]
+    PartitionNotFound {
+        /// Its stream.
+        stream: String,
+        /// The topic.
+        topic: String,
+        /// The partition asked for.
+        partition: u32,
+        /// How many the topic has.
+        partitions: u32,
+    },
+    /// The stream exists already.
+    #[error("stream {0:?} exists already")]
+    StreamExists(String),
+    /// The topic exists, with other options than requested (or creation was not
+    /// idempotent).
+    #[error("topic {stream}/{topic} exists already{detail}")]
+    TopicExists {
+        /// Its stream.
+        stream: String,
+        /// The topic.
+        topic: String,
+        /// What differs, if anything.
+        detail: String,
+    },
+    /// Topic options are out of range.
+    #[error("invalid topic options: {0}")]
+    InvalidConfig(String),
+    /// The request is malformed (a message field is missing or out of range).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// The idempotent producer's sequence does not follow its last batch.
+    #[error("out-of-order sequence for producer {producer_id}: expected {expected}, got {got}")]
+    OutOfOrderSequence {
+        /// The producer.
+        producer_id: u64,
+        /// The next sequence the broker expects.
+        expected: u32,
+        /// The batch's base sequence.
+        got: u32,
+    },
+    /// A newer epoch of this producer id exists.
+    #[error("producer {producer_id} epoch {epoch} is fenced by epoch {current}")]
+    ProducerFenced {
+        /// The producer.
+        producer_id: u64,
+        /// The batch's epoch.
+        epoch: u16,
+        /// The current epoch.
+        current: u16,
+    },
+    /// No offset is stored for this consumer and partition.
+    #[error("no offset stored for consumer {0:?}")]
+    OffsetNotFound(String),
+    /// The log engine failed or refused.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The broker is shutting down.
+    #[error("the broker is shutting down")]
+    ShuttingDown,
+    /// Catalog persistence failed.
+    #[error("catalog {op} {path}: {source}")]
+    Catalog {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A background task failed unexpectedly (a bug).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl BrokerError {
+    /// The wire error code for this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::InvalidName { .. } => ErrorCode::InvalidName,
+            Self::StreamNotFound(_) => ErrorCode::StreamNotFound,
+            Self::TopicNotFound { .. } => ErrorCode::TopicNotFound,
+            Self::PartitionNotFound { .. } => ErrorCode::PartitionNotFound,
+            Self::StreamExists(_) => ErrorCode::StreamExists,
+            Self::TopicExists { .. } => ErrorCode::TopicExists,
+            Self::InvalidConfig(_) => ErrorCode::InvalidConfig,
+            Self::InvalidRequest(_) => ErrorCode::InvalidRequest,
+            Self::OutOfOrderSequence { .. } => ErrorCode::OutOfOrderSequence,
+            Self::ProducerFenced { .. } => ErrorCode::ProducerFenced,
+            Self::OffsetNotFound(_) => ErrorCode::OffsetNotFound,
+            Self::ShuttingDown => ErrorCode::ShuttingDown,
+            Self::Catalog { .. } | Self::Internal(_) => ErrorCode::Internal,
+            Self::Storage(e) => match e {
+                StorageError::InvalidBatch(_) | StorageError::TrailingBytes { .. } => {
+                    ErrorCode::InvalidBatch
+                }
+                StorageError::BatchTooLarge { .. } => ErrorCode::BatchTooLarge,
+                StorageError::RecordTooLarge { .. } => ErrorCode::RecordTooLarge,
+                StorageError::OffsetBeforeStart { .. } => ErrorCode::OffsetBeforeStart,
+                StorageError::OffsetBeyondEnd { .. } => ErrorCode::OffsetBeyondEnd,
+                StorageError::Closed => ErrorCode::ShuttingDown,
+                StorageError::Config(_) => ErrorCode::InvalidConfig,
+                _ => ErrorCode::StorageFailure,
+            },
+        }
+    }
+
+    /// The offset an error response carries: the log start or end for offset errors.
+    pub fn offset(&self) -> Option<u64> {
+        match self {
+            Self::Storage(StorageError::OffsetBeforeStart { log_start, .. }) => Some(*log_start),
+            Self::Storage(StorageError::OffsetBeyondEnd { next_offset, .. }) => Some(*next_offset),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! Requests in, responses out: the one dispatch shared by the TCP server and the
+//! embedded client transport, so both behave identically.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rill_proto::pb::*;
+use rill_proto::{PROTOCOL_VERSION, Request, RequestBody, Response, ResponseBody};
+
+use crate::{Broker, BrokerError};
+
+impl Broker {
+    /// Handles one request. Never panics on bad input: every failure is an error
+    /// response with a code.
+    pub async fn handle(self: &Arc<Self>, request: Request) -> Response {
+        let kind = request.body.kind() as u16;
+        match self.dispatch(request).await {
+            Ok((body, payload)) => Response::Ok { body, payload },
+            Err(e) => Response::Err {
+                kind,
+                error: error_response(&e),
+            },
+        }
+    }
+
+    async fn dispatch(
+        self: &Arc<Self>,
+        request: Request,
+    ) -> Result<(ResponseBody, Bytes), BrokerError> {
+        let none = Bytes::new();
+        let body = match request.body {
+            RequestBody::Hello(r) => {
+                if r.protocol_version != u32::from(PROTOCOL_VERSION) {
+                    tracing::debug!(
+                        client = r.client,
+                        version = r.protocol_version,
+                        "client speaks another protocol version"
+                    );
+                }
+                ResponseBody::Hello(HelloResponse {
+                    server: format!("rill {}", env!("CARGO_PKG_VERSION")),
+                    protocol_version: u32::from(PROTOCOL_VERSION),
+                    max_frame_bytes: self.config().max_batch_bytes.saturating_add(1 << 20),
+                    max_batch_bytes: self.config().max_batch_bytes,
+                })
+            }
+            RequestBody::CreateStream(r) => ResponseBody::CreateStream(CreateStreamResponse {
+                created: self.create_stream(&r.name, r.if_missing)?,
+            }),
+            RequestBody::DeleteStream(r) => {
+                self.delete_stream(&r.name)?;
+                ResponseBody::DeleteStream(DeleteStreamResponse {})
+            }
+            RequestBody::ListStreams(_) => ResponseBody::ListStreams(ListStreamsResponse {
+                streams: self
+                    .list_streams()
+                    .into_iter()
+                    .map(|(name, topics)| StreamInfo { name, topics })
+                    .collect(),
+            }),
+            RequestBody::CreateTopic(r) => {
+                let options = r.options.unwrap_or_default();
+                let (created, config) = self.create_topic(
+                    &r.stream,
+                    &r.topic,
+                    &options,
+                    r.if_missing,
+                    r.create_stream,
+                )?;
+                ResponseBody::CreateTopic(CreateTopicResponse {
+                    created,
+                    options: Some(config.to_proto()),
+                })
+            }
+            RequestBody::DeleteTopic(r) => {
+                self.delete_topic(&r.stream, &r.topic)?;
+                ResponseBody::DeleteTopic(DeleteTopicResponse {})
+            }
+            RequestBody::ListTopics(r) => {
+                let stream = (!r.stream.is_empty()).then_some(r.stream.as_str());
+                ResponseBody::ListTopics(ListTopicsResponse {
+                    topics: self
+                        .list_topics(stream)?
+                        .into_iter()
+                        .map(|(stream, topic, config)| TopicSummary {
+                            stream,
+                            topic,
+                            options: Some(config.to_proto()),
+                        })
+                        .collect(),
+                })
+            }
+            RequestBody::DescribeTopic(r) => {
+                let (config, partitions) = self.describe_topic(&r.stream, &r.topic)?;
+                ResponseBody::DescribeTopic(DescribeTopicResponse {
+                    stream: r.stream,
+                    topic: r.topic,
+                    options: Some(config.to_proto()),
+                    partitions: partitions
+                        .into_iter()
+                        .map(|p| PartitionInfo {
+                            partition: p.partition,
+                            first_offset: p.first_offset,
+                            next_offset: p.next_offset,
+                            size_bytes: p.size_bytes,
+                            segments: p.segments,
+                        })
+                        .collect(),
+                })
+            }
+            RequestBody::InitProducer(_) => {
+                let (producer_id, epoch) = self.init_producer();
+                ResponseBody::InitProducer(InitProducerResponse {
+                    producer_id,
+                    producer_epoch: u32::from(epoch),
+                })
+            }
+            RequestBody::Produce(r) => {
+                let produced = self
+                    .produce(&r.stream, &r.topic, r.partition, request.payload)
+                    .await?;
+                ResponseBody::Produce(ProduceResponse {
+                    base_offset: produced.base_offset,
+                    last_offset: produced.last_offset,
+                    timestamp_us: produced.timestamp_us,
+                    duplicate: produced.duplicate,
+                })
+            }
+            RequestBody::Fetch(r) => {
+                let read = self
+                    .fetch(
+                        &r.stream,
+                        &r.topic,
+                        r.partition,
+                        r.offset,
+                        r.max_bytes,
+                        Duration::from_millis(u64::from(r.max_wait_ms)),
+                        r.min_bytes,
+                    )
+                    .await?;
+                return Ok((
+                    ResponseBody::Fetch(FetchResponse {
+                        next_offset: read.next_offset,
+                        log_start: read.log_start,
+                        log_end: read.log_end,
+                    }),
+                    Bytes::from(read.bytes),
+                ));
+            }
+            RequestBody::ResolveOffset(r) => {
+                let spec = OffsetSpec::try_from(r.spec).map_err(|_| {
+                    BrokerError::InvalidRequest(format!("unknown offset spec {}", r.spec))
+                })?;
+                ResponseBody::ResolveOffset(ResolveOffsetResponse {
+                    offset: self.resolve_offset(
+                        &r.stream,
+                        &r.topic,
+                        r.partition,
+                        spec,
+                        r.timestamp_us,
+                    )?,
+                })
+            }
+            RequestBody::StoreOffset(r) => {
+                self.store_offset(&r.stream, &r.topic, r.partition, &r.consumer, r.offset)
+                    .await?;
+                ResponseBody::StoreOffset(StoreOffsetResponse {})
+            }
+            RequestBody::GetOffset(r) => ResponseBody::GetOffset(GetOffsetResponse {
+                offset: self.get_offset(&r.stream, &r.topic, r.partition, &r.consumer)?,
+            }),
+            RequestBody::DeleteOffset(r) => ResponseBody::DeleteOffset(DeleteOffsetResponse {
+                deleted: self
+                    .delete_offset(&r.stream, &r.topic, r.partition, &r.consumer)
+                    .await?,
+            }),
+        };
+        Ok((body, none))
+    }
+}
+
+/// The wire form of a broker error.
+pub fn error_response(e: &BrokerError) -> ErrorResponse {
+    ErrorResponse {
+        code: e.code() as i32,
+        message: e.to_string(),
+        offset: e.offset(),
+    }
+}

@@ -1,0 +1,329 @@
+//! Durable stored offsets of named consumers (and, later, groups).
+//!
+//! Every store is a record in an internal log of the same engine (`offsets/` in the
+//! data directory, `fsync=always`): key `stream \0 topic \0 partition \0 consumer`,
+//! value the 8-byte little-endian offset, or empty for a deletion. The live map is
+//! kept in memory and rebuilt by replaying the log on open. When the log grows well past
+//! the live data it is compacted: a snapshot is written to `offsets.compact/`, then the
+//! directories are swapped with two renames; open finishes an interrupted swap.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rill_format::{BatchBuilder, NewRecord};
+use rill_storage::{DurableTicket, LogConfig, PartitionLog, StorageError};
+
+use crate::BrokerError;
+
+/// Compact once the log is this large and four times the live data.
+const COMPACT_BYTES_MIN: u64 = 16 << 20;
+
+/// Identifies one stored offset.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OffsetKey {
+    /// Stream name.
+    pub stream: String,
+    /// Topic name.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// Consumer (or group) name.
+    pub consumer: String,
+}
+
+impl OffsetKey {
+    fn encode(&self) -> Vec<u8> {
+        format!(
+            "{}\0{}\0{}\0{}",
+            self.stream, self.topic, self.partition, self.consumer
+        )
+        .into_bytes()
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut parts = text.split('\0');
+        let key = Self {
+            stream: parts.next()?.to_owned(),
+            topic: parts.next()?.to_owned(),
+            partition: parts.next()?.parse().ok()?,
+            consumer: parts.next()?.to_owned(),
+        };
+        parts.next().is_none().then_some(key)
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    log: Arc<PartitionLog>,
+    /// Offset and the write that stored it; a later write wins.
+    live: HashMap<OffsetKey, (u64, DurableTicket)>,
+}
+
+/// The stored-offset table.
+#[derive(Debug)]
+pub struct OffsetStore {
+    data_dir: PathBuf,
+    compact_bytes_min: u64,
+    inner: Mutex<Inner>,
+}
+
+fn log_config() -> LogConfig {
+    LogConfig {
+        segment_bytes_max: 64 << 20,
+        ..LogConfig::default()
+    }
+}
+
+impl OffsetStore {
+    /// Opens (recovering) the store in `data_dir`.
+    pub fn open(data_dir: &Path) -> Result<Self, BrokerError> {
+        Self::open_with(data_dir, COMPACT_BYTES_MIN)
+    }
+
+    /// Like [`OffsetStore::open`], compacting once the log passes `compact_bytes_min`.
+    pub fn open_with(data_dir: &Path, compact_bytes_min: u64) -> Result<Self, BrokerError> {
+        let dir = data_dir.join("offsets");
+        let compact = data_dir.join("offsets.compact");
+        let old = data_dir.join("offsets.old");
+        if !dir.exists() && compact.exists() {
+            // Crashed between the two renames: the snapshot is complete.
+            rename(&compact, &dir)?;
+        }
+        for leftover in [&compact, &old] {
+            if leftover.exists() {
+                std::fs::remove_dir_all(leftover).map_err(catalog_err("remove", leftover))?;
+            }
+        }
+        let log = PartitionLog::open(&dir, log_config())?;
+        let mut live = HashMap::new();
+        let mut at = log.log_start();
+        while at < log.next_offset() {
+            let read = log.read(at, 4 << 20)?;
+            for batch in read.batches() {
+                let batch = batch.map_err(StorageError::from)?;
+                for record in batch.records() {
+                    let Some(key) = record.key.and_then(OffsetKey::decode) else {
+                        tracing::warn!(offset = record.offset, "skipping unreadable offset record");
+                        continue;
+                    };
+                    match <[u8; 8]>::try_from(record.value) {
+                        Ok(v) => {
+                            live.insert(key, (u64::from_le_bytes(v), DurableTicket::DURABLE));
+                        }
+                        Err(_) => {
+                            live.remove(&key);
+                        }
+                    }
+                }
+            }
+            at = read.next_offset;
+        }
+        Ok(Self {
+            data_dir: data_dir.to_path_buf(),
+            compact_bytes_min,
+            inner: Mutex::new(Inner {
+                log: Arc::new(log),
+                live,
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The stored offset, if any.
+    pub fn get(&self, key: &OffsetKey) -> Option<u64> {
+        self.lock().live.get(key).map(|(offset, _)| *offset)
+    }
+
+    /// Stores `offset` durably (blocking).
+    pub fn store(&self, key: OffsetKey, offset: u64) -> Result<(), BrokerError> {
+        self.write(key, Some(offset)).map(drop)
+    }
+
+    /// Deletes the stored offset; returns whether there was one (blocking).
+    pub fn delete(&self, key: OffsetKey) -> Result<bool, BrokerError> {
+        self.write(key, None)
+    }
+
+    /// Every stored offset of a topic, for describing and for deleting the topic.
+    pub fn for_topic(&self, stream: &str, topic: &str) -> Vec<(OffsetKey, u64)> {
+        let mut out: Vec<_> = self
+            .lock()
+            .live
+            .iter()
+            .filter(|(k, _)| k.stream == stream && k.topic == topic)
+            .map(|(k, (o, _))| (k.clone(), *o))
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn write(&self, key: OffsetKey, offset: Option<u64>) -> Result<bool, BrokerError> {
+        let encoded_key = key.encode();
+        let value = offset.map(u64::to_le_bytes);
+        let mut builder = BatchBuilder::new();
+        builder
+            .push(NewRecord::value(value.as_ref().map_or(&[][..], |v| &v[..])).key(&encoded_key))
+            .map_err(StorageError::from)?;
+        let mut batch = builder.finish().map_err(StorageError::from)?;
+        let (log, ticket, existed) = {
+            let mut inner = self.lock();
+            let (_, ticket) = inner.log.append_deferred(&mut batch)?;
+            // Map updates happen in log order, under the same lock as the write.
+            let existed = match offset {
+                Some(o) => inner.live.insert(key, (o, ticket)).is_some(),
+                None => inner.live.remove(&key).is_some(),
+            };
+            (Arc::clone(&inner.log), ticket, existed)
+        };
+        log.wait_durable(ticket)?;
+        self.maybe_compact()?;
+        Ok(existed)
+    }
+
+    fn maybe_compact(&self) -> Result<(), BrokerError> {
+        let mut inner = self.lock();
+        let size = inner.log.size_bytes();
+        let live_bytes: u64 = inner
+            .live
+            .keys()
+            .map(|k| k.encode().len() as u64 + 32)
+            .sum();
+        if size < self.compact_bytes_min || size < 4 * live_bytes.max(1) {
+            return Ok(());
+        }
+        let dir = self.data_dir.join("offsets");
+        let compact = self.data_dir.join("offsets.compact");
+        let old = self.data_dir.join("offsets.old");
+        if compact.exists() {
+            std::fs::remove_dir_all(&compact).map_err(catalog_err("remove", &compact))?;
+        }
+        let snapshot = PartitionLog::open(&compact, log_config())?;
+        let mut entries: Vec<_> = inner
+            .live
+            .iter()
+            .map(|(k, (o, _))| (k.encode(), *o))
+            .collect();
+        entries.sort();
+        for chunk in entries.chunks(1000) {
+            let mut builder = BatchBuilder::new();
+            for (key, offset) in chunk {
+                builder
+                    .push(NewRecord::value(&offset.to_le_bytes()).key(key))
+                    .map_err(StorageError::from)?;
+            }
+            snapshot.append(&mut builder.finish().map_err(StorageError::from)?)?;
+        }
+        snapshot.close()?;
+        drop(snapshot);
+        inner.log.close()?;
+        rename(&dir, &old)?;
+        rename(&compact, &dir)?;
+        sync_dir(&self.data_dir)?;
+        std::fs::remove_dir_all(&old).map_err(catalog_err("remove", &old))?;
+        inner.log = Arc::new(PartitionLog::open(&dir, log_config())?);
+        for (_, ticket) in inner.live.values_mut() {
+            *ticket = DurableTicket::DURABLE;
+        }
+        tracing::info!(
+            before_bytes = size,
+            after_bytes = inner.log.size_bytes(),
+            "compacted the offsets log"
+        );
+        Ok(())
+    }
+
+    /// Syncs and closes the log.
+    pub fn close(&self) -> Result<(), BrokerError> {
+        Ok(self.lock().log.close()?)
+    }
+}
+
+fn catalog_err(
+    op: &'static str,
+    path: &Path,
+) -> impl FnOnce(std::io::Error) -> BrokerError + use<> {
+    let path = path.to_path_buf();
+    move |source| BrokerError::Catalog { op, path, source }
+}
+
+fn rename(from: &Path, to: &Path) -> Result<(), BrokerError> {
+    std::fs::rename(from, to).map_err(catalog_err("rename", from))
+}
+
+fn sync_dir(dir: &Path) -> Result<(), BrokerError> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(catalog_err("sync directory", dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(consumer: &str, partition: u32) -> OffsetKey {
+        OffsetKey {
+            stream: "s".into(),
+            topic: "t".into(),
+            partition,
+            consumer: consumer.into(),
+        }
+    }
+
+    #[test]
+    fn stores_survive_reopen_and_deletes_stick() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = OffsetStore::open(dir.path()).unwrap();
+        store.store(key("a", 0), 5).unwrap();
+        store.store(key("a", 0), 9).unwrap();
+        store.store(key("b", 1), 3).unwrap();
+        assert!(store.delete(key("b", 1)).unwrap());
+        assert!(!store.delete(key("b", 1)).unwrap());
+        drop(store);
+        let store = OffsetStore::open(dir.path()).unwrap();
+        assert_eq!(store.get(&key("a", 0)), Some(9));
+        assert_eq!(store.get(&key("b", 1)), None);
+        assert_eq!(store.for_topic("s", "t"), vec![(key("a", 0), 9)]);
+    }
+
+    #[test]
+    fn compaction_keeps_live_offsets_and_shrinks_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = OffsetStore::open_with(dir.path(), 16 * 1024).unwrap();
+        // Enough stores of a few keys to pass the compaction threshold several times.
+        let mut last = HashMap::new();
+        for i in 0..1500u64 {
+            let k = key(&format!("c{}", i % 7), (i % 3) as u32);
+            store.store(k.clone(), i).unwrap();
+            last.insert(k, i);
+        }
+        let size = store.lock().log.size_bytes();
+        assert!(size < 16 * 1024, "compacted to {size} bytes");
+        drop(store);
+        let store = OffsetStore::open(dir.path()).unwrap();
+        for (k, v) in last {
+            assert_eq!(store.get(&k), Some(v));
+        }
+    }
+
+    #[test]
+    fn an_interrupted_swap_is_finished_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = OffsetStore::open(dir.path()).unwrap();
+        store.store(key("a", 0), 42).unwrap();
+        store.close().unwrap();
+        drop(store);
+        // Simulate a crash after the first rename: only the complete snapshot remains.
+        std::fs::rename(
+            dir.path().join("offsets"),
+            dir.path().join("offsets.compact"),
+        )
+        .unwrap();
+        let store = OffsetStore::open(dir.path()).unwrap();
+        assert_eq!(store.get(&key("a", 0)), Some(42));
+    }
+}

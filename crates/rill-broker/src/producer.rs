@@ -1,0 +1,250 @@
+//! Idempotent-producer state of one partition: a pure state machine.
+//!
+//! Each producer id has an epoch and the next sequence it must send. A batch whose
+//! base sequence is the next one is appended; a batch equal to one of the last
+//! [`RECENT_BATCHES`] is a retry and is acknowledged again with its original offsets;
+//! anything else is out of order. A lower epoch is fenced; a higher one resets.
+
+use std::collections::{HashMap, VecDeque};
+
+use rill_format::{BatchHeader, ProducerInfo};
+use rill_storage::DurableTicket;
+
+use crate::BrokerError;
+
+/// Batches remembered per producer for retry detection (as Kafka's in-flight bound).
+pub const RECENT_BATCHES: usize = 5;
+
+/// Where a batch was appended, for acknowledging its retries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecentBatch {
+    /// Base sequence of the batch.
+    pub base_sequence: u32,
+    /// Records in it.
+    pub count: u32,
+    /// Its first offset.
+    pub base_offset: u64,
+    /// Its stamped timestamp.
+    pub timestamp_us: i64,
+    /// Wait on this before acknowledging a retry of it.
+    pub ticket: DurableTicket,
+}
+
+/// What to do with an idempotent batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// The batch is the next in sequence: append it.
+    Append,
+    /// The batch was appended before: acknowledge it again.
+    Duplicate(RecentBatch),
+}
+
+#[derive(Debug, Clone)]
+struct ProducerState {
+    epoch: u16,
+    next_sequence: u32,
+    recent: VecDeque<RecentBatch>,
+    last_used: u64,
+}
+
+/// Per-producer state of one partition, bounded in the number of producers.
+#[derive(Debug, Clone)]
+pub struct ProducerTable {
+    producers: HashMap<u64, ProducerState>,
+    producers_max: usize,
+    tick: u64,
+}
+
+impl ProducerTable {
+    /// An empty table holding at most `producers_max` producers (least recently used
+    /// ones are forgotten beyond that).
+    pub fn new(producers_max: usize) -> Self {
+        Self {
+            producers: HashMap::new(),
+            producers_max: producers_max.max(1),
+            tick: 0,
+        }
+    }
+
+    /// Number of producers tracked.
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    /// Whether no producer is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+
+    /// Decides what to do with a batch of `count` records from `producer`.
+    pub fn check(&self, producer: ProducerInfo, count: u32) -> Result<Check, BrokerError> {
+        let Some(state) = self.producers.get(&producer.id) else {
+            // Unknown producer: its first batch, or its state is older than what a
+            // restart recovered. Either way the batch starts its sequence here.
+            return Ok(Check::Append);
+        };
+        if producer.epoch < state.epoch {
+            return Err(BrokerError::ProducerFenced {
+                producer_id: producer.id,
+                epoch: producer.epoch,
+                current: state.epoch,
+            });
+        }
+        if producer.epoch > state.epoch || producer.base_sequence == state.next_sequence {
+            return Ok(Check::Append);
+        }
+        if let Some(recent) = state
+            .recent
+            .iter()
+            .find(|r| r.base_sequence == producer.base_sequence && r.count == count)
+        {
+            return Ok(Check::Duplicate(*recent));
+        }
+        Err(BrokerError::OutOfOrderSequence {
+            producer_id: producer.id,
+            expected: state.next_sequence,
+            got: producer.base_sequence,
+        })
+    }
+
+    /// Records an appended batch.
+    pub fn record(&mut self, producer: ProducerInfo, batch: RecentBatch) {
+        self.tick += 1;
+        let tick = self.tick;
+        let state = self
+            .producers
+            .entry(producer.id)
+            .or_insert_with(|| ProducerState {
+                epoch: producer.epoch,
+                next_sequence: 0,
+                recent: VecDeque::with_capacity(RECENT_BATCHES),
+                last_used: tick,
+            });
+        if producer.epoch != state.epoch {
+            state.epoch = producer.epoch;
+            state.recent.clear();
+        }
+        state.next_sequence = batch.base_sequence.wrapping_add(batch.count);
+        state.last_used = tick;
+        if state.recent.len() == RECENT_BATCHES {
+            state.recent.pop_front();
+        }
+        state.recent.push_back(batch);
+        if self.producers.len() > self.producers_max {
+            self.evict_least_recent();
+        }
+    }
+
+    fn evict_least_recent(&mut self) {
+        if let Some((&id, _)) = self.producers.iter().min_by_key(|(_, s)| s.last_used) {
+            self.producers.remove(&id);
+        }
+    }
+
+    /// Rebuilds the table from stored batch headers, oldest first (after a restart).
+    pub fn rebuild(&mut self, headers: &[BatchHeader]) {
+        for header in headers {
+            if let Some(producer) = header.producer {
+                self.record(
+                    producer,
+                    RecentBatch {
+                        base_sequence: producer.base_sequence,
+                        count: header.record_count,
+                        base_offset: header.base_offset,
+                        timestamp_us: header.first_timestamp_us,
+                        ticket: DurableTicket::DURABLE,
+                    },
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(id: u64, epoch: u16, seq: u32) -> ProducerInfo {
+        ProducerInfo {
+            id,
+            epoch,
+            base_sequence: seq,
+        }
+    }
+
+    fn batch(seq: u32, count: u32, offset: u64) -> RecentBatch {
+        RecentBatch {
+            base_sequence: seq,
+            count,
+            base_offset: offset,
+            timestamp_us: 0,
+            ticket: DurableTicket::DURABLE,
+        }
+    }
+
+    #[test]
+    fn sequences_duplicates_gaps_and_fencing() {
+        let mut t = ProducerTable::new(10);
+        assert_eq!(t.check(p(1, 0, 0), 3).unwrap(), Check::Append);
+        t.record(p(1, 0, 0), batch(0, 3, 100));
+        assert_eq!(t.check(p(1, 0, 3), 2).unwrap(), Check::Append);
+        t.record(p(1, 0, 3), batch(3, 2, 103));
+        // Retries of either batch are duplicates with their original offsets.
+        assert_eq!(
+            t.check(p(1, 0, 0), 3).unwrap(),
+            Check::Duplicate(batch(0, 3, 100))
+        );
+        assert_eq!(
+            t.check(p(1, 0, 3), 2).unwrap(),
+            Check::Duplicate(batch(3, 2, 103))
+        );
+        // A gap, or an overlapping batch, is out of order.
+        assert!(matches!(
+            t.check(p(1, 0, 9), 1),
+            Err(BrokerError::OutOfOrderSequence {
+                expected: 5,
+                got: 9,
+                ..
+            })
+        ));
+        assert!(matches!(
+            t.check(p(1, 0, 1), 1),
+            Err(BrokerError::OutOfOrderSequence { .. })
+        ));
+        // A new epoch resets; the old epoch is then fenced.
+        assert_eq!(t.check(p(1, 1, 0), 1).unwrap(), Check::Append);
+        t.record(p(1, 1, 0), batch(0, 1, 105));
+        assert!(matches!(
+            t.check(p(1, 0, 5), 1),
+            Err(BrokerError::ProducerFenced { .. })
+        ));
+    }
+
+    #[test]
+    fn remembers_only_the_last_batches_and_bounds_producers() {
+        let mut t = ProducerTable::new(2);
+        for i in 0..10u32 {
+            t.record(p(7, 0, i), batch(i, 1, u64::from(i)));
+        }
+        assert!(matches!(
+            t.check(p(7, 0, 9), 1).unwrap(),
+            Check::Duplicate(_)
+        ));
+        assert!(matches!(
+            t.check(p(7, 0, 4), 1),
+            Err(BrokerError::OutOfOrderSequence { .. })
+        ));
+        t.record(p(8, 0, 0), batch(0, 1, 20));
+        t.record(p(9, 0, 0), batch(0, 1, 21));
+        assert_eq!(t.len(), 2);
+        // Producer 7 was least recently used and is forgotten: its next batch is accepted.
+        assert_eq!(t.check(p(7, 0, 4), 1).unwrap(), Check::Append);
+    }
+
+    #[test]
+    fn sequences_wrap_around() {
+        let mut t = ProducerTable::new(4);
+        t.record(p(1, 0, u32::MAX - 1), batch(u32::MAX - 1, 3, 0));
+        assert_eq!(t.check(p(1, 0, 1), 1).unwrap(), Check::Append);
+    }
+}
