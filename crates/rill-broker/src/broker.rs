@@ -68,6 +68,19 @@ struct Stream {
     topics: BTreeMap<String, Arc<Topic>>,
 }
 
+/// What a fetch asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fetch {
+    /// First offset wanted.
+    pub offset: u64,
+    /// Bytes at most (at least one batch is returned).
+    pub max_bytes: u32,
+    /// Long poll: wait this long for `min_bytes`.
+    pub max_wait: Duration,
+    /// Bytes to wait for.
+    pub min_bytes: u32,
+}
+
 /// A partition's state for `describe`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionState {
@@ -499,25 +512,23 @@ impl Broker {
             .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))?
     }
 
-    /// Reads from `offset`, waiting up to `max_wait` (capped) for `min_bytes`.
+    /// Reads from `fetch.offset`, waiting up to `fetch.max_wait` (capped) for
+    /// `fetch.min_bytes`.
     pub async fn fetch(
         &self,
         stream: &str,
         topic: &str,
         partition: u32,
-        offset: u64,
-        max_bytes: u32,
-        max_wait: Duration,
-        min_bytes: u32,
+        fetch: Fetch,
     ) -> Result<LogRead, BrokerError> {
         self.check_running()?;
         let p = self.partition(stream, topic, partition)?;
-        let max_bytes = max_bytes.clamp(1, self.config.max_fetch_bytes) as usize;
+        let max_bytes = fetch.max_bytes.clamp(1, self.config.max_fetch_bytes) as usize;
         p.fetch(
-            offset,
+            fetch.offset,
             max_bytes,
-            max_wait.min(self.config.max_wait),
-            min_bytes as usize,
+            fetch.max_wait.min(self.config.max_wait),
+            fetch.min_bytes as usize,
         )
         .await
     }

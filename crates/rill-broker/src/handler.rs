@@ -8,7 +8,7 @@ use bytes::Bytes;
 use rill_proto::pb::*;
 use rill_proto::{PROTOCOL_VERSION, Request, RequestBody, Response, ResponseBody};
 
-use crate::{Broker, BrokerError};
+use crate::{Broker, BrokerError, Fetch};
 
 impl Broker {
     /// Handles one request. Never panics on bad input: every failure is an error
@@ -133,10 +133,12 @@ impl Broker {
                         &r.stream,
                         &r.topic,
                         r.partition,
-                        r.offset,
-                        r.max_bytes,
-                        Duration::from_millis(u64::from(r.max_wait_ms)),
-                        r.min_bytes,
+                        Fetch {
+                            offset: r.offset,
+                            max_bytes: r.max_bytes,
+                            max_wait: Duration::from_millis(u64::from(r.max_wait_ms)),
+                            min_bytes: r.min_bytes,
+                        },
                     )
                     .await?;
                 return Ok((

@@ -15,7 +15,7 @@ mod offsets;
 mod partition;
 mod producer;
 
-pub use broker::{Broker, BrokerConfig, PartitionState};
+pub use broker::{Broker, BrokerConfig, Fetch, PartitionState};
 pub use catalog::{
     DurabilityConfig, PARTITIONS_MAX, RECORD_BYTES_DEFAULT, SEGMENT_BYTES_DEFAULT, TopicConfig,
 };

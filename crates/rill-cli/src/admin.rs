@@ -1,0 +1,188 @@
+//! `rill stream …` and `rill topic …`.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Subcommand;
+use rill_client::{Durability, TopicOptions};
+
+use crate::target::{self, Target};
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum StreamCommand {
+    /// Create a stream.
+    Create {
+        /// Stream name.
+        name: String,
+    },
+    /// List streams.
+    List,
+    /// Delete a stream and all its topics.
+    Delete {
+        /// Stream name.
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TopicCommand {
+    /// Create a topic (succeeds if it exists with the same options).
+    Create {
+        /// STREAM/TOPIC
+        topic: String,
+        /// Partitions.
+        #[arg(long, default_value_t = 1)]
+        partitions: u32,
+        /// Delete data older than this (e.g. 7d, 12h).
+        #[arg(long, value_parser = parse_duration)]
+        retention: Option<Duration>,
+        /// Per partition: delete the oldest data beyond this many bytes.
+        #[arg(long)]
+        retention_bytes: Option<u64>,
+        /// always | interval:MS | never
+        #[arg(long, value_parser = parse_durability)]
+        durability: Option<Durability>,
+        /// Segment size in bytes.
+        #[arg(long)]
+        segment_bytes: Option<u64>,
+        /// Largest record in bytes.
+        #[arg(long)]
+        max_record_bytes: Option<u32>,
+    },
+    /// List topics, of one stream or all.
+    List {
+        /// Stream name.
+        stream: Option<String>,
+    },
+    /// Partitions with first/next offsets, bytes, and options.
+    Describe {
+        /// STREAM/TOPIC
+        topic: String,
+    },
+    /// Delete a topic and its data.
+    Delete {
+        /// STREAM/TOPIC
+        topic: String,
+    },
+}
+
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 7d, 12h, 30m)"))?;
+    if d.is_zero() {
+        return Err("must be positive".into());
+    }
+    Ok(d)
+}
+
+pub(crate) fn parse_durability(s: &str) -> Result<Durability, String> {
+    match s {
+        "always" => Ok(Durability::Always),
+        "never" => Ok(Durability::Never),
+        _ => match s.strip_prefix("interval:").map(str::parse::<u64>) {
+            Some(Ok(ms)) if ms > 0 => Ok(Durability::Interval(Duration::from_millis(ms))),
+            _ => Err("expected always, never or interval:MS with MS > 0".into()),
+        },
+    }
+}
+
+pub(crate) async fn stream(command: StreamCommand, target: &Target) -> anyhow::Result<()> {
+    let client = target.client().await?;
+    match command {
+        StreamCommand::Create { name } => {
+            let created = client.create_stream(&name, true).await?;
+            println!("{}", if created { "created" } else { "exists" });
+        }
+        StreamCommand::List => {
+            for s in client.list_streams().await? {
+                println!("{}\t{} topics", s.name, s.topics);
+            }
+        }
+        StreamCommand::Delete { name } => {
+            client.delete_stream(&name).await?;
+            println!("deleted");
+        }
+    }
+    target::finish(&client).await
+}
+
+pub(crate) async fn topic(command: TopicCommand, target: &Target) -> anyhow::Result<()> {
+    let client = target.client().await?;
+    match command {
+        TopicCommand::Create {
+            topic,
+            partitions,
+            retention,
+            retention_bytes,
+            durability,
+            segment_bytes,
+            max_record_bytes,
+        } => {
+            let handle = target::topic(&client, &topic)?;
+            let options = TopicOptions {
+                partitions: Some(partitions),
+                retention,
+                retention_bytes,
+                segment_bytes,
+                durability,
+                max_record_bytes,
+            };
+            let o = handle
+                .create_with(&options, true)
+                .await
+                .with_context(|| format!("cannot create {topic}"))?;
+            println!("{topic}\t{} partitions", o.partitions);
+        }
+        TopicCommand::List { stream } => {
+            for t in client.list_topics(stream.as_deref()).await? {
+                let partitions = t.options.as_ref().map_or(0, |o| o.partitions);
+                println!("{}/{}\t{partitions} partitions", t.stream, t.topic);
+            }
+        }
+        TopicCommand::Describe { topic } => {
+            let handle = target::topic(&client, &topic)?;
+            let d = handle.describe().await?;
+            let o = d.options.unwrap_or_default();
+            println!("topic\t{}/{}", d.stream, d.topic);
+            println!("partitions\t{}", o.partitions);
+            println!("durability\t{}", durability_name(&o));
+            println!(
+                "retention\t{}",
+                o.retention_ms
+                    .map_or("none".into(), |ms| humantime::format_duration(
+                        Duration::from_millis(ms)
+                    )
+                    .to_string())
+            );
+            println!(
+                "retention_bytes\t{}",
+                o.retention_bytes.map_or("none".into(), |b| b.to_string())
+            );
+            println!("segment_bytes\t{}", o.segment_bytes.unwrap_or_default());
+            println!(
+                "max_record_bytes\t{}",
+                o.max_record_bytes.unwrap_or_default()
+            );
+            println!("partition\tfirst_offset\tnext_offset\tbytes\tsegments");
+            for p in d.partitions {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}",
+                    p.partition, p.first_offset, p.next_offset, p.size_bytes, p.segments
+                );
+            }
+        }
+        TopicCommand::Delete { topic } => {
+            target::topic(&client, &topic)?.delete().await?;
+            println!("deleted");
+        }
+    }
+    target::finish(&client).await
+}
+
+fn durability_name(o: &rill_client::wire::TopicOptions) -> String {
+    match o.durability {
+        1 => "always".into(),
+        2 => format!("interval:{}", o.durability_interval_ms.unwrap_or_default()),
+        3 => "never".into(),
+        _ => "unspecified".into(),
+    }
+}

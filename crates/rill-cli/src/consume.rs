@@ -1,0 +1,334 @@
+//! `rill consume`.
+
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::Context;
+use base64::Engine;
+use clap::{Args, ValueEnum};
+use rill_client::{CommitPolicy, Offsets, Record, StartAt, Topic, Value};
+use serde_json::{Map, json};
+
+use crate::target::{self, Target};
+
+#[derive(Debug, Args)]
+pub(crate) struct ConsumeArgs {
+    /// STREAM/TOPIC
+    topic: String,
+    /// Consume as a member of this consumer group.
+    #[arg(long, conflicts_with = "name")]
+    group: Option<String>,
+    /// Consume as this named consumer (the broker stores its offsets).
+    #[arg(long)]
+    name: Option<String>,
+    /// Only this partition.
+    #[arg(long)]
+    partition: Option<u32>,
+    /// first | last | next | offset:N | time:RFC3339 (default: first, or next with --name)
+    #[arg(long, value_parser = parse_from)]
+    from: Option<From>,
+    /// Stop after this many records.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Keep waiting for new records until interrupted.
+    #[arg(long)]
+    follow: bool,
+    /// How to print records.
+    #[arg(long, value_enum, default_value_t = Format::Value)]
+    format: Format,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum From {
+    First,
+    Last,
+    Next,
+    Offset(u64),
+    Time(i64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// Each value as a line.
+    Value,
+    /// One JSON object per record.
+    Json,
+}
+
+fn parse_from(s: &str) -> Result<From, String> {
+    match s {
+        "first" => Ok(From::First),
+        "last" => Ok(From::Last),
+        "next" => Ok(From::Next),
+        _ => {
+            if let Some(n) = s.strip_prefix("offset:") {
+                return n
+                    .parse()
+                    .map(From::Offset)
+                    .map_err(|_| format!("bad offset {n:?}"));
+            }
+            if let Some(t) = s.strip_prefix("time:") {
+                let at =
+                    humantime::parse_rfc3339_weak(t).map_err(|e| format!("bad time {t:?}: {e}"))?;
+                let us = at
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_err(|_| "time before 1970".to_owned())?
+                    .as_micros();
+                return i64::try_from(us)
+                    .map(From::Time)
+                    .map_err(|_| "time too large".into());
+            }
+            Err("expected first, last, next, offset:N or time:RFC3339".into())
+        }
+    }
+}
+
+pub(crate) async fn run(args: ConsumeArgs, target: &Target) -> anyhow::Result<()> {
+    if args.group.is_some() {
+        anyhow::bail!("consumer groups are not available yet; use --name NAME with --partition N");
+    }
+    let client = target.client().await?;
+    let topic = target::topic(&client, &args.topic)?;
+    let partitions = topic
+        .partitions()
+        .await
+        .with_context(|| format!("cannot consume {}", args.topic))?;
+    let selected: Vec<u32> = match args.partition {
+        Some(p) if p >= partitions => anyhow::bail!(
+            "{} has {partitions} partitions; there is no partition {p}",
+            args.topic
+        ),
+        Some(p) => vec![p],
+        None => (0..partitions).collect(),
+    };
+    let mut out = Output::new(args.format, args.count);
+    let result = match &args.name {
+        Some(name) => named(&topic, name, &selected, &args, &mut out).await,
+        None => anonymous(&topic, &selected, &args, &mut out).await,
+    };
+    out.flush()?;
+    target::finish(&client).await?;
+    result
+}
+
+/// Prints records and counts them against `--count`.
+struct Output {
+    format: Format,
+    remaining: Option<u64>,
+    stdout: std::io::BufWriter<std::io::Stdout>,
+}
+
+impl Output {
+    fn new(format: Format, count: Option<u64>) -> Self {
+        Self {
+            format,
+            remaining: count,
+            stdout: std::io::BufWriter::new(std::io::stdout()),
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.remaining == Some(0)
+    }
+
+    fn print(&mut self, record: &Record) -> anyhow::Result<()> {
+        match self.format {
+            Format::Value => {
+                self.stdout.write_all(&record.value)?;
+                self.stdout.write_all(b"\n")?;
+            }
+            Format::Json => {
+                serde_json::to_writer(&mut self.stdout, &to_json(record))?;
+                self.stdout.write_all(b"\n")?;
+            }
+        }
+        if let Some(n) = self.remaining.as_mut() {
+            *n = n.saturating_sub(1);
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        match self.stdout.flush() {
+            // A closed pipe (`| head`) is not an error worth reporting.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            other => Ok(other?),
+        }
+    }
+}
+
+fn to_json(record: &Record) -> serde_json::Value {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut object = Map::new();
+    object.insert("partition".into(), json!(record.partition));
+    object.insert("offset".into(), json!(record.offset));
+    object.insert("timestamp_us".into(), json!(record.timestamp_us));
+    match &record.key {
+        None => {
+            object.insert("key".into(), serde_json::Value::Null);
+        }
+        Some(k) => match std::str::from_utf8(k) {
+            Ok(s) => {
+                object.insert("key".into(), json!(s));
+            }
+            Err(_) => {
+                object.insert("key_b64".into(), json!(b64.encode(k)));
+            }
+        },
+    }
+    let headers: Map<String, serde_json::Value> = record
+        .headers
+        .iter()
+        .map(|(name, value)| {
+            let v = match value {
+                Value::Str(s) => json!(s),
+                Value::Bytes(b) => json!(b64.encode(b)),
+                Value::Bool(b) => json!(b),
+                Value::I8(n) => json!(n),
+                Value::I16(n) => json!(n),
+                Value::I32(n) => json!(n),
+                Value::I64(n) => json!(n),
+                Value::I128(n) => json!(n.to_string()),
+                Value::U8(n) => json!(n),
+                Value::U16(n) => json!(n),
+                Value::U32(n) => json!(n),
+                Value::U64(n) => json!(n),
+                Value::U128(n) => json!(n.to_string()),
+                Value::F32(n) => json!(n),
+                Value::F64(n) => json!(n),
+                _ => serde_json::Value::Null,
+            };
+            (name.clone(), v)
+        })
+        .collect();
+    object.insert("headers".into(), serde_json::Value::Object(headers));
+    match std::str::from_utf8(&record.value) {
+        Ok(s) => object.insert("value".into(), json!(s)),
+        Err(_) => object.insert("value_b64".into(), json!(b64.encode(&record.value))),
+    };
+    serde_json::Value::Object(object)
+}
+
+/// An anonymous cursor over the selected partitions.
+async fn anonymous(
+    topic: &Topic,
+    partitions: &[u32],
+    args: &ConsumeArgs,
+    out: &mut Output,
+) -> anyhow::Result<()> {
+    let from = args.from.unwrap_or(From::First);
+    let mut offsets = Offsets::default();
+    let all = topic.partitions().await?;
+    for p in 0..all {
+        let start = if !partitions.contains(&p) {
+            // Unselected partitions start at their end, so the cursor skips them.
+            topic.end_offset(p).await?
+        } else {
+            match from {
+                From::First | From::Next => topic.first_offset(p).await?,
+                From::Last => {
+                    let end = topic.end_offset(p).await?;
+                    end.saturating_sub(1).max(topic.first_offset(p).await?)
+                }
+                From::Offset(n) => n,
+                From::Time(t) => topic.offset_for_time(p, t).await?,
+            }
+        };
+        offsets.0.insert(p, start);
+    }
+    let mut reader = topic.records("cli").from_offsets(offsets);
+    loop {
+        while let Some(record) = reader.next().await {
+            out.print(&record?)?;
+            if out.done() {
+                return Ok(());
+            }
+        }
+        if !args.follow {
+            return Ok(());
+        }
+        out.flush()?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let at = reader.offsets();
+        reader = topic.records("cli").from_offsets(at);
+    }
+}
+
+/// Named consumers (one per selected partition); offsets are stored after each
+/// printed batch.
+async fn named(
+    topic: &Topic,
+    name: &str,
+    partitions: &[u32],
+    args: &ConsumeArgs,
+    out: &mut Output,
+) -> anyhow::Result<()> {
+    let start = match args.from.unwrap_or(From::Next) {
+        From::First => StartAt::First,
+        From::Last => StartAt::Last,
+        From::Next => StartAt::Next,
+        From::Offset(n) => StartAt::Offset(n),
+        From::Time(t) => StartAt::TimestampMicros(t),
+    };
+    let wait = Duration::from_millis(200);
+    let mut consumers = Vec::new();
+    for &p in partitions {
+        let end = topic.end_offset(p).await?;
+        let consumer = topic
+            .consumer(name, p)
+            .start_at(start)
+            .allow_replay()
+            .commit_policy(CommitPolicy::Polling)
+            .max_wait(wait)
+            .build()
+            .await?;
+        consumers.push((consumer, end));
+    }
+    let mut result = Ok(());
+    'outer: loop {
+        let mut progressed = false;
+        for (consumer, end) in &mut consumers {
+            // Drain what this partition has, then move on.
+            loop {
+                let caught_up = consumer
+                    .last_consumed_offset(consumer.partition())
+                    .map_or(false, |o| o + 1 >= *end);
+                if !args.follow && (caught_up || *end == 0) {
+                    break;
+                }
+                match consumer.next_within(wait * 2).await {
+                    Ok(record) => {
+                        progressed = true;
+                        out.print(&record)?;
+                        if out.done() {
+                            break 'outer;
+                        }
+                    }
+                    Err(rill_client::ClientError::Timeout(_)) => break,
+                    Err(e) => {
+                        result = Err(e.into());
+                        break 'outer;
+                    }
+                }
+            }
+        }
+        if !args.follow {
+            // Stop when every partition reached the end it had when we started, or
+            // nothing moved in a full round.
+            let all_done = consumers.iter().all(|(c, end)| {
+                *end == 0
+                    || c.last_consumed_offset(c.partition())
+                        .is_some_and(|o| o + 1 >= *end)
+            });
+            if all_done || !progressed {
+                break;
+            }
+        }
+        out.flush()?;
+    }
+    out.flush()?;
+    for (mut consumer, _) in consumers {
+        consumer.shutdown().await?;
+    }
+    result
+}

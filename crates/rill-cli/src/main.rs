@@ -1,0 +1,107 @@
+//! The `rill` command line (see `shared/spec/cli.md`): a thin layer over `rill-client`,
+//! `rill-server` and `rill-broker`.
+//!
+//! Exit codes: 0 success, 1 runtime error (one line on stderr saying what to do),
+//! 2 usage error.
+
+mod admin;
+mod bench;
+mod consume;
+mod produce;
+mod serve;
+mod target;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Rill: a durable, partitioned event log.
+#[derive(Debug, Parser)]
+#[command(name = "rill", version, about, propagate_version = true)]
+struct Cli {
+    /// Server to talk to.
+    #[arg(long, global = true, env = "RILL_SERVER", value_name = "URL")]
+    server: Option<String>,
+    /// Open this data directory embedded, with no server.
+    #[arg(long, global = true, value_name = "DIR", conflicts_with = "server")]
+    data: Option<std::path::PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the server.
+    Serve(serve::ServeArgs),
+    /// Manage streams.
+    #[command(subcommand)]
+    Stream(admin::StreamCommand),
+    /// Manage topics.
+    #[command(subcommand)]
+    Topic(admin::TopicCommand),
+    /// Publish records (from arguments or standard input).
+    Produce(produce::ProduceArgs),
+    /// Read records.
+    Consume(consume::ConsumeArgs),
+    /// Measure throughput and latency.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(matches!(cli.command, Command::Serve(_)));
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("rill: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(run(cli));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rill: {}", one_line(&e));
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let target = target::Target::new(cli.server, cli.data);
+    match cli.command {
+        Command::Serve(args) => serve::run(args, target.data_dir()).await,
+        Command::Stream(c) => admin::stream(c, &target).await,
+        Command::Topic(c) => admin::topic(c, &target).await,
+        Command::Produce(args) => produce::run(args, &target).await,
+        Command::Consume(args) => consume::run(args, &target).await,
+        Command::Bench(args) => bench::run(args, &target).await,
+    }
+}
+
+/// An error and its causes on one line.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+    }
+    parts.join(": ").replace('\n', " ")
+}
+
+/// Logs go to stderr; `RILL_LOG` sets the filter (default `info` for the server,
+/// `warn` for other commands).
+fn init_logging(server: bool) {
+    let default = if server { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RILL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

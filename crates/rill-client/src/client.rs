@@ -1,0 +1,504 @@
+//! The client: one handle for every stream, over TCP or an embedded broker.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rill_broker::{Broker, BrokerConfig};
+use rill_proto::pb::*;
+use rill_proto::{Request, RequestBody, Response, ResponseBody};
+
+use crate::transport::{CallError, Embedded, Tcp, TcpOptions, Transport};
+use crate::{ClientError, Topic};
+
+/// Default server: `rill://127.0.0.1:7171`.
+pub const DEFAULT_URL: &str = "rill://127.0.0.1:7171";
+
+/// Whether a request may be sent again after a connection broke mid-call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// Reads, admin calls and idempotent produces: repeating them is harmless.
+    Safe,
+    /// A non-idempotent produce: repeating it could append twice.
+    UnsafeAfterSend,
+}
+
+/// Retry budget for transient errors and connection loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts after the first.
+    pub retries: u32,
+    /// First back-off; doubles up to `backoff_max`.
+    pub backoff: Duration,
+    /// Largest back-off.
+    pub backoff_max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            retries: 8,
+            backoff: Duration::from_millis(50),
+            backoff_max: Duration::from_secs(2),
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    transport: Box<dyn Transport>,
+    pub(crate) default_stream: String,
+    retry: RetryPolicy,
+    /// Partition counts by (stream, topic), for routing.
+    partitions: Mutex<HashMap<(String, String), u32>>,
+    embedded: Option<Arc<Broker>>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("peer", &self.transport.peer())
+            .field("default_stream", &self.default_stream)
+            .finish()
+    }
+}
+
+/// A Rill client. Cheap to clone; one client addresses every stream.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), rill_client::ClientError> {
+/// use rill_client::Client;
+///
+/// let rill = Client::connect("rill://127.0.0.1:7171").await?; // a server
+/// let orders = rill.stream("shop").topic("orders");
+/// orders.ensure(2).await?;
+/// let position = orders.publish().json(&serde_json::json!({"total": 12}))?.send().await?;
+/// println!("stored at {position:?}");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// Options of a [`Client`].
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    default_stream: String,
+    retry: RetryPolicy,
+    connect_timeout: Duration,
+    max_frame_bytes: u32,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        Self {
+            default_stream: "default".into(),
+            retry: RetryPolicy::default(),
+            connect_timeout: Duration::from_secs(5),
+            max_frame_bytes: rill_proto::DEFAULT_MAX_FRAME_BYTES,
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// The stream `Client::topic` uses (default `"default"`).
+    pub fn default_stream(mut self, stream: impl Into<String>) -> Self {
+        self.default_stream = stream.into();
+        self
+    }
+
+    /// Retries of transient errors and lost connections (default 8, from 50 ms to 2 s).
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// How long a TCP connect may take (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Connects to a server at `rill://HOST:PORT`. The connection is made by the first
+    /// request (and re-made after it breaks); this checks the URL and reachability.
+    pub async fn connect(self, url: &str) -> Result<Client, ClientError> {
+        let addr = parse_url(url)?;
+        let transport = Tcp::new(
+            addr,
+            TcpOptions {
+                connect_timeout: self.connect_timeout,
+                max_frame_bytes: self.max_frame_bytes,
+            },
+        );
+        let client = self.build(Box::new(transport), None);
+        client.hello().await?;
+        Ok(client)
+    }
+
+    /// Opens a data directory with an in-process broker: the same API, no server.
+    pub async fn open(self, dir: impl AsRef<Path>) -> Result<Client, ClientError> {
+        self.open_with(BrokerConfig::new(dir.as_ref())).await
+    }
+
+    /// Like [`ClientBuilder::open`] with explicit broker options.
+    pub async fn open_with(self, config: BrokerConfig) -> Result<Client, ClientError> {
+        let broker = Arc::new(
+            tokio::task::spawn_blocking(move || Broker::open(config))
+                .await
+                .map_err(|e| ClientError::Protocol(format!("broker open task failed: {e}")))??,
+        );
+        tokio::spawn(Arc::clone(&broker).run_upkeep());
+        let transport = Embedded {
+            broker: Arc::clone(&broker),
+        };
+        Ok(self.build(Box::new(transport), Some(broker)))
+    }
+
+    fn build(self, transport: Box<dyn Transport>, embedded: Option<Arc<Broker>>) -> Client {
+        Client {
+            inner: Arc::new(Inner {
+                transport,
+                default_stream: self.default_stream,
+                retry: self.retry,
+                partitions: Mutex::new(HashMap::new()),
+                embedded,
+            }),
+        }
+    }
+}
+
+/// Parses `rill://HOST:PORT` (or a bare `HOST:PORT`).
+pub fn parse_url(url: &str) -> Result<String, ClientError> {
+    let bad = |reason| ClientError::InvalidUrl {
+        url: url.to_owned(),
+        reason,
+    };
+    let rest = match url.split_once("://") {
+        Some(("rill", rest)) => rest,
+        Some(_) => return Err(bad("the scheme must be rill://")),
+        None => url,
+    };
+    let rest = rest.trim_end_matches('/');
+    let (host, port) = rest
+        .rsplit_once(':')
+        .ok_or_else(|| bad("a port is required, as in rill://127.0.0.1:7171"))?;
+    if host.is_empty() {
+        return Err(bad("the host is empty"));
+    }
+    port.parse::<u16>()
+        .map_err(|_| bad("the port must be a number 0-65535"))?;
+    Ok(rest.to_owned())
+}
+
+impl Client {
+    /// Connects to a server at `rill://HOST:PORT` with default options.
+    pub async fn connect(url: &str) -> Result<Self, ClientError> {
+        ClientBuilder::default().connect(url).await
+    }
+
+    /// Opens a data directory with an in-process broker.
+    pub async fn open(dir: impl AsRef<Path>) -> Result<Self, ClientError> {
+        ClientBuilder::default().open(dir).await
+    }
+
+    /// A builder for options.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// A stream by name.
+    pub fn stream(&self, name: impl Into<String>) -> StreamHandle {
+        StreamHandle {
+            client: self.clone(),
+            name: name.into(),
+        }
+    }
+
+    /// A topic of the default stream.
+    pub fn topic(&self, name: impl Into<String>) -> Topic {
+        Topic::new(self.clone(), self.inner.default_stream.clone(), name.into())
+    }
+
+    /// Whether this client runs an embedded broker.
+    pub fn is_embedded(&self) -> bool {
+        self.inner.embedded.is_some()
+    }
+
+    /// Closes the client. An embedded broker is synced and shut down.
+    pub async fn close(&self) -> Result<(), ClientError> {
+        if let Some(broker) = &self.inner.embedded {
+            let broker = Arc::clone(broker);
+            tokio::task::spawn_blocking(move || broker.shutdown())
+                .await
+                .map_err(|e| ClientError::Protocol(format!("shutdown task failed: {e}")))??;
+        }
+        Ok(())
+    }
+
+    async fn hello(&self) -> Result<HelloResponse, ClientError> {
+        let body = self
+            .call(
+                RequestBody::Hello(HelloRequest {
+                    client: format!("rill-client {}", env!("CARGO_PKG_VERSION")),
+                    protocol_version: u32::from(rill_proto::PROTOCOL_VERSION),
+                }),
+                Bytes::new(),
+                Retry::Safe,
+            )
+            .await?
+            .0;
+        match body {
+            ResponseBody::Hello(h) => Ok(h),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Sends a request, retrying transient errors and lost connections within the
+    /// retry budget (a lost connection only where `retry` allows).
+    pub(crate) async fn call(
+        &self,
+        body: RequestBody,
+        payload: Bytes,
+        retry: Retry,
+    ) -> Result<(ResponseBody, Bytes), ClientError> {
+        self.call_with(body, payload, retry, self.inner.retry).await
+    }
+
+    /// Like `call`, with an explicit retry budget.
+    pub(crate) async fn call_with(
+        &self,
+        body: RequestBody,
+        payload: Bytes,
+        retry: Retry,
+        policy: RetryPolicy,
+    ) -> Result<(ResponseBody, Bytes), ClientError> {
+        let mut backoff = policy.backoff;
+        let mut attempt = 0;
+        loop {
+            let request = Request::with_payload(body.clone(), payload.clone());
+            let outcome = self.inner.transport.call(request).await;
+            let error = match outcome {
+                Ok(Response::Ok { body, payload }) => return Ok((body, payload)),
+                Ok(Response::Err { error, .. }) => {
+                    let e = ClientError::from_response(error);
+                    if !e.is_transient() {
+                        return Err(e);
+                    }
+                    e
+                }
+                Err(CallError::NotSent(reason)) => ClientError::Connection {
+                    addr: self.inner.transport.peer(),
+                    reason,
+                },
+                Err(CallError::Lost(reason)) => {
+                    if retry == Retry::UnsafeAfterSend {
+                        return Err(ClientError::Indeterminate(reason));
+                    }
+                    ClientError::Connection {
+                        addr: self.inner.transport.peer(),
+                        reason,
+                    }
+                }
+                Err(CallError::Protocol(reason)) => return Err(ClientError::Protocol(reason)),
+            };
+            if attempt >= policy.retries {
+                return Err(error);
+            }
+            attempt += 1;
+            tracing::debug!(attempt, error = %error, "retrying after a transient error");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(policy.backoff_max);
+        }
+    }
+
+    /// Partition count of a topic, cached.
+    pub(crate) async fn partitions(&self, stream: &str, topic: &str) -> Result<u32, ClientError> {
+        let key = (stream.to_owned(), topic.to_owned());
+        if let Some(&n) = lock(&self.inner.partitions).get(&key) {
+            return Ok(n);
+        }
+        let info = self.describe_topic(stream, topic).await?;
+        Ok(info.options.map_or(1, |o| o.partitions))
+    }
+
+    pub(crate) fn forget_partitions(&self, stream: &str, topic: &str) {
+        lock(&self.inner.partitions).remove(&(stream.to_owned(), topic.to_owned()));
+    }
+
+    pub(crate) fn remember_partitions(&self, stream: &str, topic: &str, n: u32) {
+        lock(&self.inner.partitions).insert((stream.to_owned(), topic.to_owned()), n);
+    }
+
+    // ---- admin -------------------------------------------------------------------------
+
+    /// Creates a stream; with `if_missing` an existing one is fine. Returns whether it
+    /// was created.
+    pub async fn create_stream(&self, name: &str, if_missing: bool) -> Result<bool, ClientError> {
+        match self
+            .call(
+                RequestBody::CreateStream(CreateStreamRequest {
+                    name: name.to_owned(),
+                    if_missing,
+                }),
+                Bytes::new(),
+                Retry::Safe,
+            )
+            .await?
+            .0
+        {
+            ResponseBody::CreateStream(r) => Ok(r.created),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Deletes a stream and all its topics.
+    pub async fn delete_stream(&self, name: &str) -> Result<(), ClientError> {
+        self.call(
+            RequestBody::DeleteStream(DeleteStreamRequest {
+                name: name.to_owned(),
+            }),
+            Bytes::new(),
+            Retry::Safe,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Streams with their topic counts.
+    pub async fn list_streams(&self) -> Result<Vec<StreamInfo>, ClientError> {
+        match self
+            .call(
+                RequestBody::ListStreams(ListStreamsRequest {}),
+                Bytes::new(),
+                Retry::Safe,
+            )
+            .await?
+            .0
+        {
+            ResponseBody::ListStreams(r) => Ok(r.streams),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Topics of a stream, or of every stream with `None`.
+    pub async fn list_topics(
+        &self,
+        stream: Option<&str>,
+    ) -> Result<Vec<TopicSummary>, ClientError> {
+        match self
+            .call(
+                RequestBody::ListTopics(ListTopicsRequest {
+                    stream: stream.unwrap_or_default().to_owned(),
+                }),
+                Bytes::new(),
+                Retry::Safe,
+            )
+            .await?
+            .0
+        {
+            ResponseBody::ListTopics(r) => Ok(r.topics),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// A topic's options and partitions.
+    pub async fn describe_topic(
+        &self,
+        stream: &str,
+        topic: &str,
+    ) -> Result<DescribeTopicResponse, ClientError> {
+        match self
+            .call(
+                RequestBody::DescribeTopic(DescribeTopicRequest {
+                    stream: stream.to_owned(),
+                    topic: topic.to_owned(),
+                }),
+                Bytes::new(),
+                Retry::Safe,
+            )
+            .await?
+            .0
+        {
+            ResponseBody::DescribeTopic(r) => {
+                if let Some(o) = &r.options {
+                    self.remember_partitions(stream, topic, o.partitions);
+                }
+                Ok(r)
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+/// A stream by name.
+#[derive(Debug, Clone)]
+pub struct StreamHandle {
+    client: Client,
+    name: String,
+}
+
+impl StreamHandle {
+    /// A topic of this stream.
+    pub fn topic(&self, name: impl Into<String>) -> Topic {
+        Topic::new(self.client.clone(), self.name.clone(), name.into())
+    }
+
+    /// The stream's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Creates the stream if it is missing; returns whether it was created.
+    pub async fn ensure(&self) -> Result<bool, ClientError> {
+        self.client.create_stream(&self.name, true).await
+    }
+
+    /// Creates the stream; an existing one is an error.
+    pub async fn create(&self) -> Result<(), ClientError> {
+        self.client.create_stream(&self.name, false).await.map(drop)
+    }
+
+    /// Deletes the stream and its topics.
+    pub async fn delete(&self) -> Result<(), ClientError> {
+        self.client.delete_stream(&self.name).await
+    }
+
+    /// The stream's topics.
+    pub async fn topics(&self) -> Result<Vec<TopicSummary>, ClientError> {
+        self.client.list_topics(Some(&self.name)).await
+    }
+}
+
+pub(crate) fn unexpected(body: &ResponseBody) -> ClientError {
+    ClientError::Protocol(format!("unexpected {:?} response", body.kind()))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            parse_url("rill://127.0.0.1:7171").unwrap(),
+            "127.0.0.1:7171"
+        );
+        assert_eq!(parse_url("localhost:1").unwrap(), "localhost:1");
+        assert_eq!(parse_url("rill://[::1]:7171/").unwrap(), "[::1]:7171");
+        for bad in [
+            "http://x:1",
+            "rill://x",
+            "rill://:1",
+            "rill://x:99999",
+            "rill://x:port",
+        ] {
+            assert!(parse_url(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,374 @@
+//! Named consumers: the broker stores the position.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::Stream;
+use rill_proto::pb::{DeleteOffsetRequest, FetchRequest, GetOffsetRequest, StoreOffsetRequest};
+use rill_proto::{ErrorCode, RequestBody, ResponseBody};
+
+use crate::client::{Retry, unexpected};
+use crate::commit::Committer;
+use crate::message::decode_records;
+use crate::{ClientError, CommitPolicy, Record, Topic};
+
+/// Where a consumer starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StartAt {
+    /// The first stored record.
+    First,
+    /// The last record (or the end, if the partition is empty).
+    Last,
+    /// After the stored offset, or the beginning if none is stored (the default).
+    #[default]
+    Next,
+    /// This offset.
+    Offset(u64),
+    /// The first record at or after this time, µs since the Unix epoch.
+    TimestampMicros(i64),
+}
+
+/// Options of a named consumer; see [`Topic::consumer`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is awaited"]
+pub struct ConsumerBuilder {
+    topic: Topic,
+    name: String,
+    partition: u32,
+    batch_length: u32,
+    poll_interval: Duration,
+    start_at: StartAt,
+    allow_replay: bool,
+    commit_policy: CommitPolicy,
+    max_wait: Duration,
+    max_bytes: u32,
+}
+
+impl ConsumerBuilder {
+    pub(crate) fn new(topic: Topic, name: &str, partition: u32) -> Self {
+        Self {
+            topic,
+            name: name.to_owned(),
+            partition,
+            batch_length: 1000,
+            poll_interval: Duration::from_millis(100),
+            start_at: StartAt::Next,
+            allow_replay: false,
+            commit_policy: CommitPolicy::default(),
+            max_wait: Duration::from_secs(1),
+            max_bytes: 1 << 20,
+        }
+    }
+
+    /// Most records handed out per poll (default 1000).
+    pub fn batch_length(mut self, n: u32) -> Self {
+        self.batch_length = n;
+        self
+    }
+
+    /// Pause between polls that found nothing, when long polling is off (default 100 ms).
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.poll_interval = d;
+        self
+    }
+
+    /// Where to start (default [`StartAt::Next`]).
+    pub fn start_at(mut self, start: StartAt) -> Self {
+        self.start_at = start;
+        self
+    }
+
+    /// Permit starting at or below the stored offset. Without it, a start below the
+    /// stored offset moves up to it, so records already consumed are not read again.
+    pub fn allow_replay(mut self) -> Self {
+        self.allow_replay = true;
+        self
+    }
+
+    /// When offsets are stored (default [`CommitPolicy::Polling`]).
+    pub fn commit_policy(mut self, policy: CommitPolicy) -> Self {
+        self.commit_policy = policy;
+        self
+    }
+
+    /// Long-poll wait per fetch (default 1 s; zero polls every `poll_interval`).
+    pub fn max_wait(mut self, d: Duration) -> Self {
+        self.max_wait = d;
+        self
+    }
+
+    /// Bytes per fetch (default 1 MiB).
+    pub fn max_bytes(mut self, n: u32) -> Self {
+        self.max_bytes = n;
+        self
+    }
+
+    /// Validates the options, resolves the start and returns the consumer.
+    pub async fn build(self) -> Result<Consumer, ClientError> {
+        if self.batch_length == 0 {
+            return Err(ClientError::InvalidArgument(
+                "batch_length must be positive".into(),
+            ));
+        }
+        if self.poll_interval.is_zero() {
+            return Err(ClientError::InvalidArgument(
+                "poll_interval must be positive".into(),
+            ));
+        }
+        if self.max_bytes == 0 {
+            return Err(ClientError::InvalidArgument(
+                "max_bytes must be positive".into(),
+            ));
+        }
+        self.commit_policy.validate()?;
+        let mut consumer = Consumer {
+            topic: self.topic,
+            name: self.name,
+            partition: self.partition,
+            batch_length: self.batch_length as usize,
+            poll_interval: self.poll_interval,
+            max_wait: self.max_wait,
+            max_bytes: self.max_bytes,
+            position: 0,
+            buffered: VecDeque::new(),
+            committer: Committer::new(self.commit_policy, None, Instant::now()),
+            closed: false,
+        };
+        let stored = consumer.fetch_stored().await?;
+        consumer.committer = Committer::new(self.commit_policy, stored, Instant::now());
+        let (topic, p) = (&consumer.topic, consumer.partition);
+        let resolved = match self.start_at {
+            StartAt::First => topic.first_offset(p).await?,
+            StartAt::Last => {
+                let end = topic.end_offset(p).await?;
+                end.saturating_sub(1).max(topic.first_offset(p).await?)
+            }
+            StartAt::Next => match stored {
+                Some(consumed) => consumed + 1,
+                None => topic.first_offset(p).await?,
+            },
+            StartAt::Offset(n) => n,
+            StartAt::TimestampMicros(t) => topic.offset_for_time(p, t).await?,
+        };
+        consumer.position = match stored {
+            Some(consumed) if !self.allow_replay => resolved.max(consumed + 1),
+            _ => resolved,
+        };
+        Ok(consumer)
+    }
+}
+
+/// A named consumer of one partition. The broker stores its offset per its
+/// [`CommitPolicy`].
+#[derive(Debug)]
+pub struct Consumer {
+    topic: Topic,
+    name: String,
+    partition: u32,
+    batch_length: usize,
+    poll_interval: Duration,
+    max_wait: Duration,
+    max_bytes: u32,
+    /// Next offset to fetch.
+    position: u64,
+    buffered: VecDeque<Record>,
+    committer: Committer,
+    closed: bool,
+}
+
+impl Consumer {
+    /// The consumer's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The partition it reads.
+    pub fn partition(&self) -> u32 {
+        self.partition
+    }
+
+    /// The next record, waiting for one to arrive. `None` after [`Consumer::shutdown`].
+    pub async fn next(&mut self) -> Option<Result<Record, ClientError>> {
+        loop {
+            if self.closed {
+                return None;
+            }
+            if let Some(record) = self.buffered.pop_front() {
+                let store = self.committer.handed_out(record.offset, Instant::now());
+                if let Some(offset) = store
+                    && let Err(e) = self.store(offset).await
+                {
+                    // The record is handed out anyway; the next store retries.
+                    self.buffered.push_front(record);
+                    return Some(Err(e));
+                }
+                return Some(Ok(record));
+            }
+            if let Some(offset) = self.committer.polling(Instant::now())
+                && let Err(e) = self.store(offset).await
+            {
+                return Some(Err(e));
+            }
+            match self.poll().await {
+                Ok(0) if self.max_wait.is_zero() => tokio::time::sleep(self.poll_interval).await,
+                Ok(_) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
+    /// Like [`Consumer::next`], failing with [`ClientError::Timeout`] if no record
+    /// arrives within `timeout`.
+    pub async fn next_within(&mut self, timeout: Duration) -> Result<Record, ClientError> {
+        match tokio::time::timeout(timeout, self.next()).await {
+            Ok(Some(result)) => result,
+            Ok(None) => Err(ClientError::Shutdown),
+            Err(_) => Err(ClientError::Timeout(timeout)),
+        }
+    }
+
+    /// The records as a `Stream`.
+    pub fn into_stream(self) -> impl Stream<Item = Result<Record, ClientError>> {
+        futures::stream::unfold(self, |mut c| async move { c.next().await.map(|r| (r, c)) })
+    }
+
+    async fn poll(&mut self) -> Result<usize, ClientError> {
+        let body = RequestBody::Fetch(FetchRequest {
+            stream: self.topic.stream.to_string(),
+            topic: self.topic.name.to_string(),
+            partition: self.partition,
+            offset: self.position,
+            max_bytes: self.max_bytes,
+            max_wait_ms: u32::try_from(self.max_wait.as_millis()).unwrap_or(u32::MAX),
+            min_bytes: 1,
+        });
+        let (response, payload) = match self
+            .topic
+            .client
+            .call(body, Bytes::new(), Retry::Safe)
+            .await
+        {
+            Ok((ResponseBody::Fetch(r), payload)) => (r, payload),
+            Ok((other, _)) => return Err(unexpected(&other)),
+            Err(ClientError::Server {
+                code: ErrorCode::OffsetBeforeStart,
+                offset: Some(start),
+                ..
+            }) => {
+                tracing::warn!(consumer = %self.name, from = self.position, to = start, "records were deleted by retention; skipping ahead");
+                self.position = start;
+                return Ok(0);
+            }
+            Err(e) => return Err(e),
+        };
+        decode_records(self.partition, &payload, self.position, &mut self.buffered)?;
+        self.buffered.truncate(self.batch_length);
+        self.position = match self.buffered.back() {
+            Some(last) => last.offset + 1,
+            None => response.next_offset.max(self.position),
+        };
+        self.committer.polled(self.buffered.len());
+        Ok(self.buffered.len())
+    }
+
+    /// Stores `record` as consumed (its offset + 1 is where a restart resumes).
+    pub async fn commit(&mut self, record: &Record) -> Result<(), ClientError> {
+        self.store_offset(record.offset, record.partition).await
+    }
+
+    /// Stores `offset` of `partition` as consumed.
+    pub async fn store_offset(&mut self, offset: u64, partition: u32) -> Result<(), ClientError> {
+        self.check_partition(partition)?;
+        self.store(offset).await
+    }
+
+    /// Deletes the stored offset of `partition`.
+    pub async fn delete_offset(&mut self, partition: u32) -> Result<(), ClientError> {
+        self.check_partition(partition)?;
+        let body = RequestBody::DeleteOffset(DeleteOffsetRequest {
+            stream: self.topic.stream.to_string(),
+            topic: self.topic.name.to_string(),
+            partition,
+            consumer: self.name.clone(),
+        });
+        self.topic
+            .client
+            .call(body, Bytes::new(), Retry::Safe)
+            .await?;
+        self.committer.forget_stored();
+        Ok(())
+    }
+
+    /// The offset of the last record handed out of `partition`.
+    pub fn last_consumed_offset(&self, partition: u32) -> Option<u64> {
+        (partition == self.partition)
+            .then(|| self.committer.last_handed())
+            .flatten()
+    }
+
+    /// The last offset of `partition` stored as consumed, as this consumer knows it.
+    pub fn last_stored_offset(&self, partition: u32) -> Option<u64> {
+        (partition == self.partition)
+            .then(|| self.committer.last_stored())
+            .flatten()
+    }
+
+    /// Stops: stores the final offset as the policy says; `next` then returns `None`.
+    pub async fn shutdown(&mut self) -> Result<(), ClientError> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        if let Some(offset) = self.committer.shutdown(Instant::now()) {
+            self.store(offset).await?;
+        }
+        Ok(())
+    }
+
+    fn check_partition(&self, partition: u32) -> Result<(), ClientError> {
+        if partition != self.partition {
+            return Err(ClientError::InvalidArgument(format!(
+                "consumer {:?} reads partition {}, not {partition}",
+                self.name, self.partition
+            )));
+        }
+        Ok(())
+    }
+
+    async fn store(&mut self, consumed: u64) -> Result<(), ClientError> {
+        let body = RequestBody::StoreOffset(StoreOffsetRequest {
+            stream: self.topic.stream.to_string(),
+            topic: self.topic.name.to_string(),
+            partition: self.partition,
+            consumer: self.name.clone(),
+            offset: consumed + 1,
+        });
+        self.topic
+            .client
+            .call(body, Bytes::new(), Retry::Safe)
+            .await?;
+        self.committer.stored(consumed);
+        Ok(())
+    }
+
+    async fn fetch_stored(&self) -> Result<Option<u64>, ClientError> {
+        let body = RequestBody::GetOffset(GetOffsetRequest {
+            stream: self.topic.stream.to_string(),
+            topic: self.topic.name.to_string(),
+            partition: self.partition,
+            consumer: self.name.clone(),
+        });
+        match self
+            .topic
+            .client
+            .call(body, Bytes::new(), Retry::Safe)
+            .await?
+            .0
+        {
+            // The wire stores the next offset; this API speaks of the consumed one.
+            ResponseBody::GetOffset(r) => Ok(r.offset.and_then(|next| next.checked_sub(1))),
+            other => Err(unexpected(&other)),
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! Owned messages to publish and records read back.
+
+use bytes::Bytes;
+use rill_format::{Header, HeaderValue};
+
+/// An owned, typed header value.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+#[allow(missing_docs)]
+pub enum Value {
+    Str(String),
+    Bytes(Bytes),
+    Bool(bool),
+    I8(i8),
+    I16(i16),
+    I32(i32),
+    I64(i64),
+    I128(i128),
+    U8(u8),
+    U16(u16),
+    U32(u32),
+    U64(u64),
+    U128(u128),
+    F32(f32),
+    F64(f64),
+}
+
+impl Value {
+    pub(crate) fn borrow(&self) -> HeaderValue<'_> {
+        match self {
+            Self::Str(v) => HeaderValue::Str(v),
+            Self::Bytes(v) => HeaderValue::Bytes(v),
+            Self::Bool(v) => HeaderValue::Bool(*v),
+            Self::I8(v) => HeaderValue::I8(*v),
+            Self::I16(v) => HeaderValue::I16(*v),
+            Self::I32(v) => HeaderValue::I32(*v),
+            Self::I64(v) => HeaderValue::I64(*v),
+            Self::I128(v) => HeaderValue::I128(*v),
+            Self::U8(v) => HeaderValue::U8(*v),
+            Self::U16(v) => HeaderValue::U16(*v),
+            Self::U32(v) => HeaderValue::U32(*v),
+            Self::U64(v) => HeaderValue::U64(*v),
+            Self::U128(v) => HeaderValue::U128(*v),
+            Self::F32(v) => HeaderValue::F32(*v),
+            Self::F64(v) => HeaderValue::F64(*v),
+        }
+    }
+
+    pub(crate) fn from_borrowed(value: HeaderValue<'_>) -> Self {
+        match value {
+            HeaderValue::Str(v) => Self::Str(v.to_owned()),
+            HeaderValue::Bytes(v) => Self::Bytes(Bytes::copy_from_slice(v)),
+            HeaderValue::Bool(v) => Self::Bool(v),
+            HeaderValue::I8(v) => Self::I8(v),
+            HeaderValue::I16(v) => Self::I16(v),
+            HeaderValue::I32(v) => Self::I32(v),
+            HeaderValue::I64(v) => Self::I64(v),
+            HeaderValue::I128(v) => Self::I128(v),
+            HeaderValue::U8(v) => Self::U8(v),
+            HeaderValue::U16(v) => Self::U16(v),
+            HeaderValue::U32(v) => Self::U32(v),
+            HeaderValue::U64(v) => Self::U64(v),
+            HeaderValue::U128(v) => Self::U128(v),
+            HeaderValue::F32(v) => Self::F32(v),
+            HeaderValue::F64(v) => Self::F64(v),
+            // HeaderValue is non-exhaustive; new variants arrive with a format version.
+            _ => Self::Bytes(Bytes::new()),
+        }
+    }
+}
+
+macro_rules! value_from {
+    ($($t:ty => $v:ident),* $(,)?) => {
+        $(impl From<$t> for Value {
+            fn from(v: $t) -> Self {
+                Self::$v(v.into())
+            }
+        })*
+    };
+}
+
+value_from! {
+    String => Str, &str => Str, Bytes => Bytes, Vec<u8> => Bytes, bool => Bool,
+    i8 => I8, i16 => I16, i32 => I32, i64 => I64, i128 => I128,
+    u8 => U8, u16 => U16, u32 => U32, u64 => U64, u128 => U128, f32 => F32, f64 => F64,
+}
+
+impl From<&[u8]> for Value {
+    fn from(v: &[u8]) -> Self {
+        Self::Bytes(Bytes::copy_from_slice(v))
+    }
+}
+
+/// A message to publish.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Message {
+    /// The key; keyed routing hashes it to a partition.
+    pub key: Option<Bytes>,
+    /// The value.
+    pub value: Bytes,
+    /// Typed headers, in order.
+    pub headers: Vec<(String, Value)>,
+}
+
+impl Message {
+    /// A message holding `value`.
+    pub fn new(value: impl Into<Bytes>) -> Self {
+        Self {
+            value: value.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Sets the key.
+    pub fn with_key(mut self, key: impl Into<Bytes>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Adds a header.
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Encoded size, for batching limits.
+    pub(crate) fn approx_len(&self) -> usize {
+        16 + self.key.as_ref().map_or(0, Bytes::len)
+            + self.value.len()
+            + self
+                .headers
+                .iter()
+                .map(|(n, _)| n.len() + 24)
+                .sum::<usize>()
+    }
+}
+
+/// A record read from a partition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record<V = Bytes> {
+    /// The partition it was read from.
+    pub partition: u32,
+    /// Its offset in the partition.
+    pub offset: u64,
+    /// Append time, µs since the Unix epoch.
+    pub timestamp_us: i64,
+    /// The key, if any.
+    pub key: Option<Bytes>,
+    /// Typed headers, in order.
+    pub headers: Vec<(String, Value)>,
+    /// The value (raw bytes, or decoded by a typed reader).
+    pub value: V,
+}
+
+impl<V> Record<V> {
+    /// The first header named `name`.
+    pub fn header(&self, name: &str) -> Option<&Value> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    pub(crate) fn map<W>(self, value: W) -> Record<W> {
+        Record {
+            partition: self.partition,
+            offset: self.offset,
+            timestamp_us: self.timestamp_us,
+            key: self.key,
+            headers: self.headers,
+            value,
+        }
+    }
+}
+
+/// Where a published record landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Position {
+    /// Partition.
+    pub partition: u32,
+    /// Offset in the partition.
+    pub offset: u64,
+}
+
+/// Builds a batch from messages (all for one partition).
+pub(crate) fn build_batch(
+    messages: &[Message],
+    producer: Option<rill_format::ProducerInfo>,
+) -> Result<Bytes, crate::ClientError> {
+    let bytes: usize = messages.iter().map(Message::approx_len).sum();
+    let mut builder = rill_format::BatchBuilder::with_capacity(64 + bytes);
+    if let Some(p) = producer {
+        builder.producer(p);
+    }
+    let mut headers: Vec<Header<'_>> = Vec::new();
+    for m in messages {
+        headers.clear();
+        headers.extend(m.headers.iter().map(|(n, v)| Header::new(n, v.borrow())));
+        let mut record = rill_format::NewRecord::value(&m.value).headers(&headers);
+        if let Some(k) = &m.key {
+            record = record.key(k);
+        }
+        builder
+            .push(record)
+            .map_err(|e| crate::ClientError::InvalidArgument(e.to_string()))?;
+    }
+    Ok(Bytes::from(builder.finish().map_err(|e| {
+        crate::ClientError::InvalidArgument(e.to_string())
+    })?))
+}
+
+/// Decodes the records of fetched batches at or after `from`.
+pub(crate) fn decode_records(
+    partition: u32,
+    bytes: &[u8],
+    from: u64,
+    out: &mut std::collections::VecDeque<Record>,
+) -> Result<(), crate::ClientError> {
+    for batch in rill_format::Batches::new(bytes) {
+        let batch = batch?;
+        for r in batch.records() {
+            if r.offset < from {
+                continue;
+            }
+            out.push_back(Record {
+                partition,
+                offset: r.offset,
+                timestamp_us: r.timestamp_us,
+                key: r.key.map(Bytes::copy_from_slice),
+                headers: r
+                    .headers()
+                    .map(|h| (h.name.to_owned(), Value::from_borrowed(h.value)))
+                    .collect(),
+                value: Bytes::copy_from_slice(r.value),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,175 @@
+//! Cursor readers: the caller keeps the position (per-partition next offsets).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::Bytes;
+use rill_proto::pb::FetchRequest;
+use rill_proto::{ErrorCode, RequestBody, ResponseBody};
+use serde::{Deserialize, Serialize};
+
+use crate::client::{Retry, unexpected};
+use crate::message::decode_records;
+use crate::{ClientError, Record, Topic};
+
+/// Per-partition next offsets of a reader: save them, and resume with
+/// [`Reader::from_offsets`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Offsets(pub BTreeMap<u32, u64>);
+
+pub(crate) type Decode<V> = fn(Bytes) -> Result<V, String>;
+
+/// Reads every partition of a topic from a position the caller keeps.
+///
+/// A fresh reader starts at the beginning; [`Reader::next`] returns `None` once it has
+/// caught up with the tail it saw. A record that fails to decode is returned as an
+/// error carrying its position, and reading continues after it.
+#[derive(Debug)]
+pub struct Reader<V> {
+    topic: Topic,
+    name: String,
+    decode: Decode<V>,
+    /// Next offset to fetch, per partition.
+    fetch_at: Vec<u64>,
+    /// Next offset after the last record handed out, per partition.
+    handed: Vec<u64>,
+    /// The log end seen by the last fetch of each partition.
+    ends: Vec<Option<u64>>,
+    buffered: VecDeque<Record>,
+    next_partition: usize,
+    start: Option<Offsets>,
+    initialized: bool,
+    max_bytes: u32,
+}
+
+impl<V> Reader<V> {
+    pub(crate) fn new(topic: Topic, name: &str, decode: Decode<V>) -> Self {
+        Self {
+            topic,
+            name: name.to_owned(),
+            decode,
+            fetch_at: Vec::new(),
+            handed: Vec::new(),
+            ends: Vec::new(),
+            buffered: VecDeque::new(),
+            next_partition: 0,
+            start: None,
+            initialized: false,
+            max_bytes: 1 << 20,
+        }
+    }
+
+    /// Resumes from saved offsets (partitions not named start at the beginning).
+    pub fn from_offsets(mut self, offsets: Offsets) -> Self {
+        self.start = Some(offsets);
+        self.initialized = false;
+        self
+    }
+
+    /// Bytes fetched per request (default 1 MiB).
+    pub fn max_bytes(mut self, bytes: u32) -> Self {
+        self.max_bytes = bytes.max(1);
+        self
+    }
+
+    /// The reader's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Next offset per partition after the records handed out so far.
+    pub fn offsets(&self) -> Offsets {
+        if !self.initialized {
+            return self.start.clone().unwrap_or_default();
+        }
+        Offsets(
+            self.handed
+                .iter()
+                .enumerate()
+                .map(|(p, &o)| (p as u32, o))
+                .collect(),
+        )
+    }
+
+    async fn init(&mut self) -> Result<(), ClientError> {
+        let partitions = self.topic.partitions().await? as usize;
+        let start = self.start.clone().unwrap_or_default();
+        self.fetch_at = (0..partitions)
+            .map(|p| start.0.get(&(p as u32)).copied().unwrap_or(0))
+            .collect();
+        self.handed = self.fetch_at.clone();
+        self.ends = vec![None; partitions];
+        self.buffered.clear();
+        self.initialized = true;
+        Ok(())
+    }
+
+    /// The next record, `None` once caught up.
+    pub async fn next(&mut self) -> Option<Result<Record<V>, ClientError>> {
+        if !self.initialized
+            && let Err(e) = self.init().await
+        {
+            return Some(Err(e));
+        }
+        loop {
+            if let Some(record) = self.buffered.pop_front() {
+                self.handed[record.partition as usize] = record.offset + 1;
+                let decoded = (self.decode)(record.value.clone());
+                return Some(match decoded {
+                    Ok(v) => Ok(record.map(v)),
+                    Err(reason) => Err(ClientError::Decode {
+                        partition: record.partition,
+                        offset: record.offset,
+                        reason,
+                    }),
+                });
+            }
+            let partitions = self.fetch_at.len();
+            let pending = (0..partitions)
+                .map(|i| (self.next_partition + i) % partitions)
+                .find(|&p| self.ends[p].is_none_or(|end| self.fetch_at[p] < end));
+            let p = pending?;
+            self.next_partition = (p + 1) % partitions;
+            if let Err(e) = self.fetch(p).await {
+                return Some(Err(e));
+            }
+        }
+    }
+
+    async fn fetch(&mut self, p: usize) -> Result<(), ClientError> {
+        let body = RequestBody::Fetch(FetchRequest {
+            stream: self.topic.stream.to_string(),
+            topic: self.topic.name.to_string(),
+            partition: p as u32,
+            offset: self.fetch_at[p],
+            max_bytes: self.max_bytes,
+            max_wait_ms: 0,
+            min_bytes: 0,
+        });
+        match self
+            .topic
+            .client
+            .call(body, Bytes::new(), Retry::Safe)
+            .await
+        {
+            Ok((ResponseBody::Fetch(r), payload)) => {
+                decode_records(p as u32, &payload, self.fetch_at[p], &mut self.buffered)?;
+                self.fetch_at[p] = r.next_offset.max(self.fetch_at[p]);
+                self.ends[p] = Some(r.log_end);
+                Ok(())
+            }
+            Ok((other, _)) => Err(unexpected(&other)),
+            Err(ClientError::Server {
+                code: ErrorCode::OffsetBeforeStart,
+                offset: Some(start),
+                ..
+            }) => {
+                // Retention removed what we wanted; carry on from what is left.
+                tracing::warn!(reader = %self.name, partition = p, from = self.fetch_at[p], to = start, "records were deleted by retention; skipping ahead");
+                self.fetch_at[p] = start;
+                self.handed[p] = self.handed[p].max(start);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+}

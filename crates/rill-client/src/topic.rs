@@ -1,0 +1,505 @@
+//! Topic handles: admin, publish, typed views.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rill_format::ProducerInfo;
+use rill_proto::pb::{self, ProduceRequest, ProduceResponse};
+use rill_proto::{ErrorCode, RequestBody, ResponseBody};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::client::{Retry, unexpected};
+use crate::codec::{Codec, Json, MsgPack};
+use crate::message::build_batch;
+use crate::{
+    Client, ClientError, ConsumerBuilder, Message, Position, ProducerBuilder, Reader, Routing,
+    Value, partition_for_key,
+};
+
+/// A topic's durability policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Acknowledge after fdatasync (group commit): survives power loss.
+    Always,
+    /// Sync at most this long after a write.
+    Interval(Duration),
+    /// Sync on segment roll and shutdown only: survives process crashes.
+    Never,
+}
+
+/// Options for creating a topic. Unset fields take the broker's defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopicOptions {
+    /// Partitions (default 1).
+    pub partitions: Option<u32>,
+    /// Delete data older than this.
+    pub retention: Option<Duration>,
+    /// Per partition: delete the oldest data beyond this many bytes.
+    pub retention_bytes: Option<u64>,
+    /// Segment size (default 1 GiB).
+    pub segment_bytes: Option<u64>,
+    /// Durability (default `Always`).
+    pub durability: Option<Durability>,
+    /// Largest record (default 1 MiB).
+    pub max_record_bytes: Option<u32>,
+}
+
+impl TopicOptions {
+    /// Options with `n` partitions and defaults otherwise.
+    pub fn partitions(n: u32) -> Self {
+        Self {
+            partitions: Some(n),
+            ..Self::default()
+        }
+    }
+
+    pub(crate) fn to_proto(&self) -> pb::TopicOptions {
+        let (durability, interval) = match self.durability {
+            None => (pb::Durability::Unspecified, None),
+            Some(Durability::Always) => (pb::Durability::Always, None),
+            Some(Durability::Never) => (pb::Durability::Never, None),
+            Some(Durability::Interval(d)) => (pb::Durability::Interval, Some(d.as_millis() as u64)),
+        };
+        pb::TopicOptions {
+            partitions: self.partitions.unwrap_or(0),
+            retention_ms: self.retention.map(|d| d.as_millis() as u64),
+            retention_bytes: self.retention_bytes,
+            segment_bytes: self.segment_bytes,
+            durability: durability as i32,
+            durability_interval_ms: interval,
+            max_record_bytes: self.max_record_bytes,
+        }
+    }
+}
+
+/// A topic of a stream. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Topic {
+    pub(crate) client: Client,
+    pub(crate) stream: Arc<str>,
+    pub(crate) name: Arc<str>,
+    balanced: Arc<AtomicU32>,
+}
+
+impl Topic {
+    pub(crate) fn new(client: Client, stream: String, name: String) -> Self {
+        Self {
+            client,
+            stream: stream.into(),
+            name: name.into(),
+            balanced: Arc::new(AtomicU32::new(rand_start())),
+        }
+    }
+
+    /// The stream's name.
+    pub fn stream_name(&self) -> &str {
+        &self.stream
+    }
+
+    /// The topic's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The client this topic belongs to.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Creates the stream and the topic with `partitions` partitions if missing.
+    /// An existing topic with another partition count is an error that says so.
+    pub async fn ensure(&self, partitions: u32) -> Result<pb::TopicOptions, ClientError> {
+        if partitions == 0 {
+            return Err(ClientError::InvalidArgument(
+                "a topic needs at least one partition".into(),
+            ));
+        }
+        self.create_with(&TopicOptions::partitions(partitions), true)
+            .await
+    }
+
+    /// Creates the topic (and its stream) with `options`; with `if_missing`, an existing
+    /// topic whose options agree is fine.
+    pub async fn create_with(
+        &self,
+        options: &TopicOptions,
+        if_missing: bool,
+    ) -> Result<pb::TopicOptions, ClientError> {
+        let body = RequestBody::CreateTopic(pb::CreateTopicRequest {
+            stream: self.stream.to_string(),
+            topic: self.name.to_string(),
+            options: Some(options.to_proto()),
+            if_missing,
+            create_stream: true,
+        });
+        match self.client.call(body, Bytes::new(), Retry::Safe).await?.0 {
+            ResponseBody::CreateTopic(r) => {
+                let options = r.options.unwrap_or_default();
+                self.client
+                    .remember_partitions(&self.stream, &self.name, options.partitions);
+                Ok(options)
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Deletes the topic, its data and its stored offsets.
+    pub async fn delete(&self) -> Result<(), ClientError> {
+        self.client.forget_partitions(&self.stream, &self.name);
+        self.client
+            .call(
+                RequestBody::DeleteTopic(pb::DeleteTopicRequest {
+                    stream: self.stream.to_string(),
+                    topic: self.name.to_string(),
+                }),
+                Bytes::new(),
+                Retry::Safe,
+            )
+            .await
+            .map(drop)
+    }
+
+    /// Options and per-partition offsets.
+    pub async fn describe(&self) -> Result<pb::DescribeTopicResponse, ClientError> {
+        self.client.describe_topic(&self.stream, &self.name).await
+    }
+
+    /// Number of partitions (cached after the first look-up).
+    pub async fn partitions(&self) -> Result<u32, ClientError> {
+        self.client.partitions(&self.stream, &self.name).await
+    }
+
+    /// The first stored offset of a partition.
+    pub async fn first_offset(&self, partition: u32) -> Result<u64, ClientError> {
+        self.resolve(partition, pb::OffsetSpec::First, 0).await
+    }
+
+    /// The offset the next record of a partition will get (its end).
+    pub async fn end_offset(&self, partition: u32) -> Result<u64, ClientError> {
+        self.resolve(partition, pb::OffsetSpec::End, 0).await
+    }
+
+    /// The first offset of a partition at or after `timestamp_us` (the end if none).
+    pub async fn offset_for_time(
+        &self,
+        partition: u32,
+        timestamp_us: i64,
+    ) -> Result<u64, ClientError> {
+        self.resolve(partition, pb::OffsetSpec::Timestamp, timestamp_us)
+            .await
+    }
+
+    async fn resolve(
+        &self,
+        partition: u32,
+        spec: pb::OffsetSpec,
+        timestamp_us: i64,
+    ) -> Result<u64, ClientError> {
+        let body = RequestBody::ResolveOffset(pb::ResolveOffsetRequest {
+            stream: self.stream.to_string(),
+            topic: self.name.to_string(),
+            partition,
+            spec: spec as i32,
+            timestamp_us,
+        });
+        match self.client.call(body, Bytes::new(), Retry::Safe).await?.0 {
+            ResponseBody::ResolveOffset(r) => Ok(r.offset),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Starts a single-record publish.
+    pub fn publish(&self) -> Publish {
+        Publish {
+            topic: self.clone(),
+            message: Message::default(),
+            routing: Routing::Balanced,
+            deferred: None,
+        }
+    }
+
+    /// Publishes many messages. Keyed messages go to their key's partition; unkeyed
+    /// ones all go to one partition (round-robin per call), so an unkeyed batch is one
+    /// round trip. Positions are returned in input order.
+    pub async fn publish_batch(
+        &self,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Result<Vec<Position>, ClientError> {
+        let messages: Vec<Message> = messages.into_iter().collect();
+        if messages.is_empty() {
+            return Ok(Vec::new());
+        }
+        let partitions = self.partitions().await?;
+        let unkeyed = self.next_balanced(partitions);
+        let mut groups: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+        for (i, m) in messages.iter().enumerate() {
+            let p = m
+                .key
+                .as_ref()
+                .map_or(unkeyed, |k| partition_for_key(k, partitions));
+            groups.entry(p).or_default().push(i);
+        }
+        let sends = groups.iter().map(|(&p, idx)| {
+            let batch: Vec<Message> = idx.iter().map(|&i| messages[i].clone()).collect();
+            async move {
+                let r = self
+                    .produce(p, &batch, None, Retry::UnsafeAfterSend)
+                    .await?;
+                Ok::<_, ClientError>((p, r))
+            }
+        });
+        let results = futures::future::try_join_all(sends).await?;
+        let mut positions = vec![
+            Position {
+                partition: 0,
+                offset: 0
+            };
+            messages.len()
+        ];
+        for ((p, response), idx) in results.into_iter().zip(groups.values()) {
+            for (k, &i) in idx.iter().enumerate() {
+                positions[i] = Position {
+                    partition: p,
+                    offset: response.base_offset + k as u64,
+                };
+            }
+        }
+        Ok(positions)
+    }
+
+    pub(crate) fn next_balanced(&self, partitions: u32) -> u32 {
+        self.balanced.fetch_add(1, Ordering::Relaxed) % partitions.max(1)
+    }
+
+    /// Resolves a routing to a partition.
+    pub(crate) async fn route(&self, routing: &Routing) -> Result<u32, ClientError> {
+        let partitions = self.partitions().await?;
+        Ok(match routing {
+            Routing::Balanced => self.next_balanced(partitions),
+            Routing::Key(k) => partition_for_key(k, partitions),
+            Routing::Partition(p) => *p,
+        })
+    }
+
+    /// Sends one batch of messages to a partition.
+    pub(crate) async fn produce(
+        &self,
+        partition: u32,
+        messages: &[Message],
+        producer: Option<ProducerInfo>,
+        retry: Retry,
+    ) -> Result<ProduceResponse, ClientError> {
+        let batch = build_batch(messages, producer)?;
+        self.produce_batch(partition, batch, retry).await
+    }
+
+    pub(crate) async fn produce_batch(
+        &self,
+        partition: u32,
+        batch: Bytes,
+        retry: Retry,
+    ) -> Result<ProduceResponse, ClientError> {
+        let body = RequestBody::Produce(ProduceRequest {
+            stream: self.stream.to_string(),
+            topic: self.name.to_string(),
+            partition,
+        });
+        match self.client.call(body, batch, retry).await {
+            Ok((ResponseBody::Produce(r), _)) => Ok(r),
+            Ok((other, _)) => Err(unexpected(&other)),
+            Err(e) => {
+                if matches!(
+                    e.code(),
+                    Some(ErrorCode::PartitionNotFound | ErrorCode::TopicNotFound)
+                ) {
+                    self.client.forget_partitions(&self.stream, &self.name);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// A tuned producer: batching, retries, idempotence, background sending.
+    pub fn producer(&self) -> ProducerBuilder {
+        ProducerBuilder::new(self.clone())
+    }
+
+    /// A cursor reader of raw records; `name` labels it in logs.
+    pub fn records(&self, name: &str) -> Reader<Bytes> {
+        Reader::new(self.clone(), name, Ok)
+    }
+
+    /// A named consumer of one partition whose offsets the broker stores.
+    pub fn consumer(&self, name: &str, partition: u32) -> ConsumerBuilder {
+        ConsumerBuilder::new(self.clone(), name, partition)
+    }
+
+    /// A typed view whose values are JSON.
+    pub fn json<T>(&self) -> TypedTopic<T, Json> {
+        TypedTopic::new(self.clone())
+    }
+
+    /// A typed view whose values are MessagePack.
+    pub fn msgpack<T>(&self) -> TypedTopic<T, MsgPack> {
+        TypedTopic::new(self.clone())
+    }
+}
+
+fn rand_start() -> u32 {
+    // Spread independent clients over partitions without a shared counter.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    nanos.wrapping_mul(2_654_435_761)
+}
+
+/// A single-record publish; see [`Topic::publish`].
+#[derive(Debug)]
+#[must_use = "a publish does nothing until `send` is awaited"]
+pub struct Publish {
+    topic: Topic,
+    message: Message,
+    routing: Routing,
+    deferred: Option<ClientError>,
+}
+
+impl Publish {
+    /// The value's bytes.
+    pub fn value(mut self, value: impl Into<Bytes>) -> Self {
+        self.message.value = value.into();
+        self
+    }
+
+    /// The value as JSON.
+    pub fn json<T: Serialize + ?Sized>(self, value: &T) -> Self {
+        self.encoded::<Json, T>(value)
+    }
+
+    /// The value as MessagePack.
+    pub fn msgpack<T: Serialize + ?Sized>(self, value: &T) -> Self {
+        self.encoded::<MsgPack, T>(value)
+    }
+
+    fn encoded<C: Codec, T: Serialize + ?Sized>(mut self, value: &T) -> Self {
+        match C::encode(value) {
+            Ok(bytes) => self.message.value = bytes.into(),
+            Err(e) => self.deferred = Some(e),
+        }
+        self
+    }
+
+    /// Routes by key: the same key always lands in the same partition, in order.
+    pub fn key(mut self, key: impl Into<Bytes>) -> Self {
+        let key = key.into();
+        if matches!(self.routing, Routing::Partition(_)) {
+            self.deferred = Some(ClientError::InvalidArgument(
+                "a record takes a key or an explicit partition, not both".into(),
+            ));
+        }
+        self.message.key = Some(key.clone());
+        self.routing = Routing::Key(key);
+        self
+    }
+
+    /// Sends to this partition.
+    pub fn partition(mut self, partition: u32) -> Self {
+        if self.message.key.is_some() {
+            self.deferred = Some(ClientError::InvalidArgument(
+                "a record takes a key or an explicit partition, not both".into(),
+            ));
+        }
+        self.routing = Routing::Partition(partition);
+        self
+    }
+
+    /// Adds a typed header.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.message.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Sends the record: one round trip. Returns where it was stored.
+    pub async fn send(self) -> Result<Position, ClientError> {
+        if let Some(e) = self.deferred {
+            return Err(e);
+        }
+        let partition = self.topic.route(&self.routing).await?;
+        let r = self
+            .topic
+            .produce(
+                partition,
+                std::slice::from_ref(&self.message),
+                None,
+                Retry::UnsafeAfterSend,
+            )
+            .await?;
+        Ok(Position {
+            partition,
+            offset: r.base_offset,
+        })
+    }
+}
+
+/// A topic viewed through a codec for values of type `T`.
+#[derive(Debug)]
+pub struct TypedTopic<T, C> {
+    topic: Topic,
+    _types: PhantomData<fn() -> (T, C)>,
+}
+
+impl<T, C> Clone for TypedTopic<T, C> {
+    fn clone(&self) -> Self {
+        Self::new(self.topic.clone())
+    }
+}
+
+impl<T, C> TypedTopic<T, C> {
+    fn new(topic: Topic) -> Self {
+        Self {
+            topic,
+            _types: PhantomData,
+        }
+    }
+
+    /// The underlying topic.
+    pub fn topic(&self) -> &Topic {
+        &self.topic
+    }
+}
+
+impl<T: Serialize, C: Codec> TypedTopic<T, C> {
+    /// Publishes one value (balanced routing).
+    pub async fn publish(&self, value: &T) -> Result<Position, ClientError> {
+        self.topic.publish().value(C::encode(value)?).send().await
+    }
+
+    /// Publishes one value with a key.
+    pub async fn publish_keyed(
+        &self,
+        key: impl Into<Bytes>,
+        value: &T,
+    ) -> Result<Position, ClientError> {
+        self.topic
+            .publish()
+            .key(key)
+            .value(C::encode(value)?)
+            .send()
+            .await
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static, C: Codec> TypedTopic<T, C> {
+    /// A cursor reader that decodes values; a value that fails to decode is returned
+    /// as an error carrying its position, and reading continues.
+    pub fn records(&self, name: &str) -> Result<Reader<T>, ClientError> {
+        Ok(Reader::new(self.topic.clone(), name, decode_with::<T, C>))
+    }
+}
+
+fn decode_with<T: DeserializeOwned, C: Codec>(bytes: Bytes) -> Result<T, String> {
+    C::decode(&bytes)
+}

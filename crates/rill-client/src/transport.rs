@@ -1,0 +1,260 @@
+//! The one seam between the client and a broker: [`Transport`], with a TCP
+//! implementation (multiplexed, pipelined, reconnecting) and an in-process one that
+//! calls an embedded [`rill_broker::Broker`] directly. Every client feature is built on
+//! `call`, so both transports behave the same.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use futures::future::BoxFuture;
+use rill_broker::Broker;
+use rill_proto::pb::HelloRequest;
+use rill_proto::{EncodedFrame, FrameDecoder, PROTOCOL_VERSION, Request, RequestBody, Response};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+/// Why a call did not produce a response.
+#[derive(Debug, Clone)]
+pub(crate) enum CallError {
+    /// The request never left: safe to retry.
+    NotSent(String),
+    /// The connection broke after the request was sent: it may have been applied.
+    Lost(String),
+    /// The peer broke the protocol.
+    Protocol(String),
+}
+
+/// A way to send requests to a broker.
+pub(crate) trait Transport: Send + Sync + fmt::Debug {
+    fn call(&self, request: Request) -> BoxFuture<'_, Result<Response, CallError>>;
+    /// A human-readable peer name for errors.
+    fn peer(&self) -> String;
+}
+
+// ---- embedded -----------------------------------------------------------------------
+
+/// Calls an in-process broker: no sockets, no encoding.
+#[derive(Debug)]
+pub(crate) struct Embedded {
+    pub(crate) broker: Arc<Broker>,
+}
+
+impl Transport for Embedded {
+    fn call(&self, request: Request) -> BoxFuture<'_, Result<Response, CallError>> {
+        Box::pin(async move { Ok(self.broker.handle(request).await) })
+    }
+
+    fn peer(&self) -> String {
+        format!(
+            "embedded broker at {}",
+            self.broker.config().data_dir.display()
+        )
+    }
+}
+
+// ---- TCP ------------------------------------------------------------------------------
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Response, CallError>>>>>;
+
+/// Options of the TCP transport.
+#[derive(Debug, Clone)]
+pub(crate) struct TcpOptions {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) max_frame_bytes: u32,
+}
+
+#[derive(Debug)]
+struct Connection {
+    frames: mpsc::Sender<EncodedFrame>,
+    pending: Pending,
+    alive: Arc<AtomicBool>,
+}
+
+/// One multiplexed TCP connection, re-established on demand after it breaks.
+#[derive(Debug)]
+pub(crate) struct Tcp {
+    addr: String,
+    options: TcpOptions,
+    connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    next_id: AtomicU64,
+}
+
+impl Tcp {
+    pub(crate) fn new(addr: String, options: TcpOptions) -> Self {
+        Self {
+            addr,
+            options,
+            connection: tokio::sync::Mutex::new(None),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// The live connection, connecting (with a handshake) if there is none.
+    async fn connection(&self) -> Result<Arc<Connection>, CallError> {
+        let mut slot = self.connection.lock().await;
+        if let Some(c) = slot.as_ref()
+            && c.alive.load(Ordering::Acquire)
+        {
+            return Ok(Arc::clone(c));
+        }
+        let stream =
+            tokio::time::timeout(self.options.connect_timeout, TcpStream::connect(&self.addr))
+                .await
+                .map_err(|_| {
+                    CallError::NotSent(format!(
+                        "connect timed out after {:?}",
+                        self.options.connect_timeout
+                    ))
+                })?
+                .map_err(|e| CallError::NotSent(e.to_string()))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| CallError::NotSent(e.to_string()))?;
+        let connection = Arc::new(spawn_connection(stream, self.options.max_frame_bytes));
+        *slot = Some(Arc::clone(&connection));
+        drop(slot);
+        // Handshake: checks that the peer speaks this protocol.
+        let hello = Request::new(RequestBody::Hello(HelloRequest {
+            client: format!("rill-client {}", env!("CARGO_PKG_VERSION")),
+            protocol_version: u32::from(PROTOCOL_VERSION),
+        }));
+        match self.send(&connection, hello).await {
+            Ok(Response::Ok { .. }) => Ok(connection),
+            Ok(Response::Err { error, .. }) => Err(CallError::Protocol(format!(
+                "handshake refused: {}",
+                error.message
+            ))),
+            Err(CallError::Lost(e)) => Err(CallError::NotSent(e)),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn send(&self, connection: &Connection, request: Request) -> Result<Response, CallError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let frame = request
+            .encode(id)
+            .map_err(|e| CallError::NotSent(e.to_string()))?;
+        let (tx, rx) = oneshot::channel();
+        lock(&connection.pending).insert(id, tx);
+        if connection.frames.send(frame).await.is_err() {
+            lock(&connection.pending).remove(&id);
+            connection.alive.store(false, Ordering::Release);
+            return Err(CallError::NotSent("connection closed".into()));
+        }
+        match rx.await {
+            Ok(result) => result,
+            Err(_) => Err(CallError::Lost("connection closed".into())),
+        }
+    }
+}
+
+impl Transport for Tcp {
+    fn call(&self, request: Request) -> BoxFuture<'_, Result<Response, CallError>> {
+        Box::pin(async move {
+            let connection = self.connection().await?;
+            self.send(&connection, request).await
+        })
+    }
+
+    fn peer(&self) -> String {
+        self.addr.clone()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Fails every pending call of a broken connection.
+fn fail_all(pending: &Pending, alive: &AtomicBool, reason: &str) {
+    alive.store(false, Ordering::Release);
+    for (_, tx) in lock(pending).drain() {
+        let _ = tx.send(Err(CallError::Lost(reason.to_owned())));
+    }
+}
+
+fn spawn_connection(stream: TcpStream, max_frame_bytes: u32) -> Connection {
+    let (mut read, write) = stream.into_split();
+    let (frames, mut outgoing) = mpsc::channel::<EncodedFrame>(1024);
+    let pending: Pending = Arc::default();
+    let alive = Arc::new(AtomicBool::new(true));
+
+    // Writer: drains every queued frame before flushing, so pipelined requests share
+    // syscalls; large payloads bypass the buffer.
+    let (w_pending, w_alive) = (Arc::clone(&pending), Arc::clone(&alive));
+    tokio::spawn(async move {
+        let mut out = BufWriter::with_capacity(64 * 1024, write);
+        while let Some(frame) = outgoing.recv().await {
+            let mut next = Some(frame);
+            while let Some(frame) = next.take() {
+                if let Err(e) = write_frame(&mut out, &frame).await {
+                    fail_all(&w_pending, &w_alive, &e.to_string());
+                    return;
+                }
+                next = outgoing.try_recv().ok();
+            }
+            if let Err(e) = out.flush().await {
+                fail_all(&w_pending, &w_alive, &e.to_string());
+                return;
+            }
+        }
+        let _ = out.shutdown().await;
+    });
+
+    // Reader: routes each response to its caller by correlation id.
+    let (r_pending, r_alive) = (Arc::clone(&pending), Arc::clone(&alive));
+    tokio::spawn(async move {
+        let decoder = FrameDecoder::new(max_frame_bytes);
+        let mut buf = BytesMut::with_capacity(64 * 1024);
+        let reason = loop {
+            match decoder.decode(&mut buf) {
+                Ok(Some(frame)) => {
+                    let id = frame.correlation_id;
+                    let response =
+                        Response::decode(frame).map_err(|e| CallError::Protocol(e.to_string()));
+                    if let Some(tx) = lock(&r_pending).remove(&id) {
+                        let _ = tx.send(response);
+                    } else {
+                        tracing::debug!(correlation_id = id, "response for no pending request");
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => break format!("bad frame from server: {e}"),
+            }
+            if buf.capacity() - buf.len() < 16 * 1024 {
+                buf.reserve(64 * 1024);
+            }
+            match read.read_buf(&mut buf).await {
+                Ok(0) => break "connection closed by the server".to_owned(),
+                Ok(_) => {}
+                Err(e) => break e.to_string(),
+            }
+        };
+        fail_all(&r_pending, &r_alive, &reason);
+    });
+
+    Connection {
+        frames,
+        pending,
+        alive,
+    }
+}
+
+async fn write_frame<W: tokio::io::AsyncWrite + Unpin>(
+    out: &mut BufWriter<W>,
+    frame: &EncodedFrame,
+) -> std::io::Result<()> {
+    out.write_all(&frame.head).await?;
+    if frame.payload.len() >= 64 * 1024 {
+        out.flush().await?;
+        out.get_mut().write_all(&frame.payload).await
+    } else {
+        out.write_all(&frame.payload).await
+    }
+}
