@@ -56,4 +56,4 @@ pub use rill_proto::ErrorCode;
 pub use rill_proto::pb as wire;
 pub use rill_proto::pb::{DescribeTopicResponse, PartitionInfo, StreamInfo, TopicSummary};
 pub use routing::{Routing, partition_for_key};
-pub use topic::{Durability, Publish, Topic, TopicOptions, TypedTopic};
+pub use topic::{Durability, Fetched, Publish, Topic, TopicOptions, TypedTopic};

@@ -127,7 +127,11 @@ impl<V> Reader<V> {
             let pending = (0..partitions)
                 .map(|i| (self.next_partition + i) % partitions)
                 .find(|&p| self.ends[p].is_none_or(|end| self.fetch_at[p] < end));
-            let p = pending?;
+            let Some(p) = pending else {
+                // Caught up with the tails seen. A later call looks at the tails again.
+                self.ends.iter_mut().for_each(|e| *e = None);
+                return None;
+            };
             self.next_partition = (p + 1) % partitions;
             if let Err(e) = self.fetch(p).await {
                 return Some(Err(e));

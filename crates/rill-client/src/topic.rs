@@ -76,6 +76,19 @@ impl TopicOptions {
     }
 }
 
+/// The result of [`Topic::fetch`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fetched {
+    /// Records at or after the requested offset.
+    pub records: Vec<crate::Record>,
+    /// Where the next fetch continues.
+    pub next_offset: u64,
+    /// First stored offset of the partition.
+    pub log_start: u64,
+    /// Offset the next record will get.
+    pub log_end: u64,
+}
+
 /// A topic of a stream. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Topic {
@@ -209,6 +222,40 @@ impl Topic {
         match self.client.call(body, Bytes::new(), Retry::Safe).await?.0 {
             ResponseBody::ResolveOffset(r) => Ok(r.offset),
             other => Err(unexpected(&other)),
+        }
+    }
+
+    /// One fetch from a partition: records from `offset` (at most `max_bytes`, at
+    /// least one batch), waiting up to `max_wait` for some to arrive. The building
+    /// block of readers and consumers, for callers that manage positions themselves.
+    pub async fn fetch(
+        &self,
+        partition: u32,
+        offset: u64,
+        max_bytes: u32,
+        max_wait: Duration,
+    ) -> Result<Fetched, ClientError> {
+        let body = RequestBody::Fetch(pb::FetchRequest {
+            stream: self.stream.to_string(),
+            topic: self.name.to_string(),
+            partition,
+            offset,
+            max_bytes,
+            max_wait_ms: u32::try_from(max_wait.as_millis()).unwrap_or(u32::MAX),
+            min_bytes: 1,
+        });
+        match self.client.call(body, Bytes::new(), Retry::Safe).await? {
+            (ResponseBody::Fetch(r), payload) => {
+                let mut records = std::collections::VecDeque::new();
+                crate::message::decode_records(partition, &payload, offset, &mut records)?;
+                Ok(Fetched {
+                    records: records.into(),
+                    next_offset: r.next_offset,
+                    log_start: r.log_start,
+                    log_end: r.log_end,
+                })
+            }
+            (other, _) => Err(unexpected(&other)),
         }
     }
 

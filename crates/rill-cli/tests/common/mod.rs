@@ -1,0 +1,90 @@
+//! Starts the real `rill` binary as a server on free ports in a temp directory.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn rill_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_rill")
+}
+
+/// A `rill serve` child process; killed when dropped.
+pub struct ServerProcess {
+    pub child: Child,
+    pub addr: String,
+    pub http: String,
+    pub data: PathBuf,
+}
+
+impl ServerProcess {
+    /// Starts `rill serve` on `data` with ports chosen by the OS.
+    pub fn start(data: &Path) -> Self {
+        let mut child = Command::new(rill_bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--data"])
+            .arg(data)
+            .env("RILL_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn rill serve");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if !sent && line.starts_with("rill listening on ") {
+                    let _ = tx.send(line.clone());
+                    sent = true;
+                }
+                // Keep draining so the server never blocks on a full pipe.
+            }
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("rill serve did not report its address");
+        // "rill listening on 127.0.0.1:PORT (http 127.0.0.1:PORT)"
+        let rest = line.trim_start_matches("rill listening on ");
+        let (addr, http) = rest.split_once(" (http ").unwrap();
+        Self {
+            child,
+            addr: addr.to_owned(),
+            http: http.trim_end_matches(')').to_owned(),
+            data: data.to_path_buf(),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("rill://{}", self.addr)
+    }
+
+    /// SIGKILL, no cleanup.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait for a clean exit; returns the exit status code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                self.kill9();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}

@@ -1,0 +1,487 @@
+//! One scenario suite, run over both transports: the real `rill` binary on a free port
+//! (`tcp::*`) and an in-process broker (`embedded::*`).
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::ServerProcess;
+use rill_client::{
+    Background, Client, ClientError, CommitPolicy, ErrorCode, Message, Offsets, StartAt, Topic,
+    Value, partition_for_key,
+};
+use serde::{Deserialize, Serialize};
+
+/// A client and what keeps its broker alive.
+struct Harness {
+    client: Client,
+    _server: Option<ServerProcess>,
+    _dir: tempfile::TempDir,
+}
+
+impl Harness {
+    async fn tcp() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let server = ServerProcess::start(&dir.path().join("data"));
+        let client = Client::connect(&server.url()).await.unwrap();
+        Self {
+            client,
+            _server: Some(server),
+            _dir: dir,
+        }
+    }
+
+    async fn embedded() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let client = Client::open(dir.path().join("data")).await.unwrap();
+        Self {
+            client,
+            _server: None,
+            _dir: dir,
+        }
+    }
+}
+
+macro_rules! over_both_transports {
+    ($($name:ident),* $(,)?) => {
+        mod tcp {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let h = super::Harness::tcp().await;
+                    super::$name(&h.client).await;
+                }
+            )*
+        }
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let h = super::Harness::embedded().await;
+                    super::$name(&h.client).await;
+                    h.client.close().await.unwrap();
+                }
+            )*
+        }
+    };
+}
+
+over_both_transports!(
+    admin_round_trip,
+    keyed_routing_keeps_per_key_order,
+    keys_and_typed_headers_round_trip,
+    cursor_offsets_save_and_restore,
+    every_start_at,
+    allow_replay,
+    commit_policies_store_where_they_say,
+    long_poll_wakes_on_append_and_times_out_empty,
+    idempotent_producer_batches,
+    background_producer_flushes,
+    typed_codecs_and_decode_errors,
+    bad_requests_are_typed_errors,
+);
+
+async fn topic(client: &Client, name: &str, partitions: u32) -> Topic {
+    let t = client.stream("scen").topic(name);
+    t.ensure(partitions).await.unwrap();
+    t
+}
+
+async fn admin_round_trip(client: &Client) {
+    let t = topic(client, "admin", 3).await;
+    // ensure is idempotent; another partition count is an error that says so.
+    t.ensure(3).await.unwrap();
+    let err = t.ensure(4).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::TopicExists));
+    assert!(err.to_string().contains("3 partitions"), "{err}");
+    let streams = client.list_streams().await.unwrap();
+    assert!(streams.iter().any(|s| s.name == "scen"));
+    let d = t.describe().await.unwrap();
+    assert_eq!(d.partitions.len(), 3);
+    t.publish().value("x").partition(2).send().await.unwrap();
+    let d = t.describe().await.unwrap();
+    assert_eq!(d.partitions[2].next_offset, 1);
+    t.delete().await.unwrap();
+    let err = t.describe().await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::TopicNotFound));
+}
+
+async fn keyed_routing_keeps_per_key_order(client: &Client) {
+    let t = topic(client, "routing", 4).await;
+    let keys = ["a", "b", "c", "d", "e", "f"];
+    for i in 0..60 {
+        let key = keys[i % keys.len()];
+        let pos = t
+            .publish()
+            .key(key)
+            .value(format!("{key}-{i}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(pos.partition, partition_for_key(key.as_bytes(), 4));
+    }
+    let mut reader = t.records("routing");
+    let mut seen: HashMap<String, Vec<usize>> = HashMap::new();
+    while let Some(r) = reader.next().await {
+        let r = r.unwrap();
+        let key = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
+        assert_eq!(r.partition, partition_for_key(key.as_bytes(), 4));
+        let value = String::from_utf8(r.value.to_vec()).unwrap();
+        let i: usize = value.split('-').nth(1).unwrap().parse().unwrap();
+        seen.entry(key).or_default().push(i);
+    }
+    assert_eq!(seen.len(), keys.len());
+    for (key, order) in seen {
+        assert_eq!(order.len(), 10, "{key}");
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{key}: {order:?}");
+    }
+}
+
+async fn keys_and_typed_headers_round_trip(client: &Client) {
+    let t = topic(client, "headers", 1).await;
+    t.publish()
+        .key(Bytes::from_static(b"\x00\xffkey"))
+        .value(Bytes::from_static(b"\x01\x02"))
+        .header("s", "text")
+        .header("b", Bytes::from_static(b"\x00\x01"))
+        .header("t", true)
+        .header("i8", -8i8)
+        .header("i128", i128::MIN)
+        .header("u64", u64::MAX)
+        .header("u128", u128::MAX)
+        .header("f32", 1.5f32)
+        .header("f64", -2.25f64)
+        .header("s", "repeated")
+        .send()
+        .await
+        .unwrap();
+    let r = t.records("h").next().await.unwrap().unwrap();
+    assert_eq!(r.key.as_deref(), Some(&b"\x00\xffkey"[..]));
+    assert_eq!(&r.value[..], b"\x01\x02");
+    let expected: Vec<(String, Value)> = vec![
+        ("s".into(), Value::Str("text".into())),
+        ("b".into(), Value::Bytes(Bytes::from_static(b"\x00\x01"))),
+        ("t".into(), Value::Bool(true)),
+        ("i8".into(), Value::I8(-8)),
+        ("i128".into(), Value::I128(i128::MIN)),
+        ("u64".into(), Value::U64(u64::MAX)),
+        ("u128".into(), Value::U128(u128::MAX)),
+        ("f32".into(), Value::F32(1.5)),
+        ("f64".into(), Value::F64(-2.25)),
+        ("s".into(), Value::Str("repeated".into())),
+    ];
+    assert_eq!(r.headers, expected);
+    assert_eq!(r.header("s"), Some(&Value::Str("text".into())));
+    assert!(r.timestamp_us > 1_600_000_000_000_000);
+}
+
+async fn cursor_offsets_save_and_restore(client: &Client) {
+    let t = topic(client, "cursor", 2).await;
+    let messages: Vec<Message> = (0..40)
+        .map(|i| Message::new(format!("m{i}")).with_key(format!("k{}", i % 5)))
+        .collect();
+    let positions = t.publish_batch(messages).await.unwrap();
+    assert_eq!(positions.len(), 40);
+    let mut reader = t.records("first-half");
+    let mut first = Vec::new();
+    for _ in 0..15 {
+        first.push(reader.next().await.unwrap().unwrap());
+    }
+    let saved: Offsets = reader.offsets();
+    let json = serde_json::to_string(&saved).unwrap();
+    let restored: Offsets = serde_json::from_str(&json).unwrap();
+    let mut rest = Vec::new();
+    let mut reader = t.records("second-half").from_offsets(restored);
+    while let Some(r) = reader.next().await {
+        rest.push(r.unwrap());
+    }
+    assert_eq!(first.len() + rest.len(), 40);
+    let mut all: Vec<(u32, u64)> = first
+        .iter()
+        .chain(&rest)
+        .map(|r| (r.partition, r.offset))
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), 40, "no record twice, none missing");
+    // A caught-up reader returns None, and again after new data only the new record.
+    assert!(reader.next().await.is_none());
+    let pos = t.publish().value("late").partition(0).send().await.unwrap();
+    let late = reader.next().await.unwrap().unwrap();
+    assert_eq!((late.partition, late.offset), (pos.partition, pos.offset));
+}
+
+async fn every_start_at(client: &Client) {
+    let t = topic(client, "start", 1).await;
+    for i in 0..10 {
+        t.publish().value(format!("v{i}")).send().await.unwrap();
+        // Spread timestamps so a time lookup has something to find.
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    assert_eq!(first_offset(&t, StartAt::First).await, 0);
+    assert_eq!(first_offset(&t, StartAt::Last).await, 9);
+    assert_eq!(first_offset(&t, StartAt::Next).await, 0, "nothing stored: the beginning");
+    assert_eq!(first_offset(&t, StartAt::Offset(6)).await, 6);
+    let all = t.fetch(0, 0, 1 << 20, Duration::ZERO).await.unwrap().records;
+    let ts = all[4].timestamp_us;
+    let expected = all.iter().position(|r| r.timestamp_us >= ts).unwrap() as u64;
+    assert_eq!(first_offset(&t, StartAt::TimestampMicros(ts)).await, expected);
+    // Next after a stored offset.
+    let mut c = t.consumer("resume", 0).commit_policy(CommitPolicy::Disabled).build().await.unwrap();
+    let r = c.next_within(Duration::from_secs(5)).await.unwrap();
+    let r2 = c.next_within(Duration::from_secs(5)).await.unwrap();
+    c.commit(&r2).await.unwrap();
+    assert_eq!((r.offset, r2.offset), (0, 1));
+    assert_eq!(c.last_stored_offset(0), Some(1));
+    let mut c = t.consumer("resume", 0).build().await.unwrap();
+    assert_eq!(c.next_within(Duration::from_secs(5)).await.unwrap().offset, 2);
+}
+
+async fn first_offset(t: &Topic, start: StartAt) -> u64 {
+    let mut c = t
+        .consumer(&format!("start-{}", rand::random::<u32>()), 0)
+        .start_at(start)
+        .commit_policy(CommitPolicy::Disabled)
+        .build()
+        .await
+        .unwrap();
+    c.next_within(Duration::from_secs(5)).await.unwrap().offset
+}
+
+async fn allow_replay(client: &Client) {
+    let t = topic(client, "replay", 1).await;
+    for i in 0..5 {
+        t.publish().value(format!("v{i}")).send().await.unwrap();
+    }
+    let mut c = t.consumer("rp", 0).commit_policy(CommitPolicy::Each).build().await.unwrap();
+    for _ in 0..3 {
+        c.next_within(Duration::from_secs(5)).await.unwrap();
+    }
+    assert_eq!(c.last_stored_offset(0), Some(2));
+    // Without allow_replay, a start below the stored offset moves up to it.
+    let mut c = t.consumer("rp", 0).start_at(StartAt::Offset(0)).build().await.unwrap();
+    assert_eq!(c.next_within(Duration::from_secs(5)).await.unwrap().offset, 3);
+    let mut c = t
+        .consumer("rp", 0)
+        .start_at(StartAt::Offset(0))
+        .allow_replay()
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(c.next_within(Duration::from_secs(5)).await.unwrap().offset, 0);
+}
+
+async fn commit_policies_store_where_they_say(client: &Client) {
+    let t = topic(client, "commits", 1).await;
+    for i in 0..12 {
+        t.publish().value(format!("v{i}")).send().await.unwrap();
+    }
+    // (policy, records read, stored offset expected before shutdown)
+    let cases: Vec<(CommitPolicy, usize, Option<u64>)> = vec![
+        (CommitPolicy::Disabled, 5, None),
+        (CommitPolicy::Each, 5, Some(4)),
+        (CommitPolicy::Every(2), 5, Some(3)),
+        (CommitPolicy::IntervalOrEvery(Duration::from_secs(3600), 4), 5, Some(3)),
+        (CommitPolicy::IntervalOrEach(Duration::from_secs(3600)), 3, Some(2)),
+        // The poll result is batch_length = 4 records here.
+        (CommitPolicy::All, 5, Some(3)),
+        (CommitPolicy::IntervalOrAll(Duration::from_secs(3600)), 4, Some(3)),
+        // Polling stores the previous batch when the next poll starts.
+        (CommitPolicy::Polling, 5, Some(3)),
+        (CommitPolicy::IntervalOrPolling(Duration::from_secs(3600)), 3, None),
+        (CommitPolicy::Interval(Duration::from_secs(3600)), 5, None),
+    ];
+    for (i, (policy, reads, expected)) in cases.into_iter().enumerate() {
+        let name = format!("policy-{i}");
+        let mut c = t
+            .consumer(&name, 0)
+            .commit_policy(policy)
+            .batch_length(4)
+            .build()
+            .await
+            .unwrap();
+        for _ in 0..reads {
+            c.next_within(Duration::from_secs(5)).await.unwrap();
+        }
+        assert_eq!(c.last_stored_offset(0), expected, "{policy:?}");
+        // The broker agrees: a new consumer resumes right after the stored offset.
+        let resume = t
+            .consumer(&name, 0)
+            .commit_policy(CommitPolicy::Disabled)
+            .build()
+            .await
+            .unwrap()
+            .next_within(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .offset;
+        assert_eq!(resume, expected.map_or(0, |o| o + 1), "{policy:?}");
+        // Shutdown stores what was handed out, except when disabled.
+        c.shutdown().await.unwrap();
+        let after = if policy == CommitPolicy::Disabled { expected } else { Some(reads as u64 - 1) };
+        assert_eq!(c.last_stored_offset(0), after, "{policy:?} at shutdown");
+        assert!(c.next().await.is_none());
+    }
+    // A short interval stores on its own once it elapses.
+    let mut c = t
+        .consumer("interval", 0)
+        .commit_policy(CommitPolicy::Interval(Duration::from_millis(50)))
+        .build()
+        .await
+        .unwrap();
+    c.next_within(Duration::from_secs(5)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    c.next_within(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(c.last_stored_offset(0), Some(1));
+    // Zero durations and n = 0 are rejected.
+    for bad in [CommitPolicy::Interval(Duration::ZERO), CommitPolicy::Every(0)] {
+        let err = t.consumer("bad", 0).commit_policy(bad).build().await.unwrap_err();
+        assert!(matches!(err, ClientError::InvalidArgument(_)), "{err}");
+    }
+}
+
+async fn long_poll_wakes_on_append_and_times_out_empty(client: &Client) {
+    let t = topic(client, "poll", 1).await;
+    // Nothing arrives: an empty answer after max_wait.
+    let started = Instant::now();
+    let empty = t.fetch(0, 0, 1 << 20, Duration::from_millis(300)).await.unwrap();
+    let waited = started.elapsed();
+    assert!(empty.records.is_empty());
+    assert!(waited >= Duration::from_millis(250), "returned after {waited:?}");
+    // An append wakes a waiting poll long before its 10 s max_wait.
+    let poller = {
+        let t = t.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let fetched = t.fetch(0, 0, 1 << 20, Duration::from_secs(10)).await.unwrap();
+            (fetched, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let appended_at = Instant::now();
+    t.publish().value("wake").send().await.unwrap();
+    let (fetched, _) = poller.await.unwrap();
+    let woke_after_append = appended_at.elapsed();
+    assert_eq!(fetched.records.len(), 1);
+    assert!(woke_after_append < Duration::from_secs(3), "woke {woke_after_append:?} after the append");
+    // A consumer's long poll too.
+    let mut c = t.consumer("lp", 0).start_at(StartAt::Offset(1)).max_wait(Duration::from_secs(10)).build().await.unwrap();
+    let publisher = {
+        let t = t.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            t.publish().value("second").send().await.unwrap();
+        })
+    };
+    let r = c.next_within(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(&r.value[..], b"second");
+    publisher.await.unwrap();
+}
+
+async fn idempotent_producer_batches(client: &Client) {
+    let t = topic(client, "producer", 3).await;
+    let producer = t.producer().batch_length(100).build().await.unwrap();
+    let messages: Vec<Message> = (0..1000)
+        .map(|i| Message::new(format!("p{i}")).with_key(format!("key{}", i % 17)))
+        .collect();
+    let positions = producer.send_batch(messages).await.unwrap();
+    assert_eq!(positions.len(), 1000);
+    let single = producer.send_keyed(Message::new("one"), "key3").await.unwrap().unwrap();
+    assert_eq!(single.partition, partition_for_key(b"key3", 3));
+    let to_p = producer.send_to_partition(Message::new("two"), 2).await.unwrap().unwrap();
+    assert_eq!(to_p.partition, 2);
+    producer.shutdown().await.unwrap();
+    let mut reader = t.records("count");
+    let mut n = 0;
+    while let Some(r) = reader.next().await {
+        r.unwrap();
+        n += 1;
+    }
+    assert_eq!(n, 1002, "every record exactly once");
+}
+
+async fn background_producer_flushes(client: &Client) {
+    let t = topic(client, "background", 2).await;
+    let producer = t
+        .producer()
+        .batch_length(50)
+        .linger(Duration::from_millis(5))
+        .background(Background::default())
+        .build()
+        .await
+        .unwrap();
+    for i in 0..500 {
+        let sent = producer
+            .send(Message::new(format!("b{i}")).with_key(format!("k{}", i % 7)))
+            .await
+            .unwrap();
+        assert!(sent.is_none(), "background sends return once buffered");
+    }
+    producer.flush().await.unwrap();
+    let d = t.describe().await.unwrap();
+    let total: u64 = d.partitions.iter().map(|p| p.next_offset).sum();
+    assert_eq!(total, 500);
+    // Per-key order is kept with ordered sharding.
+    let mut reader = t.records("bg");
+    let mut last: HashMap<Bytes, usize> = HashMap::new();
+    while let Some(r) = reader.next().await {
+        let r = r.unwrap();
+        let i: usize = std::str::from_utf8(&r.value[1..]).unwrap().parse().unwrap();
+        if let Some(prev) = last.insert(r.key.unwrap(), i) {
+            assert!(prev < i);
+        }
+    }
+    producer.shutdown().await.unwrap();
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Order {
+    id: u32,
+    total: f64,
+}
+
+async fn typed_codecs_and_decode_errors(client: &Client) {
+    let t = topic(client, "typed", 1).await;
+    let orders = t.json::<Order>();
+    orders.publish(&Order { id: 1, total: 9.5 }).await.unwrap();
+    t.publish().value("not json").send().await.unwrap();
+    orders.publish_keyed("o3", &Order { id: 3, total: 1.0 }).await.unwrap();
+    let mut reader = orders.records("typed").unwrap();
+    let a = reader.next().await.unwrap().unwrap();
+    assert_eq!(a.value, Order { id: 1, total: 9.5 });
+    match reader.next().await.unwrap() {
+        Err(ClientError::Decode { partition: 0, offset: 1, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    let c = reader.next().await.unwrap().unwrap();
+    assert_eq!(c.value.id, 3);
+    assert!(reader.next().await.is_none());
+    // MessagePack round trip.
+    let m = client.stream("scen").topic("typed-mp");
+    m.ensure(1).await.unwrap();
+    m.msgpack::<Order>().publish(&Order { id: 7, total: 2.0 }).await.unwrap();
+    let got = m.msgpack::<Order>().records("mp").unwrap().next().await.unwrap().unwrap();
+    assert_eq!(got.value, Order { id: 7, total: 2.0 });
+    t.publish().json(&Order { id: 9, total: 0.5 }).send().await.unwrap();
+}
+
+async fn bad_requests_are_typed_errors(client: &Client) {
+    let bad = client.stream("has space").topic("t");
+    let err = bad.ensure(1).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::InvalidName));
+    let t = topic(client, "limits", 1).await;
+    let err = t.publish().value("x").partition(5).send().await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::PartitionNotFound));
+    let err = t.publish().key("k").partition(0).value("x").send().await.unwrap_err();
+    assert!(matches!(err, ClientError::InvalidArgument(_)));
+    let big = vec![b'x'; 2 << 20];
+    let err = t.publish().value(big).send().await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::RecordTooLarge), "{err}");
+    let err = t.fetch(0, 99, 1024, Duration::ZERO).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::OffsetBeyondEnd));
+    let missing = client.stream("scen").topic("missing");
+    let err = missing.publish().value("x").send().await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::TopicNotFound));
+}
