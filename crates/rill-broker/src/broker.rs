@@ -26,7 +26,7 @@ pub struct BrokerConfig {
     pub default_durability: DurabilityConfig,
     /// Largest batch accepted (default 16 MiB).
     pub max_batch_bytes: u32,
-    /// Largest fetch answered (default 64 MiB).
+    /// Largest fetch answered (default 32 MiB, so a reply fits a default 64 MiB frame).
     pub max_fetch_bytes: u32,
     /// Longest long poll (default 60 s).
     pub max_wait: Duration,
@@ -45,7 +45,7 @@ impl BrokerConfig {
             data_dir: data_dir.into(),
             default_durability: DurabilityConfig::Always,
             max_batch_bytes: 16 << 20,
-            max_fetch_bytes: 64 << 20,
+            max_fetch_bytes: 32 << 20,
             max_wait: Duration::from_secs(60),
             retention_interval: Duration::from_secs(60),
             flush_tick: Duration::from_millis(10),

@@ -222,21 +222,40 @@ async fn every_start_at(client: &Client) {
     }
     assert_eq!(first_offset(&t, StartAt::First).await, 0);
     assert_eq!(first_offset(&t, StartAt::Last).await, 9);
-    assert_eq!(first_offset(&t, StartAt::Next).await, 0, "nothing stored: the beginning");
+    assert_eq!(
+        first_offset(&t, StartAt::Next).await,
+        0,
+        "nothing stored: the beginning"
+    );
     assert_eq!(first_offset(&t, StartAt::Offset(6)).await, 6);
-    let all = t.fetch(0, 0, 1 << 20, Duration::ZERO).await.unwrap().records;
+    let all = t
+        .fetch(0, 0, 1 << 20, Duration::ZERO)
+        .await
+        .unwrap()
+        .records;
     let ts = all[4].timestamp_us;
     let expected = all.iter().position(|r| r.timestamp_us >= ts).unwrap() as u64;
-    assert_eq!(first_offset(&t, StartAt::TimestampMicros(ts)).await, expected);
+    assert_eq!(
+        first_offset(&t, StartAt::TimestampMicros(ts)).await,
+        expected
+    );
     // Next after a stored offset.
-    let mut c = t.consumer("resume", 0).commit_policy(CommitPolicy::Disabled).build().await.unwrap();
+    let mut c = t
+        .consumer("resume", 0)
+        .commit_policy(CommitPolicy::Disabled)
+        .build()
+        .await
+        .unwrap();
     let r = c.next_within(Duration::from_secs(5)).await.unwrap();
     let r2 = c.next_within(Duration::from_secs(5)).await.unwrap();
     c.commit(&r2).await.unwrap();
     assert_eq!((r.offset, r2.offset), (0, 1));
     assert_eq!(c.last_stored_offset(0), Some(1));
     let mut c = t.consumer("resume", 0).build().await.unwrap();
-    assert_eq!(c.next_within(Duration::from_secs(5)).await.unwrap().offset, 2);
+    assert_eq!(
+        c.next_within(Duration::from_secs(5)).await.unwrap().offset,
+        2
+    );
 }
 
 async fn first_offset(t: &Topic, start: StartAt) -> u64 {
@@ -255,14 +274,27 @@ async fn allow_replay(client: &Client) {
     for i in 0..5 {
         t.publish().value(format!("v{i}")).send().await.unwrap();
     }
-    let mut c = t.consumer("rp", 0).commit_policy(CommitPolicy::Each).build().await.unwrap();
+    let mut c = t
+        .consumer("rp", 0)
+        .commit_policy(CommitPolicy::Each)
+        .build()
+        .await
+        .unwrap();
     for _ in 0..3 {
         c.next_within(Duration::from_secs(5)).await.unwrap();
     }
     assert_eq!(c.last_stored_offset(0), Some(2));
     // Without allow_replay, a start below the stored offset moves up to it.
-    let mut c = t.consumer("rp", 0).start_at(StartAt::Offset(0)).build().await.unwrap();
-    assert_eq!(c.next_within(Duration::from_secs(5)).await.unwrap().offset, 3);
+    let mut c = t
+        .consumer("rp", 0)
+        .start_at(StartAt::Offset(0))
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(
+        c.next_within(Duration::from_secs(5)).await.unwrap().offset,
+        3
+    );
     let mut c = t
         .consumer("rp", 0)
         .start_at(StartAt::Offset(0))
@@ -270,7 +302,10 @@ async fn allow_replay(client: &Client) {
         .build()
         .await
         .unwrap();
-    assert_eq!(c.next_within(Duration::from_secs(5)).await.unwrap().offset, 0);
+    assert_eq!(
+        c.next_within(Duration::from_secs(5)).await.unwrap().offset,
+        0
+    );
 }
 
 async fn commit_policies_store_where_they_say(client: &Client) {
@@ -283,14 +318,30 @@ async fn commit_policies_store_where_they_say(client: &Client) {
         (CommitPolicy::Disabled, 5, None),
         (CommitPolicy::Each, 5, Some(4)),
         (CommitPolicy::Every(2), 5, Some(3)),
-        (CommitPolicy::IntervalOrEvery(Duration::from_secs(3600), 4), 5, Some(3)),
-        (CommitPolicy::IntervalOrEach(Duration::from_secs(3600)), 3, Some(2)),
+        (
+            CommitPolicy::IntervalOrEvery(Duration::from_secs(3600), 4),
+            5,
+            Some(3),
+        ),
+        (
+            CommitPolicy::IntervalOrEach(Duration::from_secs(3600)),
+            3,
+            Some(2),
+        ),
         // The poll result is batch_length = 4 records here.
         (CommitPolicy::All, 5, Some(3)),
-        (CommitPolicy::IntervalOrAll(Duration::from_secs(3600)), 4, Some(3)),
+        (
+            CommitPolicy::IntervalOrAll(Duration::from_secs(3600)),
+            4,
+            Some(3),
+        ),
         // Polling stores the previous batch when the next poll starts.
         (CommitPolicy::Polling, 5, Some(3)),
-        (CommitPolicy::IntervalOrPolling(Duration::from_secs(3600)), 3, None),
+        (
+            CommitPolicy::IntervalOrPolling(Duration::from_secs(3600)),
+            3,
+            None,
+        ),
         (CommitPolicy::Interval(Duration::from_secs(3600)), 5, None),
     ];
     for (i, (policy, reads, expected)) in cases.into_iter().enumerate() {
@@ -320,7 +371,11 @@ async fn commit_policies_store_where_they_say(client: &Client) {
         assert_eq!(resume, expected.map_or(0, |o| o + 1), "{policy:?}");
         // Shutdown stores what was handed out, except when disabled.
         c.shutdown().await.unwrap();
-        let after = if policy == CommitPolicy::Disabled { expected } else { Some(reads as u64 - 1) };
+        let after = if policy == CommitPolicy::Disabled {
+            expected
+        } else {
+            Some(reads as u64 - 1)
+        };
         assert_eq!(c.last_stored_offset(0), after, "{policy:?} at shutdown");
         assert!(c.next().await.is_none());
     }
@@ -336,8 +391,16 @@ async fn commit_policies_store_where_they_say(client: &Client) {
     c.next_within(Duration::from_secs(5)).await.unwrap();
     assert_eq!(c.last_stored_offset(0), Some(1));
     // Zero durations and n = 0 are rejected.
-    for bad in [CommitPolicy::Interval(Duration::ZERO), CommitPolicy::Every(0)] {
-        let err = t.consumer("bad", 0).commit_policy(bad).build().await.unwrap_err();
+    for bad in [
+        CommitPolicy::Interval(Duration::ZERO),
+        CommitPolicy::Every(0),
+    ] {
+        let err = t
+            .consumer("bad", 0)
+            .commit_policy(bad)
+            .build()
+            .await
+            .unwrap_err();
         assert!(matches!(err, ClientError::InvalidArgument(_)), "{err}");
     }
 }
@@ -346,16 +409,25 @@ async fn long_poll_wakes_on_append_and_times_out_empty(client: &Client) {
     let t = topic(client, "poll", 1).await;
     // Nothing arrives: an empty answer after max_wait.
     let started = Instant::now();
-    let empty = t.fetch(0, 0, 1 << 20, Duration::from_millis(300)).await.unwrap();
+    let empty = t
+        .fetch(0, 0, 1 << 20, Duration::from_millis(300))
+        .await
+        .unwrap();
     let waited = started.elapsed();
     assert!(empty.records.is_empty());
-    assert!(waited >= Duration::from_millis(250), "returned after {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(250),
+        "returned after {waited:?}"
+    );
     // An append wakes a waiting poll long before its 10 s max_wait.
     let poller = {
         let t = t.clone();
         tokio::spawn(async move {
             let started = Instant::now();
-            let fetched = t.fetch(0, 0, 1 << 20, Duration::from_secs(10)).await.unwrap();
+            let fetched = t
+                .fetch(0, 0, 1 << 20, Duration::from_secs(10))
+                .await
+                .unwrap();
             (fetched, started.elapsed())
         })
     };
@@ -365,9 +437,18 @@ async fn long_poll_wakes_on_append_and_times_out_empty(client: &Client) {
     let (fetched, _) = poller.await.unwrap();
     let woke_after_append = appended_at.elapsed();
     assert_eq!(fetched.records.len(), 1);
-    assert!(woke_after_append < Duration::from_secs(3), "woke {woke_after_append:?} after the append");
+    assert!(
+        woke_after_append < Duration::from_secs(3),
+        "woke {woke_after_append:?} after the append"
+    );
     // A consumer's long poll too.
-    let mut c = t.consumer("lp", 0).start_at(StartAt::Offset(1)).max_wait(Duration::from_secs(10)).build().await.unwrap();
+    let mut c = t
+        .consumer("lp", 0)
+        .start_at(StartAt::Offset(1))
+        .max_wait(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
     let publisher = {
         let t = t.clone();
         tokio::spawn(async move {
@@ -388,9 +469,17 @@ async fn idempotent_producer_batches(client: &Client) {
         .collect();
     let positions = producer.send_batch(messages).await.unwrap();
     assert_eq!(positions.len(), 1000);
-    let single = producer.send_keyed(Message::new("one"), "key3").await.unwrap().unwrap();
+    let single = producer
+        .send_keyed(Message::new("one"), "key3")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(single.partition, partition_for_key(b"key3", 3));
-    let to_p = producer.send_to_partition(Message::new("two"), 2).await.unwrap().unwrap();
+    let to_p = producer
+        .send_to_partition(Message::new("two"), 2)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(to_p.partition, 2);
     producer.shutdown().await.unwrap();
     let mut reader = t.records("count");
@@ -447,12 +536,19 @@ async fn typed_codecs_and_decode_errors(client: &Client) {
     let orders = t.json::<Order>();
     orders.publish(&Order { id: 1, total: 9.5 }).await.unwrap();
     t.publish().value("not json").send().await.unwrap();
-    orders.publish_keyed("o3", &Order { id: 3, total: 1.0 }).await.unwrap();
+    orders
+        .publish_keyed("o3", &Order { id: 3, total: 1.0 })
+        .await
+        .unwrap();
     let mut reader = orders.records("typed").unwrap();
     let a = reader.next().await.unwrap().unwrap();
     assert_eq!(a.value, Order { id: 1, total: 9.5 });
     match reader.next().await.unwrap() {
-        Err(ClientError::Decode { partition: 0, offset: 1, .. }) => {}
+        Err(ClientError::Decode {
+            partition: 0,
+            offset: 1,
+            ..
+        }) => {}
         other => panic!("{other:?}"),
     }
     let c = reader.next().await.unwrap().unwrap();
@@ -461,10 +557,24 @@ async fn typed_codecs_and_decode_errors(client: &Client) {
     // MessagePack round trip.
     let m = client.stream("scen").topic("typed-mp");
     m.ensure(1).await.unwrap();
-    m.msgpack::<Order>().publish(&Order { id: 7, total: 2.0 }).await.unwrap();
-    let got = m.msgpack::<Order>().records("mp").unwrap().next().await.unwrap().unwrap();
+    m.msgpack::<Order>()
+        .publish(&Order { id: 7, total: 2.0 })
+        .await
+        .unwrap();
+    let got = m
+        .msgpack::<Order>()
+        .records("mp")
+        .unwrap()
+        .next()
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(got.value, Order { id: 7, total: 2.0 });
-    t.publish().json(&Order { id: 9, total: 0.5 }).send().await.unwrap();
+    t.publish()
+        .json(&Order { id: 9, total: 0.5 })
+        .send()
+        .await
+        .unwrap();
 }
 
 async fn bad_requests_are_typed_errors(client: &Client) {
@@ -472,9 +582,22 @@ async fn bad_requests_are_typed_errors(client: &Client) {
     let err = bad.ensure(1).await.unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::InvalidName));
     let t = topic(client, "limits", 1).await;
-    let err = t.publish().value("x").partition(5).send().await.unwrap_err();
+    let err = t
+        .publish()
+        .value("x")
+        .partition(5)
+        .send()
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::PartitionNotFound));
-    let err = t.publish().key("k").partition(0).value("x").send().await.unwrap_err();
+    let err = t
+        .publish()
+        .key("k")
+        .partition(0)
+        .value("x")
+        .send()
+        .await
+        .unwrap_err();
     assert!(matches!(err, ClientError::InvalidArgument(_)));
     let big = vec![b'x'; 2 << 20];
     let err = t.publish().value(big).send().await.unwrap_err();

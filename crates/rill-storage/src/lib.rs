@@ -41,6 +41,7 @@ mod index;
 mod io;
 mod log;
 mod recovery;
+mod recovery_point;
 mod segment;
 
 pub use clock::{Clock, ManualClock, SystemClock};

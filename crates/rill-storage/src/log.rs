@@ -19,6 +19,7 @@ use crate::config::{Durability, LogConfig};
 use crate::error::io_err;
 use crate::index::SegmentIndex;
 use crate::io::{Io, StdIo};
+use crate::recovery_point::RecoveryPoint;
 use crate::segment::{IndexCadence, Scanner, Segment, entry_for, log_path};
 use crate::{StorageError, recovery};
 
@@ -118,6 +119,7 @@ struct Written {
     segment: Arc<Segment>,
     len: u64,
     next_offset: u64,
+    max_ts: Option<i64>,
 }
 
 #[derive(Debug, Default)]
@@ -323,6 +325,7 @@ impl PartitionLog {
                 segment: Arc::clone(&w.active),
                 len: w.written_len,
                 next_offset: next,
+                max_ts: w.last_max_ts,
             };
             if self.config.durability != Durability::Always {
                 self.publish(&written);
@@ -417,6 +420,13 @@ impl PartitionLog {
             let mut segments = self.segments.write().unwrap_or_else(|e| e.into_inner());
             segments.push(Arc::clone(&segment));
         }
+        RecoveryPoint {
+            segment_base: base,
+            position: 0,
+            next_offset: base,
+            max_timestamp_us: w.last_max_ts,
+        }
+        .write(self.io.as_ref(), &self.dir);
         w.active = segment;
         w.written_len = 0;
         w.segment_first_ts = None;
@@ -455,6 +465,16 @@ impl PartitionLog {
             st.syncing = true;
             drop(st);
             let result = target.segment.log.sync_data();
+            if result.is_ok() {
+                // Only one thread syncs at a time, so recovery points are written in order.
+                RecoveryPoint {
+                    segment_base: target.segment.base_offset,
+                    position: target.len,
+                    next_offset: target.next_offset,
+                    max_timestamp_us: target.max_ts,
+                }
+                .write(self.io.as_ref(), &self.dir);
+            }
             let now = self.clock.now_us();
             st = self.commit.lock();
             st.syncing = false;

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use crate::StorageError;
 use crate::config::LogConfig;
 use crate::error::io_err;
-use crate::index::{IndexEntry, SegmentIndex};
+use crate::index::SegmentIndex;
 use crate::io::Io;
 use crate::log::{Writer, corrupt, create_segment};
+use crate::recovery_point::RecoveryPoint;
 use crate::segment::{Found, IndexCadence, ScanStop, Scanner, Segment, entry_for, parse_log_name};
 
 pub(crate) struct Recovered {
@@ -78,7 +79,7 @@ pub(crate) fn recover(
         let tail = if i < last_i {
             open_sealed(&segment, config, len, index_ok)?
         } else {
-            recover_active(&segment, config, len)?
+            recover_active(&segment, config, len, RecoveryPoint::read(io, dir))?
         };
         segment.set_next_offset(tail.next_offset);
         if let Some(ts) = tail.max_ts {
@@ -92,6 +93,19 @@ pub(crate) fn recover(
     let (active, first_ts) = segments.last().cloned().expect("at least one segment");
     let written_len = active.visible_len();
     let next_offset = active.next_offset();
+    // What recovery kept may have been only in the page cache (a process crash): make
+    // it durable before the recovery point says so.
+    active
+        .log
+        .sync_data()
+        .map_err(io_err("sync segment", &active.path))?;
+    RecoveryPoint {
+        segment_base: active.base_offset,
+        position: written_len,
+        next_offset,
+        max_timestamp_us: last_max_ts,
+    }
+    .write(io, dir);
     let writer = new_writer(
         config,
         active,
@@ -250,50 +264,91 @@ fn first_timestamp(segment: &Segment, len: u64) -> Result<Option<i64>, StorageEr
     })
 }
 
-/// Repairs the active segment: trims index entries that point past valid data, scans
-/// forward from the last good entry validating every batch, and truncates the file at
-/// the first torn or invalid batch.
-fn recover_active(segment: &Segment, config: &LogConfig, len: u64) -> Result<Tail, StorageError> {
+/// Repairs the active segment: validates every batch from the recovery point (or
+/// from the start, without a usable one) and truncates the file at the first torn or
+/// invalid batch. Index entries at or after the starting position are rebuilt.
+fn recover_active(
+    segment: &Segment,
+    config: &LogConfig,
+    len: u64,
+    rp: Option<RecoveryPoint>,
+) -> Result<Tail, StorageError> {
     let base = segment.base_offset;
-    // Find the last index entry that points at a valid batch with the expected offset.
-    let kept = {
-        let index = segment.index();
-        let entries: Vec<IndexEntry> = index.entries().to_vec();
-        drop(index);
-        let mut kept = 0;
-        for (i, entry) in entries.iter().enumerate().rev() {
-            if u64::from(entry.position) >= len {
-                continue;
-            }
-            let mut scanner = Scanner::new(
-                segment.log.as_ref(),
-                &segment.path,
-                u64::from(entry.position),
-                len,
-            )
-            .validating(base + u64::from(entry.rel_offset));
-            if matches!(scanner.next_batch()?, Ok(Some(_))) {
-                kept = i + 1;
-                break;
-            }
+    if let Some(rp) =
+        rp.filter(|rp| rp.segment_base == base && rp.position <= len && rp.next_offset >= base)
+        && last_entry_below_is_sound(segment, rp.position, len)?
+    {
+        if let Some(tail) = scan_tail(
+            segment,
+            config,
+            len,
+            rp.position,
+            rp.next_offset,
+            rp.max_timestamp_us,
+        )? {
+            return Ok(tail);
         }
-        kept
-    };
-    let (start, expected) = {
-        let mut index = segment.index_mut();
-        if kept < index.entries().len() {
-            index.truncate(kept)?;
-        }
-        index.last().map_or((0, base), |e| {
-            (u64::from(e.position), base + u64::from(e.rel_offset))
-        })
-    };
+        tracing::warn!(path = %segment.path.display(), "recovery point does not match the segment; validating all of it");
+    }
+    Ok(scan_tail(segment, config, len, 0, base, None)?.expect("a scan from the start always fits"))
+}
 
+/// Whether the last index entry below `position` points at a batch header with the
+/// offset it claims. Entries below the recovery point are kept without a scan, so a
+/// damaged index is caught here (and the whole segment rescanned) rather than by reads.
+fn last_entry_below_is_sound(
+    segment: &Segment,
+    position: u64,
+    len: u64,
+) -> Result<bool, StorageError> {
+    let entry = segment
+        .index()
+        .entries()
+        .iter()
+        .take_while(|e| u64::from(e.position) < position)
+        .last()
+        .copied();
+    let Some(entry) = entry else { return Ok(true) };
+    let mut scanner = Scanner::new(
+        segment.log.as_ref(),
+        &segment.path,
+        u64::from(entry.position),
+        len,
+    )
+    .with_chunk(rill_format::BATCH_HEADER_LEN)
+    .chaining(segment.base_offset + u64::from(entry.rel_offset));
+    Ok(matches!(scanner.next_batch()?, Ok(Some(_))))
+}
+
+/// Validates `[start, len)` of the active segment, expecting `expected` as the first
+/// offset. `None` if a valid batch at `start` has another offset (the recovery point
+/// does not describe this file).
+fn scan_tail(
+    segment: &Segment,
+    config: &LogConfig,
+    len: u64,
+    start: u64,
+    expected: u64,
+    max_ts_before: Option<i64>,
+) -> Result<Option<Tail>, StorageError> {
+    let base = segment.base_offset;
+    {
+        let mut index = segment.index_mut();
+        let keep = index
+            .entries()
+            .iter()
+            .take_while(|e| u64::from(e.position) < start)
+            .count();
+        if keep < index.entries().len() {
+            index.truncate(keep)?;
+        }
+    }
     let mut cadence = IndexCadence::new(config.index_interval_bytes, segment.index().last());
     let mut scanner =
         Scanner::new(segment.log.as_ref(), &segment.path, start, len).validating(expected);
     let mut next_offset = expected;
-    let mut max_ts = None;
+    let mut max_ts = max_ts_before;
+    let mut first = true;
     let end = loop {
         match scanner.next_batch()? {
             Ok(Some(found)) => {
@@ -303,41 +358,33 @@ fn recover_active(segment: &Segment, config: &LogConfig, len: u64) -> Result<Tai
                     segment.index_mut().push(entry)?;
                 }
                 next_offset = found.header.next_offset().expect("validated batch");
-                max_ts = Some(found.header.max_timestamp_us);
+                max_ts = Some(max_ts.map_or(found.header.max_timestamp_us, |m| {
+                    m.max(found.header.max_timestamp_us)
+                }));
             }
             Ok(None) => break len,
+            Err(ScanStop::OffsetMismatch { .. }) if first && start > 0 => return Ok(None),
             Err(stop) => {
                 let at = scanner.position();
                 warn_truncation(segment, at, len, &stop);
                 break at;
             }
         }
+        first = false;
     };
     if end < len {
         segment
             .log
             .set_len(end)
             .map_err(io_err("truncate segment", &segment.path))?;
-        segment
-            .log
-            .sync_data()
-            .map_err(io_err("sync segment", &segment.path))?;
-    }
-    if max_ts.is_none() && start > 0 {
-        // Unreachable in practice: a kept entry points at a valid batch. Kept for safety.
-        return Err(corrupt(
-            &segment.path,
-            start,
-            &"index entry points at no batch",
-        ));
     }
     segment.set_visible_len(end);
     let first_ts = first_timestamp(segment, end)?;
-    Ok(Tail {
+    Ok(Some(Tail {
         next_offset,
         max_ts,
         first_ts,
-    })
+    }))
 }
 
 fn warn_truncation(segment: &Segment, at: u64, len: u64, stop: &ScanStop) {

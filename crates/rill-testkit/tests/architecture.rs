@@ -9,6 +9,15 @@ use std::process::Command;
 const ALLOWED: &[(&str, &[&str])] = &[
     ("rill-format", &[]),
     ("rill-storage", &["rill-format"]),
+    ("rill-proto", &[]),
+    (
+        "rill-broker",
+        &["rill-format", "rill-storage", "rill-proto"],
+    ),
+    ("rill-server", &["rill-format", "rill-proto", "rill-broker"]),
+    // The embedded transport runs a broker in-process.
+    ("rill-client", &["rill-format", "rill-proto", "rill-broker"]),
+    ("rill-cli", &["rill-client", "rill-server", "rill-broker"]),
     ("rill-testkit", &["rill-format", "rill-storage"]),
 ];
 
@@ -71,14 +80,22 @@ fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
 }
 
 #[test]
-fn format_and_storage_have_no_network_code_and_format_no_io() {
+fn lower_crates_have_no_network_code_and_format_no_io() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     for (krate, forbidden) in [
         (
             "rill-format/src",
-            &["std::net", "tokio", "std::fs", "std::io::"][..],
+            &["std::net", "tokio::", "std::fs", "std::io::"][..],
         ),
-        ("rill-storage/src", &["std::net", "tokio", "rill_proto"][..]),
+        (
+            "rill-storage/src",
+            &["std::net", "tokio::", "rill_proto"][..],
+        ),
+        ("rill-proto/src", &["std::net", "tokio::", "std::fs"][..]),
+        (
+            "rill-broker/src",
+            &["std::net", "TcpStream", "TcpListener", "UdpSocket"][..],
+        ),
     ] {
         let mut files = Vec::new();
         sources(&root.join(krate), &mut files);

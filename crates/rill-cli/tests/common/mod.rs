@@ -22,7 +22,14 @@ impl ServerProcess {
     /// Starts `rill serve` on `data` with ports chosen by the OS.
     pub fn start(data: &Path) -> Self {
         let mut child = Command::new(rill_bin())
-            .args(["serve", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--data"])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--http",
+                "127.0.0.1:0",
+                "--data",
+            ])
             .arg(data)
             .env("RILL_LOG", "warn")
             .stdout(Stdio::null())

@@ -1,0 +1,29 @@
+//! The server's error type.
+
+use std::net::SocketAddr;
+
+/// Why the server could not start or run.
+#[derive(thiserror::Error, Debug)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A socket operation on a listener failed.
+    #[error("server I/O: {0}")]
+    Io(#[from] std::io::Error),
+    /// A `ServerConfig` value is out of range.
+    #[error("invalid server config: {field} {reason}")]
+    InvalidConfig {
+        /// The offending field.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+}

@@ -1,0 +1,190 @@
+//! The HTTP admin endpoint: `GET /health` and `GET /metrics`, nothing else.
+//!
+//! A minimal HTTP/1.1 responder rather than an HTTP library: one request per
+//! connection, the request head read up to 8 KiB, a response with `Content-Length` and
+//! `Connection: close`. Every exchange is bounded in bytes and time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::Metrics;
+
+/// Largest request head read.
+const REQUEST_HEAD_BYTES_MAX: usize = 8 << 10;
+/// Longest one exchange (read the head, write the response) may take.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Content type of the Prometheus text exposition format.
+const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
+
+/// Serves one admin connection.
+pub(crate) async fn serve(mut socket: TcpStream, metrics: Arc<Metrics>) {
+    match tokio::time::timeout(EXCHANGE_TIMEOUT, exchange(&mut socket, &metrics)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "admin HTTP exchange failed"),
+        Err(_) => tracing::debug!("admin HTTP exchange timed out"),
+    }
+}
+
+async fn exchange(socket: &mut TcpStream, metrics: &Metrics) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    let response = loop {
+        if let Some(end) = head_end(&head) {
+            break respond(&head[..end], metrics);
+        }
+        if head.len() >= REQUEST_HEAD_BYTES_MAX {
+            break response(
+                431,
+                "Request Header Fields Too Large",
+                TEXT_CONTENT_TYPE,
+                b"request head too large\n",
+                false,
+            );
+        }
+        let room = (REQUEST_HEAD_BYTES_MAX - head.len()).min(chunk.len());
+        let n = socket.read(&mut chunk[..room]).await?;
+        if n == 0 {
+            // Closed before sending a whole request head: nothing to answer.
+            return Ok(());
+        }
+        head.extend_from_slice(&chunk[..n]);
+    };
+    socket.write_all(&response).await?;
+    socket.shutdown().await
+}
+
+/// The length of the request head through its blank line, if it is complete.
+fn head_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
+}
+
+/// The whole response to a request head.
+fn respond(head: &[u8], metrics: &Metrics) -> Vec<u8> {
+    let Some((method, target)) = request_line(head) else {
+        return response(
+            400,
+            "Bad Request",
+            TEXT_CONTENT_TYPE,
+            b"bad request\n",
+            false,
+        );
+    };
+    let path = target.split('?').next().unwrap_or(target);
+    let with_body = method != "HEAD";
+    let known = matches!(path, "/health" | "/metrics");
+    if known && !matches!(method, "GET" | "HEAD") {
+        return response(
+            405,
+            "Method Not Allowed",
+            TEXT_CONTENT_TYPE,
+            b"method not allowed\n",
+            true,
+        );
+    }
+    match path {
+        "/health" => response(200, "OK", TEXT_CONTENT_TYPE, b"ok\n", with_body),
+        "/metrics" => response(
+            200,
+            "OK",
+            METRICS_CONTENT_TYPE,
+            metrics.render().as_bytes(),
+            with_body,
+        ),
+        _ => response(
+            404,
+            "Not Found",
+            TEXT_CONTENT_TYPE,
+            b"not found\n",
+            with_body,
+        ),
+    }
+}
+
+/// Method and target of an `HTTP/1.x` request line.
+fn request_line(head: &[u8]) -> Option<(&str, &str)> {
+    let line = head.split(|&b| b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?.trim_end_matches('\r');
+    let mut parts = line.split(' ');
+    let (method, target, version) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || !version.starts_with("HTTP/1.") || !target.starts_with('/') {
+        return None;
+    }
+    Some((method, target))
+}
+
+/// A `Connection: close` response; a 405 names the allowed methods.
+fn response(
+    status: u16,
+    reason: &str,
+    content_type: &str,
+    body: &[u8],
+    with_body: bool,
+) -> Vec<u8> {
+    let allow = if status == 405 {
+        "Allow: GET, HEAD\r\n"
+    } else {
+        ""
+    };
+    let mut out = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    if with_body {
+        out.extend_from_slice(body);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(request: &str) -> String {
+        String::from_utf8(respond(request.as_bytes(), &Metrics::new())).unwrap()
+    }
+
+    #[test]
+    fn health_is_ok() {
+        let r = answer("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+        assert!(r.contains("Content-Length: 3\r\n"));
+        assert!(r.ends_with("\r\n\r\nok\n"));
+    }
+
+    #[test]
+    fn metrics_is_prometheus_text() {
+        let r = answer("GET /metrics?x=1 HTTP/1.0\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+        assert!(r.contains("Content-Type: text/plain; version=0.0.4"));
+        assert!(r.contains("# TYPE rill_requests_total counter"));
+    }
+
+    #[test]
+    fn head_has_no_body() {
+        let r = answer("HEAD /health HTTP/1.1\r\n\r\n");
+        assert!(r.ends_with("Connection: close\r\n\r\n"), "{r}");
+    }
+
+    #[test]
+    fn other_paths_methods_and_garbage() {
+        assert!(answer("GET / HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404 "));
+        assert!(answer("GET /healthz HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404 "));
+        let post = answer("POST /health HTTP/1.1\r\n\r\n");
+        assert!(post.starts_with("HTTP/1.1 405 "));
+        assert!(post.contains("Allow: GET, HEAD\r\n"));
+        assert!(answer("\u{1}\u{2}\r\n\r\n").starts_with("HTTP/1.1 400 "));
+        assert!(answer("GET /health SPDY/3\r\n\r\n").starts_with("HTTP/1.1 400 "));
+        assert!(answer("GET  /health HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 400 "));
+    }
+
+    #[test]
+    fn head_end_is_found() {
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\n\r\nbody"), Some(18));
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\n"), None);
+    }
+}

@@ -1,0 +1,473 @@
+//! Counters, gauges and histograms kept with atomics, rendered in the Prometheus text
+//! exposition format (version 0.0.4).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use rill_proto::Kind;
+
+/// Upper bounds of the request-duration histogram buckets, in seconds (50 µs to 10 s);
+/// a last `+Inf` bucket catches the rest.
+pub const DURATION_BUCKETS_SECONDS: &[f64] = &[
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0,
+];
+
+/// The same bounds in nanoseconds, for cheap comparisons on the hot path.
+const DURATION_BUCKETS_NANOS: [u64; 17] = [
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+];
+
+/// Distinct `{stream, topic}` label sets kept at most. Topics come from the broker's
+/// catalog (only successful requests are counted), but deleted and recreated topics
+/// would otherwise accumulate for the life of the process.
+const TOPIC_SERIES_MAX: usize = 10_000;
+
+/// Label of requests whose kind this build does not know.
+const UNKNOWN_KIND: &str = "unknown";
+
+/// A fixed-bucket histogram of durations.
+#[derive(Debug)]
+struct Histogram {
+    /// Non-cumulative counts; the last slot is `+Inf`.
+    buckets: [AtomicU64; DURATION_BUCKETS_NANOS.len() + 1],
+    sum_nanos: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    fn new() -> Self {
+        Self {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            sum_nanos: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    fn observe(&self, elapsed: Duration) {
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        let slot = DURATION_BUCKETS_NANOS.partition_point(|&bound| bound < nanos);
+        self.buckets[slot].fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[derive(Debug)]
+struct KindMetrics {
+    requests: AtomicU64,
+    errors: AtomicU64,
+    duration: Histogram,
+}
+
+#[derive(Debug, Default)]
+struct TopicMetrics {
+    records_in: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+}
+
+/// The server's metrics, served at `GET /metrics`. Shared by every connection of one
+/// [`Server`](crate::Server); cheap to update from any task.
+#[derive(Debug)]
+pub struct Metrics {
+    connections: AtomicI64,
+    connections_accepted: AtomicU64,
+    connections_rejected: AtomicU64,
+    /// One slot per `Kind::ALL` entry, then one for unknown kinds.
+    kinds: Box<[KindMetrics]>,
+    topics: RwLock<BTreeMap<String, BTreeMap<String, Arc<TopicMetrics>>>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Metrics with every value at zero.
+    pub fn new() -> Self {
+        Self {
+            connections: AtomicI64::new(0),
+            connections_accepted: AtomicU64::new(0),
+            connections_rejected: AtomicU64::new(0),
+            kinds: (0..=Kind::ALL.len())
+                .map(|_| KindMetrics {
+                    requests: AtomicU64::new(0),
+                    errors: AtomicU64::new(0),
+                    duration: Histogram::new(),
+                })
+                .collect(),
+            topics: RwLock::new(BTreeMap::new()),
+        }
+    }
+
+    /// Client connections open now.
+    pub fn connections(&self) -> i64 {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Requests of `kind` answered so far (successes and errors).
+    pub fn requests_total(&self, kind: Kind) -> u64 {
+        self.kind(Some(kind)).requests.load(Ordering::Relaxed)
+    }
+
+    /// Requests of `kind` answered with an error so far.
+    pub fn request_errors_total(&self, kind: Kind) -> u64 {
+        self.kind(Some(kind)).errors.load(Ordering::Relaxed)
+    }
+
+    fn kind(&self, kind: Option<Kind>) -> &KindMetrics {
+        let slot = kind
+            .and_then(|k| Kind::ALL.iter().position(|&known| known == k))
+            .unwrap_or(Kind::ALL.len());
+        &self.kinds[slot]
+    }
+
+    /// Counts an open connection until the returned guard is dropped.
+    pub(crate) fn connection_opened(self: &Arc<Self>) -> ConnectionGauge {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+        self.connections_accepted.fetch_add(1, Ordering::Relaxed);
+        ConnectionGauge(Arc::clone(self))
+    }
+
+    pub(crate) fn connection_rejected(&self) {
+        self.connections_rejected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records one request the broker answered.
+    pub(crate) fn request(&self, kind: Kind, elapsed: Duration, failed: bool) {
+        let m = self.kind(Some(kind));
+        m.requests.fetch_add(1, Ordering::Relaxed);
+        if failed {
+            m.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        m.duration.observe(elapsed);
+    }
+
+    /// Records a request refused before it reached the broker (an undecodable frame);
+    /// `kind` is `None` when the frame named no known kind.
+    pub(crate) fn rejected(&self, kind: Option<Kind>) {
+        let m = self.kind(kind);
+        m.requests.fetch_add(1, Ordering::Relaxed);
+        m.errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records records and bytes appended to a topic.
+    pub(crate) fn produced(&self, stream: &str, topic: &str, records: u64, bytes: u64) {
+        if let Some(t) = self.topic(stream, topic) {
+            t.records_in.fetch_add(records, Ordering::Relaxed);
+            t.bytes_in.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Records batch bytes served from a topic.
+    pub(crate) fn fetched(&self, stream: &str, topic: &str, bytes: u64) {
+        if let Some(t) = self.topic(stream, topic) {
+            t.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// The counters of one topic, created on first use; `None` past the series bound.
+    fn topic(&self, stream: &str, topic: &str) -> Option<Arc<TopicMetrics>> {
+        {
+            let topics = self.topics.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(t) = topics.get(stream).and_then(|s| s.get(topic)) {
+                return Some(Arc::clone(t));
+            }
+        }
+        let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
+        let series: usize = topics.values().map(BTreeMap::len).sum();
+        if series >= TOPIC_SERIES_MAX {
+            return None;
+        }
+        let t = topics
+            .entry(stream.to_owned())
+            .or_default()
+            .entry(topic.to_owned())
+            .or_default();
+        Some(Arc::clone(t))
+    }
+
+    /// Every metric in the Prometheus text exposition format, version 0.0.4.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(16 << 10);
+        header(
+            &mut out,
+            "rill_connections",
+            "gauge",
+            "Open client connections.",
+        );
+        line(&mut out, "rill_connections", "", self.connections());
+        header(
+            &mut out,
+            "rill_connections_accepted_total",
+            "counter",
+            "Client connections accepted.",
+        );
+        line(
+            &mut out,
+            "rill_connections_accepted_total",
+            "",
+            self.connections_accepted.load(Ordering::Relaxed),
+        );
+        header(
+            &mut out,
+            "rill_connections_rejected_total",
+            "counter",
+            "Client connections refused because max_connections were open.",
+        );
+        line(
+            &mut out,
+            "rill_connections_rejected_total",
+            "",
+            self.connections_rejected.load(Ordering::Relaxed),
+        );
+        self.render_requests(&mut out);
+        self.render_topics(&mut out);
+        out
+    }
+
+    fn kinds_with_names(&self) -> impl Iterator<Item = (&'static str, &KindMetrics)> {
+        Kind::ALL
+            .iter()
+            .map(|k| k.name())
+            .chain([UNKNOWN_KIND])
+            .zip(self.kinds.iter())
+    }
+
+    fn render_requests(&self, out: &mut String) {
+        header(
+            out,
+            "rill_requests_total",
+            "counter",
+            "Requests answered, by kind.",
+        );
+        for (name, m) in self.kinds_with_names() {
+            let labels = format!("kind=\"{name}\"");
+            line(
+                out,
+                "rill_requests_total",
+                &labels,
+                m.requests.load(Ordering::Relaxed),
+            );
+        }
+        header(
+            out,
+            "rill_request_errors_total",
+            "counter",
+            "Requests answered with an error, by kind.",
+        );
+        for (name, m) in self.kinds_with_names() {
+            let labels = format!("kind=\"{name}\"");
+            line(
+                out,
+                "rill_request_errors_total",
+                &labels,
+                m.errors.load(Ordering::Relaxed),
+            );
+        }
+        header(
+            out,
+            "rill_request_duration_seconds",
+            "histogram",
+            "Time the broker took to answer a request, by kind.",
+        );
+        for (name, m) in self.kinds_with_names() {
+            let h = &m.duration;
+            let count = h.count.load(Ordering::Relaxed);
+            if count == 0 {
+                continue;
+            }
+            let mut cumulative = 0;
+            for (i, bucket) in h.buckets.iter().enumerate() {
+                cumulative += bucket.load(Ordering::Relaxed);
+                let le = DURATION_BUCKETS_SECONDS
+                    .get(i)
+                    .map_or_else(|| "+Inf".to_owned(), |b| b.to_string());
+                let labels = format!("kind=\"{name}\",le=\"{le}\"");
+                line(
+                    out,
+                    "rill_request_duration_seconds_bucket",
+                    &labels,
+                    cumulative,
+                );
+            }
+            let labels = format!("kind=\"{name}\"");
+            let sum = h.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+            line(out, "rill_request_duration_seconds_sum", &labels, sum);
+            line(out, "rill_request_duration_seconds_count", &labels, count);
+        }
+    }
+
+    fn render_topics(&self, out: &mut String) {
+        let topics = self.topics.read().unwrap_or_else(|e| e.into_inner());
+        let series: Vec<(String, &TopicMetrics)> = topics
+            .iter()
+            .flat_map(|(stream, ts)| {
+                ts.iter().map(move |(topic, m)| {
+                    (
+                        format!("stream=\"{}\",topic=\"{}\"", escape(stream), escape(topic)),
+                        &**m,
+                    )
+                })
+            })
+            .collect();
+        type Pick = fn(&TopicMetrics) -> &AtomicU64;
+        let families: [(&str, &str, Pick); 3] = [
+            (
+                "rill_records_in_total",
+                "Records appended, by topic.",
+                |m| &m.records_in,
+            ),
+            (
+                "rill_bytes_in_total",
+                "Record-batch bytes appended, by topic.",
+                |m| &m.bytes_in,
+            ),
+            (
+                "rill_bytes_out_total",
+                "Record-batch bytes served by fetches, by topic.",
+                |m| &m.bytes_out,
+            ),
+        ];
+        for (name, help, pick) in families {
+            header(out, name, "counter", help);
+            for (labels, m) in &series {
+                line(out, name, labels, pick(m).load(Ordering::Relaxed));
+            }
+        }
+    }
+}
+
+/// Decrements the connection gauge when the connection ends, however it ends.
+#[derive(Debug)]
+pub(crate) struct ConnectionGauge(Arc<Metrics>);
+
+impl Drop for ConnectionGauge {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn line(out: &mut String, name: &str, labels: &str, value: impl std::fmt::Display) {
+    if labels.is_empty() {
+        let _ = writeln!(out, "{name} {value}");
+    } else {
+        let _ = writeln!(out, "{name}{{{labels}}} {value}");
+    }
+}
+
+/// Escapes a label value (names are validated by the broker, but the format must hold
+/// whatever they become).
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_tables_agree() {
+        assert_eq!(DURATION_BUCKETS_SECONDS.len(), DURATION_BUCKETS_NANOS.len());
+        for (s, n) in DURATION_BUCKETS_SECONDS.iter().zip(DURATION_BUCKETS_NANOS) {
+            assert_eq!((s * 1e9).round() as u64, n);
+        }
+    }
+
+    #[test]
+    fn histogram_is_cumulative_with_inf() {
+        let m = Metrics::new();
+        m.request(Kind::Fetch, Duration::from_micros(10), false);
+        m.request(Kind::Fetch, Duration::from_millis(3), true);
+        m.request(Kind::Fetch, Duration::from_secs(30), false);
+        m.rejected(None);
+        let text = m.render();
+        assert!(
+            text.contains(
+                "rill_request_duration_seconds_bucket{kind=\"Fetch\",le=\"0.00005\"} 1\n"
+            )
+        );
+        assert!(
+            text.contains("rill_request_duration_seconds_bucket{kind=\"Fetch\",le=\"0.005\"} 2\n")
+        );
+        assert!(
+            text.contains("rill_request_duration_seconds_bucket{kind=\"Fetch\",le=\"10\"} 2\n")
+        );
+        assert!(
+            text.contains("rill_request_duration_seconds_bucket{kind=\"Fetch\",le=\"+Inf\"} 3\n")
+        );
+        assert!(text.contains("rill_request_duration_seconds_count{kind=\"Fetch\"} 3\n"));
+        assert!(text.contains("rill_requests_total{kind=\"Fetch\"} 3\n"));
+        assert!(text.contains("rill_request_errors_total{kind=\"Fetch\"} 1\n"));
+        assert!(text.contains("rill_requests_total{kind=\"unknown\"} 1\n"));
+        assert_eq!(m.requests_total(Kind::Fetch), 3);
+        assert_eq!(m.request_errors_total(Kind::Fetch), 1);
+    }
+
+    #[test]
+    fn topic_counters_and_connections() {
+        let m = Arc::new(Metrics::new());
+        m.produced("shop", "orders", 3, 300);
+        m.produced("shop", "orders", 2, 100);
+        m.fetched("shop", "orders", 400);
+        let gauge = m.connection_opened();
+        let text = m.render();
+        assert!(text.contains("rill_records_in_total{stream=\"shop\",topic=\"orders\"} 5\n"));
+        assert!(text.contains("rill_bytes_in_total{stream=\"shop\",topic=\"orders\"} 400\n"));
+        assert!(text.contains("rill_bytes_out_total{stream=\"shop\",topic=\"orders\"} 400\n"));
+        assert!(text.contains("rill_connections 1\n"));
+        drop(gauge);
+        assert_eq!(m.connections(), 0);
+    }
+
+    #[test]
+    fn every_family_has_help_and_type() {
+        let text = Metrics::new().render();
+        for name in [
+            "rill_connections",
+            "rill_requests_total",
+            "rill_request_errors_total",
+            "rill_request_duration_seconds",
+            "rill_records_in_total",
+            "rill_bytes_in_total",
+            "rill_bytes_out_total",
+        ] {
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name}");
+            assert!(text.contains(&format!("# HELP {name} ")), "{name}");
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

@@ -1,0 +1,244 @@
+//! Listeners, accept loops, the connection limit, and graceful shutdown.
+
+use std::future::Future;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rill_broker::Broker;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+use crate::connection::{self, Context, Phase};
+use crate::{Metrics, ServerConfig, ServerError, http};
+
+/// Admin HTTP connections served at once; more are closed unanswered.
+const HTTP_CONNECTIONS_MAX: usize = 64;
+/// After the drain timeout, how long cancelled requests get to send their
+/// `SHUTTING_DOWN` replies before connections are dropped outright.
+const CUT_GRACE: Duration = Duration::from_secs(1);
+/// Pause after a failed `accept` (typically out of file descriptors), so the loop does
+/// not spin while the condition lasts.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// A bound Rill server: the protocol listener and, optionally, the HTTP admin listener.
+///
+/// [`Server::bind`] reserves the sockets (so a caller can learn the real ports before
+/// serving); [`Server::run`] serves until its shutdown future resolves.
+#[derive(Debug)]
+pub struct Server {
+    config: ServerConfig,
+    broker: Arc<Broker>,
+    listener: TcpListener,
+    http: Option<TcpListener>,
+    local_addr: SocketAddr,
+    http_addr: Option<SocketAddr>,
+    metrics: Arc<Metrics>,
+}
+
+impl Server {
+    /// Checks `config` and binds both listeners (port 0 picks a free port).
+    ///
+    /// Fails with [`ServerError::InvalidConfig`] for an out-of-range bound and
+    /// [`ServerError::Bind`] if an address cannot be bound.
+    pub async fn bind(config: ServerConfig, broker: Arc<Broker>) -> Result<Server, ServerError> {
+        config.validate()?;
+        let listener = bind(config.listen).await?;
+        let local_addr = listener.local_addr()?;
+        let http = match config.http {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
+        let http_addr = http.as_ref().map(TcpListener::local_addr).transpose()?;
+        Ok(Server {
+            config,
+            broker,
+            listener,
+            http,
+            local_addr,
+            http_addr,
+            metrics: Arc::new(Metrics::new()),
+        })
+    }
+
+    /// The protocol listener's address, with the real port when bound on port 0.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The HTTP admin listener's address, if it is enabled.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
+    }
+
+    /// The server's metrics (what `GET /metrics` serves); the handle stays valid after
+    /// the server stops.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.metrics)
+    }
+
+    /// Serves until `shutdown` resolves. Then it stops accepting, stops reading new
+    /// requests, lets the requests in flight finish and their responses be written (for
+    /// at most `drain_timeout`), closes every connection and returns.
+    ///
+    /// It does not shut the broker down: the caller does, after this returns.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
+        let Server {
+            config,
+            broker,
+            listener,
+            http,
+            local_addr,
+            http_addr,
+            metrics,
+        } = self;
+        let ctx = Arc::new(Context {
+            broker,
+            metrics: Arc::clone(&metrics),
+            max_frame_bytes: config.max_frame_bytes,
+            max_in_flight: config.max_in_flight_per_connection,
+            idle_timeout: config.idle_timeout,
+        });
+        let connection_limit = Arc::new(Semaphore::new(config.max_connections));
+        let http_limit = Arc::new(Semaphore::new(HTTP_CONNECTIONS_MAX));
+        let (phase_tx, phase_rx) = watch::channel(Phase::Running);
+        let mut connections = JoinSet::new();
+        let mut admin = JoinSet::new();
+        let mut shutdown = std::pin::pin!(shutdown);
+        tracing::info!(addr = %local_addr, http = ?http_addr, "rill server listening");
+
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((socket, peer)) => match Arc::clone(&connection_limit).try_acquire_owned() {
+                        Ok(permit) => {
+                            if let Err(e) = socket.set_nodelay(true) {
+                                tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
+                            }
+                            tracing::debug!(%peer, "connection accepted");
+                            let gauge = metrics.connection_opened();
+                            let ctx = Arc::clone(&ctx);
+                            let phase = phase_rx.clone();
+                            connections.spawn(async move {
+                                connection::serve(socket, peer, ctx, phase).await;
+                                drop((permit, gauge));
+                            });
+                        }
+                        Err(_) => {
+                            metrics.connection_rejected();
+                            tracing::warn!(
+                                %peer,
+                                max_connections = config.max_connections,
+                                "connection refused: too many connections"
+                            );
+                            refuse(socket, config.max_connections);
+                        }
+                    },
+                    Err(e) => accept_failed("protocol", &e).await,
+                },
+                accepted = accept(http.as_ref()) => match accepted {
+                    Ok((socket, peer)) => match Arc::clone(&http_limit).try_acquire_owned() {
+                        Ok(permit) => {
+                            let metrics = Arc::clone(&metrics);
+                            admin.spawn(async move {
+                                http::serve(socket, metrics).await;
+                                drop(permit);
+                            });
+                        }
+                        Err(_) => tracing::warn!(%peer, "admin connection refused: too many"),
+                    },
+                    Err(e) => accept_failed("admin", &e).await,
+                },
+                Some(done) = connections.join_next(), if !connections.is_empty() => {
+                    log_task_end("connection", done);
+                }
+                Some(done) = admin.join_next(), if !admin.is_empty() => {
+                    log_task_end("admin", done);
+                }
+            }
+        }
+
+        tracing::info!(
+            connections = connections.len(),
+            "rill server shutting down: draining connections"
+        );
+        // Closing the listeners refuses new connections from here on.
+        drop(listener);
+        drop(http);
+        // Admin exchanges carry no state worth finishing.
+        admin.shutdown().await;
+        phase_tx.send_replace(Phase::Draining);
+        if !join_all(&mut connections, config.drain_timeout).await {
+            tracing::warn!(
+                connections = connections.len(),
+                drain_timeout = ?config.drain_timeout,
+                "drain timed out: cancelling requests in flight"
+            );
+            phase_tx.send_replace(Phase::Cutting);
+            if !join_all(&mut connections, CUT_GRACE).await {
+                connections.shutdown().await;
+            }
+        }
+        tracing::info!("rill server stopped");
+        Ok(())
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Bind { addr, source })
+}
+
+/// Accepts on the listener if there is one; never resolves otherwise.
+async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(TcpStream, SocketAddr)> {
+    match listener {
+        Some(listener) => listener.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// `accept` fails for reasons that pass (out of file descriptors or memory, a connection
+/// aborted in the backlog): log, pause, and keep serving.
+async fn accept_failed(listener: &str, e: &std::io::Error) {
+    tracing::warn!(listener, error = %e, "accept failed");
+    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+}
+
+/// Sends a `BUSY` error frame to a connection over the limit and closes it, without a
+/// task: a fresh socket's send buffer is empty, so one non-blocking write of a small
+/// frame goes through, and if it does not the close alone tells the client.
+fn refuse(socket: TcpStream, max_connections: usize) {
+    let frame = connection::busy_frame(max_connections).to_bytes();
+    match socket.into_std() {
+        Ok(mut socket) => {
+            let _ = socket.write(&frame);
+        }
+        Err(e) => tracing::debug!(error = %e, "cannot reply BUSY"),
+    }
+}
+
+/// Waits up to `timeout` for every task of `set`; true if they all ended.
+async fn join_all(set: &mut JoinSet<()>, timeout: Duration) -> bool {
+    tokio::time::timeout(timeout, async {
+        while let Some(done) = set.join_next().await {
+            log_task_end("connection", done);
+        }
+    })
+    .await
+    .is_ok()
+}
+
+fn log_task_end(what: &str, done: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = done
+        && e.is_panic()
+    {
+        tracing::warn!(task = what, error = %e, "a server task panicked");
+    }
+}
