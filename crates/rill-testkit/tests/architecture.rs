@@ -18,6 +18,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // The embedded transport runs a broker in-process.
     ("rill-client", &["rill-format", "rill-proto", "rill-broker"]),
     ("rill-cli", &["rill-client", "rill-server", "rill-broker"]),
+    ("rill", &["rill-client"]),
     ("rill-testkit", &["rill-format", "rill-storage"]),
 ];
 
