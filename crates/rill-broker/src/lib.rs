@@ -25,3 +25,5 @@ pub use names::{NAME_LEN_MAX, validate_name};
 pub use offsets::{OffsetKey, OffsetStore};
 pub use partition::Produced;
 pub use producer::{Check, ProducerTable, RECENT_BATCHES, RecentBatch};
+/// Process-wide fsync latency of the log engine, for metrics.
+pub use rill_storage::{FSYNC_BUCKETS_SECONDS, FsyncStats, fsync_stats};

@@ -73,7 +73,7 @@ impl std::fmt::Debug for Inner {
 /// let rill = Client::connect("rill://127.0.0.1:7171").await?; // a server
 /// let orders = rill.stream("shop").topic("orders");
 /// orders.ensure(2).await?;
-/// let position = orders.publish().json(&serde_json::json!({"total": 12}))?.send().await?;
+/// let position = orders.publish().json(&serde_json::json!({"total": 12})).send().await?;
 /// println!("stored at {position:?}");
 /// # Ok(()) }
 /// ```

@@ -1,30 +1,33 @@
 //! Rill's Rust SDK: one [`Client`] over TCP ([`Client::connect`]) or over an in-process
 //! broker ([`Client::open`]), with the same API and behaviour on both.
 //!
-//! ```no_run
-//! # async fn example() -> Result<(), rill_client::ClientError> {
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # tokio::runtime::Runtime::new()?.block_on(async {
 //! use rill_client::{Client, CommitPolicy, StartAt};
 //!
-//! let rill = Client::open("./rill-data").await?;      // embedded; or Client::connect(url)
+//! let dir = tempfile::tempdir()?;
+//! let rill = Client::open(dir.path()).await?;          // embedded; or Client::connect(url)
 //! let orders = rill.stream("shop").topic("orders");
 //! orders.ensure(2).await?;
-//! orders.publish().key("order-17").value("placed").send().await?;
+//! let at = orders.publish().key("order-17").value("placed").send().await?;
 //!
 //! let mut reader = orders.records("audit");            // a cursor the caller keeps
-//! while let Some(record) = reader.next().await {
-//!     println!("{:?}", record?.value);
-//! }
+//! let first = reader.next().await.expect("one record")?;
+//! assert_eq!(&first.value[..], b"placed");
+//!
 //! let mut consumer = orders                            // the broker keeps the position
-//!     .consumer("billing", 0)
+//!     .consumer("billing", at.partition)
 //!     .start_at(StartAt::Next)
 //!     .commit_policy(CommitPolicy::Disabled)
 //!     .build()
 //!     .await?;
-//! if let Some(record) = consumer.next().await {
-//!     let record = record?;
-//!     consumer.commit(&record).await?;                 // after handling it
-//! }
-//! # Ok(()) }
+//! let record = consumer.next().await.expect("a record")?;
+//! consumer.commit(&record).await?;                     // after handling it
+//! assert_eq!(consumer.last_stored_offset(at.partition), Some(at.offset));
+//! rill.close().await?;
+//! # Ok::<(), Box<dyn std::error::Error>>(()) })
+//! # }
 //! ```
 //!
 //! Architecture Invariant: the client reaches a broker only through the one transport

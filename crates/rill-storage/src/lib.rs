@@ -43,6 +43,7 @@ mod log;
 mod recovery;
 mod recovery_point;
 mod segment;
+mod stats;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Durability, LogConfig};
@@ -50,3 +51,4 @@ pub use error::{ConfigError, StorageError};
 pub use flusher::Flusher;
 pub use io::{Io, IoFile, StdIo};
 pub use log::{Appended, DurableTicket, LogRead, PartitionLog, RetentionOutcome};
+pub use stats::{FSYNC_BUCKETS_SECONDS, FsyncStats, fsync_stats};

@@ -398,7 +398,10 @@ impl PartitionLog {
     /// always complete on disk) and starts a new one at the next offset.
     fn roll(&self, w: &mut Writer) -> Result<(), StorageError> {
         let old = Arc::clone(&w.active);
-        if let Err(e) = old.log.sync_data() {
+        let started = std::time::Instant::now();
+        let synced = old.log.sync_data();
+        crate::stats::observe_fsync(started.elapsed());
+        if let Err(e) = synced {
             self.poison_with("fsync");
             return Err(io_err("sync segment", &old.path)(e));
         }
@@ -464,7 +467,9 @@ impl PartitionLog {
             };
             st.syncing = true;
             drop(st);
+            let started = std::time::Instant::now();
             let result = target.segment.log.sync_data();
+            crate::stats::observe_fsync(started.elapsed());
             if result.is_ok() {
                 // Only one thread syncs at a time, so recovery points are written in order.
                 RecoveryPoint {
