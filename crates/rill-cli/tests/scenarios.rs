@@ -80,6 +80,7 @@ over_both_transports!(
     idempotent_producer_batches,
     background_producer_flushes,
     typed_codecs_and_decode_errors,
+    avro_codec,
     bad_requests_are_typed_errors,
 );
 
@@ -575,6 +576,29 @@ async fn typed_codecs_and_decode_errors(client: &Client) {
         .send()
         .await
         .unwrap();
+}
+
+async fn avro_codec(client: &Client) {
+    let schema = rill_client::AvroSchema::parse_str(
+        r#"{"type":"record","name":"Order","fields":[{"name":"id","type":"int"},{"name":"total","type":"double"}]}"#,
+    )
+    .unwrap();
+    let t = topic(client, "avro", 1).await;
+    let orders = t.avro::<Order>(schema.clone());
+    orders.publish(&Order { id: 4, total: 8.25 }).await.unwrap();
+    t.publish().avro(&Order { id: 5, total: 1.0 }, &schema).send().await.unwrap();
+    let mut reader = orders.records("avro");
+    assert_eq!(reader.next().await.unwrap().unwrap().value, Order { id: 4, total: 8.25 });
+    assert_eq!(reader.next().await.unwrap().unwrap().value.id, 5);
+    // A value that does not fit the schema is refused before anything is sent.
+    let err = t
+        .publish()
+        .avro(&serde_json::json!({"id": "not a number"}), &schema)
+        .send()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Encode(_)), "{err}");
+    assert_eq!(t.end_offset(0).await.unwrap(), 2);
 }
 
 async fn bad_requests_are_typed_errors(client: &Client) {

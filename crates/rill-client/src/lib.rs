@@ -34,6 +34,8 @@
 //! seam (`transport.rs`: TCP or embedded); every feature is built on it, so both
 //! transports run the same code above it.
 
+#[cfg(feature = "avro")]
+pub mod avro;
 mod client;
 mod codec;
 mod commit;
@@ -46,6 +48,10 @@ mod routing;
 mod topic;
 mod transport;
 
+#[cfg(feature = "avro")]
+pub use apache_avro::Schema as AvroSchema;
+#[cfg(feature = "avro")]
+pub use avro::AvroTopic;
 pub use client::{Client, ClientBuilder, DEFAULT_URL, RetryPolicy, StreamHandle, parse_url};
 pub use codec::{Codec, Json, MsgPack};
 pub use commit::CommitPolicy;

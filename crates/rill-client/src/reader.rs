@@ -16,14 +16,13 @@ use crate::{ClientError, Record, Topic};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Offsets(pub BTreeMap<u32, u64>);
 
-pub(crate) type Decode<V> = fn(Bytes) -> Result<V, String>;
+pub(crate) type Decode<V> = std::sync::Arc<dyn Fn(Bytes) -> Result<V, String> + Send + Sync>;
 
 /// Reads every partition of a topic from a position the caller keeps.
 ///
 /// A fresh reader starts at the beginning; [`Reader::next`] returns `None` once it has
 /// caught up with the tail it saw. A record that fails to decode is returned as an
 /// error carrying its position, and reading continues after it.
-#[derive(Debug)]
 pub struct Reader<V> {
     topic: Topic,
     name: String,
@@ -39,6 +38,16 @@ pub struct Reader<V> {
     start: Option<Offsets>,
     initialized: bool,
     max_bytes: u32,
+}
+
+impl<V> std::fmt::Debug for Reader<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader")
+            .field("topic", &self.topic.name())
+            .field("name", &self.name)
+            .field("offsets", &self.offsets())
+            .finish()
+    }
 }
 
 impl<V> Reader<V> {

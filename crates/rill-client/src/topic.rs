@@ -377,7 +377,7 @@ impl Topic {
 
     /// A cursor reader of raw records; `name` labels it in logs.
     pub fn records(&self, name: &str) -> Reader<Bytes> {
-        Reader::new(self.clone(), name, Ok)
+        Reader::new(self.clone(), name, Arc::new(Ok))
     }
 
     /// A named consumer of one partition whose offsets the broker stores.
@@ -388,6 +388,12 @@ impl Topic {
     /// A typed view whose values are JSON.
     pub fn json<T>(&self) -> TypedTopic<T, Json> {
         TypedTopic::new(self.clone())
+    }
+
+    /// A typed view whose values are Avro datums of `schema`.
+    #[cfg(feature = "avro")]
+    pub fn avro<T>(&self, schema: apache_avro::Schema) -> crate::AvroTopic<T> {
+        crate::AvroTopic::new(self.clone(), schema)
     }
 
     /// A typed view whose values are MessagePack.
@@ -429,6 +435,16 @@ impl Publish {
     /// The value as MessagePack.
     pub fn msgpack<T: Serialize + ?Sized>(self, value: &T) -> Self {
         self.encoded::<MsgPack, T>(value)
+    }
+
+    /// The value as an Avro datum of `schema` (no container header).
+    #[cfg(feature = "avro")]
+    pub fn avro<T: Serialize + ?Sized>(mut self, value: &T, schema: &apache_avro::Schema) -> Self {
+        match crate::avro::encode(value, schema) {
+            Ok(bytes) => self.message.value = bytes.into(),
+            Err(e) => self.deferred = Some(e),
+        }
+        self
     }
 
     fn encoded<C: Codec, T: Serialize + ?Sized>(mut self, value: &T) -> Self {
@@ -543,7 +559,11 @@ impl<T: DeserializeOwned + Send + 'static, C: Codec> TypedTopic<T, C> {
     /// A cursor reader that decodes values; a value that fails to decode is returned
     /// as an error carrying its position, and reading continues.
     pub fn records(&self, name: &str) -> Result<Reader<T>, ClientError> {
-        Ok(Reader::new(self.topic.clone(), name, decode_with::<T, C>))
+        Ok(Reader::new(
+            self.topic.clone(),
+            name,
+            Arc::new(decode_with::<T, C>),
+        ))
     }
 }
 

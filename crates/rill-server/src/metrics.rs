@@ -392,6 +392,37 @@ fn escape(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// The log engine's process-wide fsync latency histogram.
+fn render_fsync(out: &mut String) {
+    let stats = rill_broker::fsync_stats();
+    header(
+        out,
+        "rill_fsync_duration_seconds",
+        "histogram",
+        "Time spent in fdatasync of partition data (group commits and segment rolls).",
+    );
+    let mut cumulative = 0;
+    for (i, count) in stats.buckets.iter().enumerate() {
+        cumulative += count;
+        let le = rill_broker::FSYNC_BUCKETS_SECONDS
+            .get(i)
+            .map_or_else(|| "+Inf".to_owned(), |b| b.to_string());
+        line(
+            out,
+            "rill_fsync_duration_seconds_bucket",
+            &format!("le=\"{le}\""),
+            cumulative,
+        );
+    }
+    line(
+        out,
+        "rill_fsync_duration_seconds_sum",
+        "",
+        stats.sum_seconds,
+    );
+    line(out, "rill_fsync_duration_seconds_count", "", stats.count);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -471,35 +502,4 @@ mod tests {
     fn label_values_are_escaped() {
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
-}
-
-/// The log engine's process-wide fsync latency histogram.
-fn render_fsync(out: &mut String) {
-    let stats = rill_broker::fsync_stats();
-    header(
-        out,
-        "rill_fsync_duration_seconds",
-        "histogram",
-        "Time spent in fdatasync of partition data (group commits and segment rolls).",
-    );
-    let mut cumulative = 0;
-    for (i, count) in stats.buckets.iter().enumerate() {
-        cumulative += count;
-        let le = rill_broker::FSYNC_BUCKETS_SECONDS
-            .get(i)
-            .map_or_else(|| "+Inf".to_owned(), |b| b.to_string());
-        line(
-            out,
-            "rill_fsync_duration_seconds_bucket",
-            &format!("le=\"{le}\""),
-            cumulative,
-        );
-    }
-    line(
-        out,
-        "rill_fsync_duration_seconds_sum",
-        "",
-        stats.sum_seconds,
-    );
-    line(out, "rill_fsync_duration_seconds_count", "", stats.count);
 }
