@@ -36,6 +36,9 @@ pub struct BrokerConfig {
     pub flush_tick: Duration,
     /// Idempotent producers remembered per partition (default 10,000).
     pub producers_per_partition_max: usize,
+    /// How long a pipelined idempotent batch that arrived before an earlier one waits
+    /// for it (default 5 s).
+    pub sequence_wait: Duration,
 }
 
 impl BrokerConfig {
@@ -50,6 +53,7 @@ impl BrokerConfig {
             retention_interval: Duration::from_secs(60),
             flush_tick: Duration::from_millis(10),
             producers_per_partition_max: 10_000,
+            sequence_wait: Duration::from_secs(5),
         }
     }
 }
@@ -720,6 +724,7 @@ fn open_topic(
             &dir.join(p.to_string()),
             log_config.clone(),
             config.producers_per_partition_max,
+            config.sequence_wait,
         )?;
         if matches!(topic_config.durability, DurabilityConfig::Interval { .. }) {
             flusher.register(&partition.log);

@@ -2,7 +2,7 @@
 //! that wakes long polls.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use rill_format::BatchHeader;
@@ -33,6 +33,10 @@ pub struct Produced {
 pub(crate) struct Partition {
     pub(crate) log: Arc<PartitionLog>,
     producers: Mutex<ProducerTable>,
+    /// How long a pipelined idempotent batch waits for the batches before it.
+    sequence_wait: Duration,
+    /// Signalled after every idempotent append, for batches waiting on a predecessor.
+    sequenced: Condvar,
     /// The visible next offset, for long polls.
     appended: watch::Sender<u64>,
 }
@@ -42,6 +46,7 @@ impl Partition {
         dir: &Path,
         config: LogConfig,
         producers_max: usize,
+        sequence_wait: Duration,
     ) -> Result<Self, BrokerError> {
         let log = PartitionLog::open(dir, config)?;
         let mut producers = ProducerTable::new(producers_max);
@@ -50,6 +55,8 @@ impl Partition {
         Ok(Self {
             log: Arc::new(log),
             producers: Mutex::new(producers),
+            sequence_wait,
+            sequenced: Condvar::new(),
             appended,
         })
     }
@@ -64,17 +71,40 @@ impl Partition {
             // Held across the write only, not the sync, so concurrent appends of this
             // partition still share one fsync.
             let mut producers = self.producers.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(p) = producer
-                && let Check::Duplicate(recent) = producers.check(p, count)?
-            {
-                drop(producers);
-                self.log.wait_durable(recent.ticket)?;
-                return Ok(Produced {
-                    base_offset: recent.base_offset,
-                    last_offset: recent.base_offset + u64::from(recent.count) - 1,
-                    timestamp_us: recent.timestamp_us,
-                    duplicate: true,
-                });
+            let deadline = std::time::Instant::now() + self.sequence_wait;
+            while let Some(p) = producer {
+                match producers.check(p, count)? {
+                    Check::Append => break,
+                    Check::Duplicate(recent) => {
+                        drop(producers);
+                        self.log.wait_durable(recent.ticket)?;
+                        return Ok(Produced {
+                            base_offset: recent.base_offset,
+                            last_offset: recent.base_offset + u64::from(recent.count) - 1,
+                            timestamp_us: recent.timestamp_us,
+                            duplicate: true,
+                        });
+                    }
+                    Check::Wait { known } => {
+                        let now = std::time::Instant::now();
+                        if now >= deadline {
+                            if known {
+                                return Err(BrokerError::OutOfOrderSequence {
+                                    producer_id: p.id,
+                                    expected: producers.next_sequence(p.id).unwrap_or(0),
+                                    got: p.base_sequence,
+                                });
+                            }
+                            // Its predecessor never came: state from before a restart.
+                            break;
+                        }
+                        producers = self
+                            .sequenced
+                            .wait_timeout(producers, deadline - now)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                    }
+                }
             }
             let (appended, ticket) = self.log.append_deferred(batch)?;
             if let Some(p) = producer {
@@ -88,6 +118,7 @@ impl Partition {
                         ticket,
                     },
                 );
+                self.sequenced.notify_all();
             }
             (
                 Produced {

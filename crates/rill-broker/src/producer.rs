@@ -37,6 +37,13 @@ pub enum Check {
     Append,
     /// The batch was appended before: acknowledge it again.
     Duplicate(RecentBatch),
+    /// A batch before it is missing: a pipelining client sent both, and the earlier one
+    /// has not arrived yet. Wait for it (bounded), then check again.
+    Wait {
+        /// Whether the producer is known here; an unknown producer whose predecessor
+        /// never comes is accepted after the wait (its state may predate a restart).
+        known: bool,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -79,9 +86,14 @@ impl ProducerTable {
     /// Decides what to do with a batch of `count` records from `producer`.
     pub fn check(&self, producer: ProducerInfo, count: u32) -> Result<Check, BrokerError> {
         let Some(state) = self.producers.get(&producer.id) else {
-            // Unknown producer: its first batch, or its state is older than what a
-            // restart recovered. Either way the batch starts its sequence here.
-            return Ok(Check::Append);
+            // Unknown producer: its first batch (sequence 0), a later batch that overtook
+            // the first, or a producer whose state is older than what a restart
+            // recovered.
+            return Ok(if producer.base_sequence == 0 {
+                Check::Append
+            } else {
+                Check::Wait { known: false }
+            });
         };
         if producer.epoch < state.epoch {
             return Err(BrokerError::ProducerFenced {
@@ -100,11 +112,21 @@ impl ProducerTable {
         {
             return Ok(Check::Duplicate(*recent));
         }
+        // Ahead of the next sequence (within half the sequence space, which wraps):
+        // an earlier batch is still on its way.
+        if producer.base_sequence.wrapping_sub(state.next_sequence) < u32::MAX / 2 {
+            return Ok(Check::Wait { known: true });
+        }
         Err(BrokerError::OutOfOrderSequence {
             producer_id: producer.id,
             expected: state.next_sequence,
             got: producer.base_sequence,
         })
+    }
+
+    /// The next sequence expected from a producer, if it is known.
+    pub fn next_sequence(&self, producer_id: u64) -> Option<u32> {
+        self.producers.get(&producer_id).map(|s| s.next_sequence)
     }
 
     /// Records an appended batch.
@@ -198,19 +220,22 @@ mod tests {
             t.check(p(1, 0, 3), 2).unwrap(),
             Check::Duplicate(batch(3, 2, 103))
         );
-        // A gap, or an overlapping batch, is out of order.
+        // A batch ahead of the next sequence waits for those before it (pipelining);
+        // an overlapping one is out of order.
+        assert_eq!(t.check(p(1, 0, 9), 1).unwrap(), Check::Wait { known: true });
         assert!(matches!(
-            t.check(p(1, 0, 9), 1),
+            t.check(p(1, 0, 1), 1),
             Err(BrokerError::OutOfOrderSequence {
                 expected: 5,
-                got: 9,
+                got: 1,
                 ..
             })
         ));
-        assert!(matches!(
-            t.check(p(1, 0, 1), 1),
-            Err(BrokerError::OutOfOrderSequence { .. })
-        ));
+        // An unknown producer's first batch is sequence 0; a later one waits.
+        assert_eq!(
+            t.check(p(2, 0, 3), 1).unwrap(),
+            Check::Wait { known: false }
+        );
         // A new epoch resets; the old epoch is then fenced.
         assert_eq!(t.check(p(1, 1, 0), 1).unwrap(), Check::Append);
         t.record(p(1, 1, 0), batch(0, 1, 105));
@@ -237,8 +262,12 @@ mod tests {
         t.record(p(8, 0, 0), batch(0, 1, 20));
         t.record(p(9, 0, 0), batch(0, 1, 21));
         assert_eq!(t.len(), 2);
-        // Producer 7 was least recently used and is forgotten: its next batch is accepted.
-        assert_eq!(t.check(p(7, 0, 4), 1).unwrap(), Check::Append);
+        // Producer 7 was least recently used and is forgotten: its next batch waits for
+        // a predecessor that will not come, and is then accepted (see Partition).
+        assert_eq!(
+            t.check(p(7, 0, 4), 1).unwrap(),
+            Check::Wait { known: false }
+        );
     }
 
     #[test]

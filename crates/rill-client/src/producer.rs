@@ -123,8 +123,9 @@ impl ProducerBuilder {
         self
     }
 
-    /// Batches in flight at once, across partitions (default 8). With idempotence one
-    /// batch per partition is in flight, so its sequence numbers arrive in order.
+    /// Batches in flight at once, across partitions (default 8). With idempotence (the
+    /// default) the broker appends pipelined batches of a partition in sequence order;
+    /// without it, batches in flight together may land in any order.
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = n;
         self
@@ -232,13 +233,16 @@ impl Core {
         Arc::clone(map.entry(partition).or_default())
     }
 
-    /// Splits messages of one partition into batches and sends them in order.
+    /// Splits messages of one partition into batches and sends them, up to
+    /// `max_in_flight` at once. With idempotence their sequence numbers are assigned in
+    /// order up front, and the broker appends them in sequence order whatever order
+    /// they arrive in, so pipelining keeps the partition's order.
     async fn send_partition(
         &self,
         partition: u32,
         messages: Vec<Message>,
     ) -> Result<Vec<u64>, ClientError> {
-        let mut offsets = Vec::with_capacity(messages.len());
+        let mut chunks = Vec::new();
         let mut start = 0;
         while start < messages.len() {
             let mut end = start;
@@ -250,14 +254,46 @@ impl Core {
                 bytes += messages[end].approx_len();
                 end += 1;
             }
-            let base = self.send_batch(partition, &messages[start..end]).await?;
-            offsets.extend((0..(end - start) as u64).map(|i| base + i));
+            chunks.push(&messages[start..end]);
             start = end;
+        }
+        let identities: Vec<Option<ProducerInfo>> = match self.producer_id {
+            None => vec![None; chunks.len()],
+            Some(id) => {
+                let state = self.state(partition);
+                let mut state = state.lock().await;
+                chunks
+                    .iter()
+                    .map(|c| {
+                        let info = ProducerInfo {
+                            id,
+                            epoch: state.epoch,
+                            base_sequence: state.next_sequence,
+                        };
+                        state.next_sequence = state.next_sequence.wrapping_add(c.len() as u32);
+                        Some(info)
+                    })
+                    .collect()
+            }
+        };
+        let sends = chunks
+            .iter()
+            .zip(identities)
+            .map(|(chunk, identity)| self.send_batch(partition, chunk, identity));
+        let bases = futures::future::try_join_all(sends).await?;
+        let mut offsets = Vec::with_capacity(messages.len());
+        for (chunk, base) in chunks.iter().zip(bases) {
+            offsets.extend((0..chunk.len() as u64).map(|i| base + i));
         }
         Ok(offsets)
     }
 
-    async fn send_batch(&self, partition: u32, messages: &[Message]) -> Result<u64, ClientError> {
+    async fn send_batch(
+        &self,
+        partition: u32,
+        messages: &[Message],
+        identity: Option<ProducerInfo>,
+    ) -> Result<u64, ClientError> {
         let _permit = self
             .in_flight
             .acquire()
@@ -268,46 +304,33 @@ impl Core {
             topic: self.topic.name.to_string(),
             partition,
         });
-        let Some(id) = self.producer_id else {
-            let batch = build_batch(messages, None)?;
-            return match self
-                .topic
-                .client
-                .call_with(body, batch, Retry::UnsafeAfterSend, self.policy)
-                .await?
-                .0
-            {
-                ResponseBody::Produce(r) => Ok(r.base_offset),
-                other => Err(unexpected(&other)),
-            };
+        let batch = build_batch(messages, identity)?;
+        // An idempotent batch is safe to resend: a duplicate is acknowledged with the
+        // original offsets.
+        let retry = if identity.is_some() {
+            Retry::Safe
+        } else {
+            Retry::UnsafeAfterSend
         };
-        // One batch per partition in flight: the broker must see sequences in order.
-        let state = self.state(partition);
-        let mut state = state.lock().await;
-        let count = messages.len() as u32;
-        let info = ProducerInfo {
-            id,
-            epoch: state.epoch,
-            base_sequence: state.next_sequence,
-        };
-        let batch = build_batch(messages, Some(info))?;
-        // Safe to resend: a duplicate is acknowledged with the original offsets.
         match self
             .topic
             .client
-            .call_with(body, batch, Retry::Safe, self.policy)
+            .call_with(body, batch, retry, self.policy)
             .await
         {
-            Ok((ResponseBody::Produce(r), _)) => {
-                state.next_sequence = state.next_sequence.wrapping_add(count);
-                Ok(r.base_offset)
-            }
+            Ok((ResponseBody::Produce(r), _)) => Ok(r.base_offset),
             Ok((other, _)) => Err(unexpected(&other)),
             Err(e) => {
-                // The batch may or may not be stored. Start a new epoch so the next
-                // batch can never be mistaken for a retry of this one.
-                state.epoch = state.epoch.wrapping_add(1);
-                state.next_sequence = 0;
+                if let Some(info) = identity {
+                    // The batch may or may not be stored. Start a new epoch so no later
+                    // batch can be mistaken for a retry of it (once per failed epoch).
+                    let state = self.state(partition);
+                    let mut state = state.lock().await;
+                    if state.epoch == info.epoch {
+                        state.epoch = state.epoch.wrapping_add(1);
+                        state.next_sequence = 0;
+                    }
+                }
                 Err(e)
             }
         }

@@ -1,0 +1,188 @@
+//! Broker behaviour without a network: idempotent producers (pipelining, retries,
+//! restarts), catalog persistence, offsets.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rill_broker::{Broker, BrokerConfig, BrokerError, Fetch};
+use rill_format::{BatchBuilder, NewRecord, ProducerInfo};
+use rill_proto::pb;
+
+fn batch(producer: Option<ProducerInfo>, values: &[&str]) -> Bytes {
+    let mut b = BatchBuilder::new();
+    if let Some(p) = producer {
+        b.producer(p);
+    }
+    for v in values {
+        b.push(NewRecord::value(v.as_bytes())).unwrap();
+    }
+    Bytes::from(b.finish().unwrap())
+}
+
+fn open(dir: &std::path::Path) -> Arc<Broker> {
+    Arc::new(Broker::open(BrokerConfig::new(dir)).unwrap())
+}
+
+fn create(broker: &Broker, partitions: u32) {
+    broker
+        .create_topic(
+            "s",
+            "t",
+            &pb::TopicOptions {
+                partitions,
+                ..Default::default()
+            },
+            false,
+            true,
+        )
+        .unwrap();
+}
+
+fn info(id: u64, epoch: u16, seq: u32) -> ProducerInfo {
+    ProducerInfo {
+        id,
+        epoch,
+        base_sequence: seq,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_batches_that_arrive_out_of_order_are_appended_in_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path());
+    create(&broker, 1);
+    let second = {
+        let broker = Arc::clone(&broker);
+        tokio::spawn(async move {
+            broker
+                .produce("s", "t", 0, batch(Some(info(9, 0, 3)), &["d", "e"]))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let first = broker
+        .produce("s", "t", 0, batch(Some(info(9, 0, 0)), &["a", "b", "c"]))
+        .await
+        .unwrap();
+    let second = second.await.unwrap().unwrap();
+    assert_eq!((first.base_offset, second.base_offset), (0, 3));
+    // A retry of either is acknowledged with its original offsets, appending nothing.
+    let again = broker
+        .produce("s", "t", 0, batch(Some(info(9, 0, 3)), &["d", "e"]))
+        .await
+        .unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.base_offset, 3);
+    let (_, partitions) = broker.describe_topic("s", "t").unwrap();
+    assert_eq!(partitions[0].next_offset, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gap_that_never_fills_is_out_of_order_and_a_stale_epoch_is_fenced() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = BrokerConfig::new(dir.path());
+    config.sequence_wait = Duration::from_millis(200);
+    let broker = Arc::new(Broker::open(config).unwrap());
+    create(&broker, 1);
+    broker
+        .produce("s", "t", 0, batch(Some(info(5, 1, 0)), &["a"]))
+        .await
+        .unwrap();
+    let err = broker
+        .produce("s", "t", 0, batch(Some(info(5, 0, 1)), &["b"]))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BrokerError::ProducerFenced { .. }), "{err}");
+    let gap = broker.produce("s", "t", 0, batch(Some(info(5, 1, 7)), &["late"]));
+    let err = gap.await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            BrokerError::OutOfOrderSequence {
+                expected: 1,
+                got: 7,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_are_deduplicated_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let broker = open(dir.path());
+        create(&broker, 2);
+        for seq in 0..4u32 {
+            broker
+                .produce("s", "t", 1, batch(Some(info(77, 0, seq * 2)), &["x", "y"]))
+                .await
+                .unwrap();
+        }
+        broker.shutdown().unwrap();
+    }
+    let broker = open(dir.path());
+    // The last batch is retried after the restart: acknowledged, not appended.
+    let retry = broker
+        .produce("s", "t", 1, batch(Some(info(77, 0, 6)), &["x", "y"]))
+        .await
+        .unwrap();
+    assert!(retry.duplicate);
+    assert_eq!(retry.base_offset, 6);
+    let next = broker
+        .produce("s", "t", 1, batch(Some(info(77, 0, 8)), &["z"]))
+        .await
+        .unwrap();
+    assert_eq!((next.base_offset, next.duplicate), (8, false));
+    // Non-idempotent batches are simply appended.
+    let plain = broker
+        .produce("s", "t", 0, batch(None, &["p"]))
+        .await
+        .unwrap();
+    assert_eq!(plain.base_offset, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_and_offsets_survive_a_restart_and_one_broker_per_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let broker = open(dir.path());
+        create(&broker, 3);
+        broker.store_offset("s", "t", 2, "reader", 0).await.unwrap();
+        // A second broker on the same directory is refused.
+        let err = Broker::open(BrokerConfig::new(dir.path())).unwrap_err();
+        assert!(err.to_string().contains("another rill"), "{err}");
+        broker.shutdown().unwrap();
+    }
+    let broker = open(dir.path());
+    let (config, partitions) = broker.describe_topic("s", "t").unwrap();
+    assert_eq!((config.partitions, partitions.len()), (3, 3));
+    assert_eq!(broker.get_offset("s", "t", 2, "reader").unwrap(), Some(0));
+    // Offsets beyond the end are refused; bad names too.
+    assert!(broker.store_offset("s", "t", 2, "reader", 5).await.is_err());
+    assert!(matches!(
+        broker.store_offset("s", "t", 2, "bad name", 0).await,
+        Err(BrokerError::InvalidName { .. })
+    ));
+    // Deleting the topic deletes its offsets and data.
+    broker.delete_topic("s", "t").unwrap();
+    create(&broker, 1);
+    assert!(broker.get_offset("s", "t", 0, "reader").unwrap().is_none());
+    let read = broker
+        .fetch(
+            "s",
+            "t",
+            0,
+            Fetch {
+                offset: 0,
+                max_bytes: 1024,
+                max_wait: Duration::ZERO,
+                min_bytes: 1,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(read.bytes.is_empty());
+}
