@@ -206,10 +206,11 @@ pub(crate) fn build_batch(
     })?))
 }
 
-/// Decodes the records of fetched batches at or after `from`.
+/// Decodes the records of fetched batches at or after `from`. Keys and values are
+/// slices of `bytes`, not copies.
 pub(crate) fn decode_records(
     partition: u32,
-    bytes: &[u8],
+    bytes: &Bytes,
     from: u64,
     out: &mut std::collections::VecDeque<Record>,
 ) -> Result<(), crate::ClientError> {
@@ -223,12 +224,12 @@ pub(crate) fn decode_records(
                 partition,
                 offset: r.offset,
                 timestamp_us: r.timestamp_us,
-                key: r.key.map(Bytes::copy_from_slice),
+                key: r.key.map(|k| bytes.slice_ref(k)),
                 headers: r
                     .headers()
                     .map(|h| (h.name.to_owned(), Value::from_borrowed(h.value)))
                     .collect(),
-                value: Bytes::copy_from_slice(r.value),
+                value: bytes.slice_ref(r.value),
             });
         }
     }
