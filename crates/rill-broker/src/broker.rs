@@ -26,6 +26,9 @@ pub struct BrokerConfig {
     pub default_durability: DurabilityConfig,
     /// Largest batch accepted (default 16 MiB).
     pub max_batch_bytes: u32,
+    /// Largest frame the server in front accepts, as told to clients in `Hello`
+    /// (default 64 MiB; the server sets it to its own limit).
+    pub max_frame_bytes: u32,
     /// Largest fetch answered (default 32 MiB, so a reply fits a default 64 MiB frame).
     pub max_fetch_bytes: u32,
     /// Longest long poll (default 60 s).
@@ -48,6 +51,7 @@ impl BrokerConfig {
             data_dir: data_dir.into(),
             default_durability: DurabilityConfig::Always,
             max_batch_bytes: 16 << 20,
+            max_frame_bytes: rill_proto::DEFAULT_MAX_FRAME_BYTES,
             max_fetch_bytes: 32 << 20,
             max_wait: Duration::from_secs(60),
             retention_interval: Duration::from_secs(60),

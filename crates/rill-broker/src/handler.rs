@@ -41,7 +41,7 @@ impl Broker {
                 ResponseBody::Hello(HelloResponse {
                     server: format!("rill {}", env!("CARGO_PKG_VERSION")),
                     protocol_version: u32::from(PROTOCOL_VERSION),
-                    max_frame_bytes: self.config().max_batch_bytes.saturating_add(1 << 20),
+                    max_frame_bytes: self.config().max_frame_bytes,
                     max_batch_bytes: self.config().max_batch_bytes,
                 })
             }

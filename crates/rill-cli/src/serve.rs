@@ -84,6 +84,7 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
         server_config.max_frame_bytes = n;
     }
 
+    broker_config.max_frame_bytes = server_config.max_frame_bytes;
     let broker = Arc::new(
         tokio::task::spawn_blocking(move || Broker::open(broker_config))
             .await?

@@ -78,6 +78,7 @@ over_both_transports!(
     commit_policies_store_where_they_say,
     long_poll_wakes_on_append_and_times_out_empty,
     idempotent_producer_batches,
+    a_partly_failed_send_never_acknowledges_records_it_did_not_store,
     background_producer_flushes,
     typed_codecs_and_decode_errors,
     avro_codec,
@@ -492,6 +493,54 @@ async fn idempotent_producer_batches(client: &Client) {
     assert_eq!(n, 1002, "every record exactly once");
 }
 
+/// A regression: one partition's failure used to cancel the other partitions' sends
+/// mid-flight without moving their sequence on, so the next batch reused a sequence
+/// and was "acknowledged" as a duplicate of records it did not contain.
+async fn a_partly_failed_send_never_acknowledges_records_it_did_not_store(client: &Client) {
+    let t = client.stream("scen").topic("partly");
+    t.create_with(
+        &rill_client::TopicOptions {
+            partitions: Some(2),
+            max_record_bytes: Some(1024),
+            ..Default::default()
+        },
+        false,
+    )
+    .await
+    .unwrap();
+    let key_for = |p: u32| {
+        (0..)
+            .map(|i| format!("key{i}"))
+            .find(|k| partition_for_key(k.as_bytes(), 2) == p)
+            .unwrap()
+    };
+    let (k0, k1) = (key_for(0), key_for(1));
+    let producer = t.producer().build().await.unwrap();
+    for round in 0..5 {
+        let mut first = vec![Message::new(vec![b'x'; 4000]).with_key(k0.clone())];
+        first.extend(
+            (0..100).map(|i| Message::new(format!("old:{round}:{i}")).with_key(k1.clone())),
+        );
+        let err = producer.send_batch(first).await.unwrap_err();
+        assert_eq!(err.code(), Some(ErrorCode::RecordTooLarge), "{err}");
+        let second: Vec<Message> = (0..100)
+            .map(|i| Message::new(format!("new:{round}:{i}")).with_key(k1.clone()))
+            .collect();
+        let positions = producer.send_batch(second).await.unwrap();
+        let fetched = t
+            .fetch(1, positions[0].offset, 1 << 20, Duration::ZERO)
+            .await
+            .unwrap();
+        let at = &fetched.records[0];
+        assert_eq!(at.offset, positions[0].offset);
+        assert_eq!(
+            std::str::from_utf8(&at.value).unwrap(),
+            format!("new:{round}:0")
+        );
+    }
+    producer.shutdown().await.unwrap();
+}
+
 async fn background_producer_flushes(client: &Client) {
     let t = topic(client, "background", 2).await;
     let producer = t
@@ -586,9 +635,16 @@ async fn avro_codec(client: &Client) {
     let t = topic(client, "avro", 1).await;
     let orders = t.avro::<Order>(schema.clone());
     orders.publish(&Order { id: 4, total: 8.25 }).await.unwrap();
-    t.publish().avro(&Order { id: 5, total: 1.0 }, &schema).send().await.unwrap();
+    t.publish()
+        .avro(&Order { id: 5, total: 1.0 }, &schema)
+        .send()
+        .await
+        .unwrap();
     let mut reader = orders.records("avro");
-    assert_eq!(reader.next().await.unwrap().unwrap().value, Order { id: 4, total: 8.25 });
+    assert_eq!(
+        reader.next().await.unwrap().unwrap().value,
+        Order { id: 4, total: 8.25 }
+    );
     assert_eq!(reader.next().await.unwrap().unwrap().value.id, 5);
     // A value that does not fit the schema is refused before anything is sent.
     let err = t

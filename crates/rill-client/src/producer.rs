@@ -191,6 +191,7 @@ impl ProducerBuilder {
             in_flight: Arc::new(tokio::sync::Semaphore::new(self.max_in_flight)),
             producer_id: identity,
             partitions: Mutex::new(HashMap::new()),
+            partition_slots: Mutex::new(HashMap::new()),
         });
         let background = self
             .background
@@ -207,6 +208,32 @@ struct PartitionState {
     next_sequence: u32,
 }
 
+/// Starts a new epoch for a partition unless the send it guards was acknowledged.
+#[derive(Debug)]
+struct EpochGuard {
+    state: Arc<Mutex<PartitionState>>,
+    epoch: u16,
+    settled: bool,
+}
+
+impl Drop for EpochGuard {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let mut state = lock(&self.state);
+        // Once per failed epoch: other sends of the same epoch may fail too.
+        if state.epoch == self.epoch {
+            state.epoch = state.epoch.wrapping_add(1);
+            state.next_sequence = 0;
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[derive(Debug)]
 struct Core {
     topic: Topic,
@@ -216,8 +243,14 @@ struct Core {
     routing: Routing,
     in_flight: Arc<tokio::sync::Semaphore>,
     producer_id: Option<u64>,
-    partitions: Mutex<HashMap<u32, Arc<tokio::sync::Mutex<PartitionState>>>>,
+    partitions: Mutex<HashMap<u32, Arc<Mutex<PartitionState>>>>,
+    /// Idempotent batches in flight per partition: at most what the broker remembers
+    /// for retries (5), so any of them can still be resent safely.
+    partition_slots: Mutex<HashMap<u32, Arc<tokio::sync::Semaphore>>>,
 }
+
+/// Batches the broker remembers per producer and partition (`RECENT_BATCHES`).
+const IDEMPOTENT_IN_FLIGHT_PER_PARTITION: usize = 5;
 
 impl Core {
     async fn route(&self, message: &Message, routing: &Routing) -> Result<u32, ClientError> {
@@ -228,7 +261,7 @@ impl Core {
         }
     }
 
-    fn state(&self, partition: u32) -> Arc<tokio::sync::Mutex<PartitionState>> {
+    fn state(&self, partition: u32) -> Arc<Mutex<PartitionState>> {
         let mut map = self.partitions.lock().unwrap_or_else(|e| e.into_inner());
         Arc::clone(map.entry(partition).or_default())
     }
@@ -261,7 +294,7 @@ impl Core {
             None => vec![None; chunks.len()],
             Some(id) => {
                 let state = self.state(partition);
-                let mut state = state.lock().await;
+                let mut state = lock(&state);
                 chunks
                     .iter()
                     .map(|c| {
@@ -280,7 +313,13 @@ impl Core {
             .iter()
             .zip(identities)
             .map(|(chunk, identity)| self.send_batch(partition, chunk, identity));
-        let bases = futures::future::try_join_all(sends).await?;
+        // Every send runs to its end, even when one fails: a send cancelled half-way
+        // could be stored without this producer knowing (its guard would start a new
+        // epoch, but the caller would be told nothing of the stored records).
+        let bases = futures::future::join_all(sends)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<u64>, ClientError>>()?;
         let mut offsets = Vec::with_capacity(messages.len());
         for (chunk, base) in chunks.iter().zip(bases) {
             offsets.extend((0..chunk.len() as u64).map(|i| base + i));
@@ -294,6 +333,18 @@ impl Core {
         messages: &[Message],
         identity: Option<ProducerInfo>,
     ) -> Result<u64, ClientError> {
+        let slots = identity.map(|_| {
+            let mut map = lock(&self.partition_slots);
+            Arc::clone(map.entry(partition).or_insert_with(|| {
+                Arc::new(tokio::sync::Semaphore::new(
+                    IDEMPOTENT_IN_FLIGHT_PER_PARTITION,
+                ))
+            }))
+        });
+        let _slot = match &slots {
+            Some(s) => Some(s.acquire().await.map_err(|_| ClientError::Shutdown)?),
+            None => None,
+        };
         let _permit = self
             .in_flight
             .acquire()
@@ -304,6 +355,14 @@ impl Core {
             topic: self.topic.name.to_string(),
             partition,
         });
+        // If this send does not finish with an answer (an error, or the future is
+        // dropped), the batch may or may not be stored: the guard then starts a new
+        // epoch, so no later batch can be mistaken for a retry of this one.
+        let mut guard = identity.map(|info| EpochGuard {
+            state: self.state(partition),
+            epoch: info.epoch,
+            settled: false,
+        });
         let batch = build_batch(messages, identity)?;
         // An idempotent batch is safe to resend: a duplicate is acknowledged with the
         // original offsets.
@@ -312,7 +371,7 @@ impl Core {
         } else {
             Retry::UnsafeAfterSend
         };
-        match self
+        let result = match self
             .topic
             .client
             .call_with(body, batch, retry, self.policy)
@@ -320,20 +379,12 @@ impl Core {
         {
             Ok((ResponseBody::Produce(r), _)) => Ok(r.base_offset),
             Ok((other, _)) => Err(unexpected(&other)),
-            Err(e) => {
-                if let Some(info) = identity {
-                    // The batch may or may not be stored. Start a new epoch so no later
-                    // batch can be mistaken for a retry of it (once per failed epoch).
-                    let state = self.state(partition);
-                    let mut state = state.lock().await;
-                    if state.epoch == info.epoch {
-                        state.epoch = state.epoch.wrapping_add(1);
-                        state.next_sequence = 0;
-                    }
-                }
-                Err(e)
-            }
+            Err(e) => Err(e),
+        };
+        if let (Some(g), Ok(_)) = (guard.as_mut(), &result) {
+            g.settled = true;
         }
+        result
     }
 
     async fn send_all(

@@ -141,6 +141,12 @@ impl Tcp {
             .map_err(|e| CallError::NotSent(e.to_string()))?;
         let (tx, rx) = oneshot::channel();
         lock(&connection.pending).insert(id, tx);
+        // The reader marks the connection dead before failing what is pending; a call
+        // registered after that sweep would wait forever, so it checks and leaves.
+        if !connection.alive.load(Ordering::Acquire) {
+            lock(&connection.pending).remove(&id);
+            return Err(CallError::NotSent("connection closed".into()));
+        }
         if connection.frames.send(frame).await.is_err() {
             lock(&connection.pending).remove(&id);
             connection.alive.store(false, Ordering::Release);
