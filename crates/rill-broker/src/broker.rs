@@ -12,7 +12,9 @@ use rill_proto::pb;
 use rill_storage::{Clock, Flusher, LogRead, SystemClock};
 
 use crate::BrokerError;
-use crate::catalog::{self, CatalogFile, DurabilityConfig, StreamFile, TopicConfig, TopicFile};
+use crate::catalog::{
+    self, CatalogFile, DurabilityConfig, StreamFile, TopicConfig, TopicFile, catalog_err,
+};
 use crate::names::validate_name;
 use crate::offsets::{OffsetKey, OffsetStore};
 use crate::partition::{Partition, Produced};
@@ -645,15 +647,18 @@ impl Broker {
 
     // ---- upkeep --------------------------------------------------------------------
 
-    /// Applies retention to every partition once (blocking file deletes).
-    pub fn apply_retention(&self) -> Result<(), BrokerError> {
-        let partitions: Vec<Arc<Partition>> = self
-            .read_streams()
+    /// Every open partition, of every topic.
+    fn all_partitions(&self) -> Vec<Arc<Partition>> {
+        self.read_streams()
             .values()
             .flat_map(|s| s.topics.values())
             .flat_map(|t| t.partitions.iter().cloned())
-            .collect();
-        for p in partitions {
+            .collect()
+    }
+
+    /// Applies retention to every partition once (blocking file deletes).
+    pub fn apply_retention(&self) -> Result<(), BrokerError> {
+        for p in self.all_partitions() {
             p.log.apply_retention()?;
         }
         Ok(())
@@ -682,14 +687,8 @@ impl Broker {
         if self.shutting_down.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        let partitions: Vec<Arc<Partition>> = self
-            .read_streams()
-            .values()
-            .flat_map(|s| s.topics.values())
-            .flat_map(|t| t.partitions.iter().cloned())
-            .collect();
         let mut first_error = None;
-        for p in partitions {
+        for p in self.all_partitions() {
             if let Err(e) = p.close() {
                 tracing::error!(error = %e, "closing a partition at shutdown");
                 first_error.get_or_insert(e);
@@ -765,12 +764,4 @@ fn remove_orphan_topic_dirs(data_dir: &Path, file: &CatalogFile) -> Result<(), B
         }
     }
     Ok(())
-}
-
-fn catalog_err(
-    op: &'static str,
-    path: &Path,
-) -> impl FnOnce(std::io::Error) -> BrokerError + use<> {
-    let path = path.to_path_buf();
-    move |source| BrokerError::Catalog { op, path, source }
 }

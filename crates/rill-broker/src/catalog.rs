@@ -240,7 +240,11 @@ pub(crate) fn catalog_path(data_dir: &Path) -> PathBuf {
     data_dir.join("catalog.json")
 }
 
-fn err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> BrokerError + use<> {
+/// Wraps an I/O error of the broker's own files (catalog, directories, offsets).
+pub(crate) fn catalog_err(
+    op: &'static str,
+    path: &Path,
+) -> impl FnOnce(std::io::Error) -> BrokerError + use<> {
     let path = path.to_path_buf();
     move |source| BrokerError::Catalog { op, path, source }
 }
@@ -255,13 +259,13 @@ pub(crate) fn load(data_dir: &Path) -> Result<CatalogFile, BrokerError> {
                 ..CatalogFile::default()
             });
         }
-        Err(e) => return Err(err("read", &path)(e)),
+        Err(e) => return Err(catalog_err("read", &path)(e)),
     };
     let catalog: CatalogFile = serde_json::from_slice(&text).map_err(|e| {
-        err("parse", &path)(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        catalog_err("parse", &path)(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
     })?;
     if catalog.version != CATALOG_VERSION {
-        return Err(err("read", &path)(std::io::Error::new(
+        return Err(catalog_err("read", &path)(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("catalog version {} is not supported", catalog.version),
         )));
@@ -273,12 +277,12 @@ pub(crate) fn save(data_dir: &Path, catalog: &CatalogFile) -> Result<(), BrokerE
     let path = catalog_path(data_dir);
     let tmp = data_dir.join("catalog.json.tmp");
     let text = serde_json::to_vec_pretty(catalog).expect("the catalog serializes");
-    let mut file = File::create(&tmp).map_err(err("create", &tmp))?;
-    file.write_all(&text).map_err(err("write", &tmp))?;
-    file.sync_all().map_err(err("sync", &tmp))?;
+    let mut file = File::create(&tmp).map_err(catalog_err("create", &tmp))?;
+    file.write_all(&text).map_err(catalog_err("write", &tmp))?;
+    file.sync_all().map_err(catalog_err("sync", &tmp))?;
     drop(file);
-    fs::rename(&tmp, &path).map_err(err("rename", &path))?;
+    fs::rename(&tmp, &path).map_err(catalog_err("rename", &path))?;
     File::open(data_dir)
         .and_then(|d| d.sync_all())
-        .map_err(err("sync directory", data_dir))
+        .map_err(catalog_err("sync directory", data_dir))
 }

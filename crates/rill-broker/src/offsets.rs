@@ -15,6 +15,7 @@ use rill_format::{BatchBuilder, NewRecord};
 use rill_storage::{DurableTicket, LogConfig, PartitionLog, StorageError};
 
 use crate::BrokerError;
+use crate::catalog::catalog_err;
 
 /// Compact once the log is this large and four times the live data.
 const COMPACT_BYTES_MIN: u64 = 16 << 20;
@@ -241,14 +242,6 @@ impl OffsetStore {
     pub fn close(&self) -> Result<(), BrokerError> {
         Ok(self.lock().log.close()?)
     }
-}
-
-fn catalog_err(
-    op: &'static str,
-    path: &Path,
-) -> impl FnOnce(std::io::Error) -> BrokerError + use<> {
-    let path = path.to_path_buf();
-    move |source| BrokerError::Catalog { op, path, source }
 }
 
 fn rename(from: &Path, to: &Path) -> Result<(), BrokerError> {
