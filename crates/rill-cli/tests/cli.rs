@@ -14,13 +14,22 @@ fn rill(target: &[String], args: &[&str], stdin: Option<&str>) -> Output {
         .args(target)
         .args(args)
         .env_remove("RILL_SERVER")
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     if let Some(input) = stdin {
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
     }
     child.wait_with_output().unwrap()
 }
@@ -39,21 +48,44 @@ fn ok(out: &Output) -> String {
 /// Produce N lines from stdin, consume them back as JSON, compare.
 fn produce_and_consume_round_trip(target: &[String]) {
     ok(&rill(target, &["stream", "create", "shop"], None));
-    ok(&rill(target, &["topic", "create", "shop/orders", "--partitions", "3"], None));
+    ok(&rill(
+        target,
+        &["topic", "create", "shop/orders", "--partitions", "3"],
+        None,
+    ));
     // Creating it again with the same options succeeds.
-    ok(&rill(target, &["topic", "create", "shop/orders", "--partitions", "3"], None));
+    ok(&rill(
+        target,
+        &["topic", "create", "shop/orders", "--partitions", "3"],
+        None,
+    ));
     let lines: Vec<String> = (0..2500).map(|i| format!("order-{i} \u{00e9}")).collect();
-    let out = rill(target, &["produce", "shop/orders"], Some(&(lines.join("\n") + "\n")));
+    let out = rill(
+        target,
+        &["produce", "shop/orders"],
+        Some(&(lines.join("\n") + "\n")),
+    );
     ok(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("2500 records sent"), "{stderr}");
 
-    let out = ok(&rill(target, &["consume", "shop/orders", "--format", "json"], None));
+    let out = ok(&rill(
+        target,
+        &["consume", "shop/orders", "--format", "json"],
+        None,
+    ));
     let mut values: Vec<String> = out
         .lines()
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            for field in ["partition", "offset", "timestamp_us", "key", "headers", "value"] {
+            for field in [
+                "partition",
+                "offset",
+                "timestamp_us",
+                "key",
+                "headers",
+                "value",
+            ] {
                 assert!(v.get(field).is_some(), "{field} missing in {l}");
             }
             v["value"].as_str().unwrap().to_owned()
@@ -67,12 +99,38 @@ fn produce_and_consume_round_trip(target: &[String]) {
     // Keys, headers and key separators.
     ok(&rill(
         target,
-        &["produce", "shop/orders", "--key", "k1", "--header", "source=cli", "hello"],
+        &[
+            "produce",
+            "shop/orders",
+            "--key",
+            "k1",
+            "--header",
+            "source=cli",
+            "hello",
+        ],
         None,
     ));
-    ok(&rill(target, &["produce", "shop/orders", "--key-sep", ":"], Some("a:1\nb:2\n")));
-    let out = ok(&rill(target, &["consume", "shop/orders", "--format", "json", "--from", "first"], None));
-    let records: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    ok(&rill(
+        target,
+        &["produce", "shop/orders", "--key-sep", ":"],
+        Some("a:1\nb:2\n"),
+    ));
+    let out = ok(&rill(
+        target,
+        &[
+            "consume",
+            "shop/orders",
+            "--format",
+            "json",
+            "--from",
+            "first",
+        ],
+        None,
+    ));
+    let records: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let hello = records.iter().find(|r| r["value"] == "hello").unwrap();
     assert_eq!(hello["key"], "k1");
     assert_eq!(hello["headers"]["source"], "cli");
@@ -80,18 +138,45 @@ fn produce_and_consume_round_trip(target: &[String]) {
     assert_eq!(a["key"], "a");
 
     // --count and --partition.
-    let out = ok(&rill(target, &["consume", "shop/orders", "--count", "7"], None));
+    let out = ok(&rill(
+        target,
+        &["consume", "shop/orders", "--count", "7"],
+        None,
+    ));
     assert_eq!(out.lines().count(), 7);
-    let out = ok(&rill(target, &["consume", "shop/orders", "--partition", "1", "--format", "json"], None));
+    let out = ok(&rill(
+        target,
+        &[
+            "consume",
+            "shop/orders",
+            "--partition",
+            "1",
+            "--format",
+            "json",
+        ],
+        None,
+    ));
     assert!(out.lines().all(|l| l.contains("\"partition\":1")));
 
     // A named consumer stores its offsets: a second run only sees new records.
-    let first = ok(&rill(target, &["consume", "shop/orders", "--name", "billing"], None));
+    let first = ok(&rill(
+        target,
+        &["consume", "shop/orders", "--name", "billing"],
+        None,
+    ));
     assert_eq!(first.lines().count(), 2503);
-    let again = ok(&rill(target, &["consume", "shop/orders", "--name", "billing"], None));
+    let again = ok(&rill(
+        target,
+        &["consume", "shop/orders", "--name", "billing"],
+        None,
+    ));
     assert_eq!(again.lines().count(), 0, "{again}");
     ok(&rill(target, &["produce", "shop/orders", "late"], None));
-    let later = ok(&rill(target, &["consume", "shop/orders", "--name", "billing"], None));
+    let later = ok(&rill(
+        target,
+        &["consume", "shop/orders", "--name", "billing"],
+        None,
+    ));
     assert_eq!(later.trim(), "late");
 
     // Describe and list.
@@ -108,15 +193,39 @@ fn produce_and_consume_round_trip(target: &[String]) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("does not exist"), "{err}");
-    let out = rill(target, &["topic", "create", "shop/orders", "--partitions", "4"], None);
+    let out = rill(
+        target,
+        &["topic", "create", "shop/orders", "--partitions", "4"],
+        None,
+    );
     assert_eq!(out.status.code(), Some(1));
     let out = rill(target, &["topic", "create", "no-slash"], None);
     assert_eq!(out.status.code(), Some(1));
-    let out = rill(target, &["topic", "create", "shop/x", "--durability", "sometimes"], None);
+    let out = rill(
+        target,
+        &["topic", "create", "shop/x", "--durability", "sometimes"],
+        None,
+    );
     assert_eq!(out.status.code(), Some(2));
-    let out = rill(target, &["consume", "shop/orders", "--from", "yesterday"], None);
+    let out = rill(
+        target,
+        &["consume", "shop/orders", "--from", "yesterday"],
+        None,
+    );
     assert_eq!(out.status.code(), Some(2));
-    let out = rill(target, &["produce", "shop/orders", "--key", "a", "--partition", "1", "v"], None);
+    let out = rill(
+        target,
+        &[
+            "produce",
+            "shop/orders",
+            "--key",
+            "a",
+            "--partition",
+            "1",
+            "v",
+        ],
+        None,
+    );
     assert_eq!(out.status.code(), Some(2));
     ok(&rill(target, &["topic", "delete", "shop/orders"], None));
     let out = rill(target, &["topic", "describe", "shop/orders"], None);
@@ -139,11 +248,19 @@ fn cli_over_an_embedded_data_directory() {
 
 #[test]
 fn unreachable_server_is_a_clear_runtime_error() {
-    let out = rill(&["--server".into(), "rill://127.0.0.1:1".into()], &["stream", "list"], None);
+    let out = rill(
+        &["--server".into(), "rill://127.0.0.1:1".into()],
+        &["stream", "list"],
+        None,
+    );
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("rill serve"), "{err}");
-    let out = rill(&["--server".into(), "http://x".into()], &["stream", "list"], None);
+    let out = rill(
+        &["--server".into(), "http://x".into()],
+        &["stream", "list"],
+        None,
+    );
     assert_eq!(out.status.code(), Some(1));
 }
 
@@ -158,7 +275,8 @@ fn serve_stops_cleanly_on_sigterm_and_keeps_data() {
     // /health answers while serving.
     let health = std::net::TcpStream::connect(&server.http).map(|mut s| {
         use std::io::Read;
-        s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
         let mut body = String::new();
         let _ = s.read_to_string(&mut body);
         body
@@ -166,6 +284,10 @@ fn serve_stops_cleanly_on_sigterm_and_keeps_data() {
     assert!(health.unwrap().contains("200"), "health endpoint");
     assert_eq!(server.terminate(), Some(0), "SIGTERM exits 0");
     let server = ServerProcess::start(&data);
-    let out = ok(&rill(&["--server".into(), server.url()], &["consume", "s/t"], None));
+    let out = ok(&rill(
+        &["--server".into(), server.url()],
+        &["consume", "s/t"],
+        None,
+    ));
     assert_eq!(out.trim(), "kept");
 }

@@ -93,7 +93,11 @@ pub struct PartitionLog {
     visible_next: AtomicU64,
     writer: Mutex<Writer>,
     commit: GroupCommit,
-    poison: OnceLock<&'static str>,
+    poison: Arc<OnceLock<&'static str>>,
+    /// Sealed segments whose background sync has not finished. The recovery point only
+    /// moves while this is zero: it may only name data with everything before it durable.
+    seals_pending: Arc<std::sync::atomic::AtomicUsize>,
+    seal_threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 #[derive(Debug)]
@@ -171,7 +175,9 @@ impl PartitionLog {
             visible_next: AtomicU64::new(visible_next),
             writer: Mutex::new(writer),
             commit: GroupCommit::default(),
-            poison: OnceLock::new(),
+            poison: Arc::new(OnceLock::new()),
+            seals_pending: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            seal_threads: Mutex::new(Vec::new()),
         })
     }
 
@@ -398,18 +404,30 @@ impl PartitionLog {
     /// always complete on disk) and starts a new one at the next offset.
     fn roll(&self, w: &mut Writer) -> Result<(), StorageError> {
         let old = Arc::clone(&w.active);
-        let started = std::time::Instant::now();
-        let synced = old.log.sync_data();
-        crate::stats::observe_fsync(started.elapsed());
-        if let Err(e) = synced {
-            self.poison_with("fsync");
-            return Err(io_err("sync segment", &old.path)(e));
-        }
-        old.set_visible_len(w.written_len);
-        if let Err(e) = old.index().sync() {
-            // The index is a hint that recovery rebuilds; a failed index sync is worth a
-            // warning, not a poisoned partition.
-            tracing::warn!(error = %e, "could not sync a sealed segment's index");
+        if self.config.durability == Durability::Always {
+            // Under `always` the old segment is synced already but for appends still
+            // waiting on their group commit: syncing it here is cheap, and is what
+            // those waiters need (the next leader syncs the new segment).
+            let started = std::time::Instant::now();
+            let synced = old.log.sync_data();
+            crate::stats::observe_fsync(started.elapsed());
+            if let Err(e) = synced {
+                self.poison_with("fsync");
+                return Err(io_err("sync segment", &old.path)(e));
+            }
+            old.set_visible_len(w.written_len);
+            if let Err(e) = old.index().sync() {
+                // The index is a hint that recovery rebuilds; a failed index sync is
+                // worth a warning, not a poisoned partition.
+                tracing::warn!(error = %e, "could not sync a sealed segment's index");
+            }
+        } else {
+            // Under `never`/`interval`, syncing up to a gigabyte here would stall every
+            // append for a long time: seal in the background instead. Until that sync
+            // finishes the recovery point stays behind, so a crash makes recovery
+            // validate this segment too.
+            old.set_visible_len(w.written_len);
+            self.seal_in_background(Arc::clone(&old));
         }
         let base = w.next_offset;
         let segment = match create_segment(self.io.as_ref(), &self.dir, base) {
@@ -423,18 +441,63 @@ impl PartitionLog {
             let mut segments = self.segments.write().unwrap_or_else(|e| e.into_inner());
             segments.push(Arc::clone(&segment));
         }
-        RecoveryPoint {
+        self.advance_recovery_point(RecoveryPoint {
             segment_base: base,
             position: 0,
             next_offset: base,
             max_timestamp_us: w.last_max_ts,
-        }
-        .write(self.io.as_ref(), &self.dir);
+        });
         w.active = segment;
         w.written_len = 0;
         w.segment_first_ts = None;
         w.cadence = IndexCadence::new(self.config.index_interval_bytes, None);
         Ok(())
+    }
+
+    fn seal_in_background(&self, segment: Arc<Segment>) {
+        self.seals_pending.fetch_add(1, Ordering::AcqRel);
+        let pending = Arc::clone(&self.seals_pending);
+        let poison = Arc::clone(&self.poison);
+        let spawned = std::thread::Builder::new()
+            .name("rill-seal".into())
+            .spawn(move || {
+                let started = std::time::Instant::now();
+                let synced = segment.log.sync_data();
+                crate::stats::observe_fsync(started.elapsed());
+                match synced {
+                    Ok(()) => {
+                        if let Err(e) = segment.index().sync() {
+                            tracing::warn!(error = %e, "could not sync a sealed segment's index");
+                        }
+                        // Only a successful seal lets the recovery point move on.
+                        pending.fetch_sub(1, Ordering::AcqRel);
+                    }
+                    Err(e) => {
+                        if poison.set("fsync").is_ok() {
+                            tracing::error!(path = %segment.path.display(), error = %e, "sealing a segment failed: partition poisoned");
+                        }
+                    }
+                }
+            });
+        match spawned {
+            Ok(handle) => {
+                let mut threads = self.seal_threads.lock().unwrap_or_else(|e| e.into_inner());
+                threads.retain(|t| !t.is_finished());
+                threads.push(handle);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start a sealing thread: partition poisoned");
+                self.poison_with("segment seal");
+            }
+        }
+    }
+
+    /// Writes the recovery point if every sealed segment is durable (otherwise it must
+    /// stay behind them).
+    fn advance_recovery_point(&self, rp: RecoveryPoint) {
+        if self.seals_pending.load(Ordering::Acquire) == 0 {
+            rp.write(self.io.as_ref(), &self.dir);
+        }
     }
 
     /// Makes a write visible to readers.
@@ -472,13 +535,12 @@ impl PartitionLog {
             crate::stats::observe_fsync(started.elapsed());
             if result.is_ok() {
                 // Only one thread syncs at a time, so recovery points are written in order.
-                RecoveryPoint {
+                self.advance_recovery_point(RecoveryPoint {
                     segment_base: target.segment.base_offset,
                     position: target.len,
                     next_offset: target.next_offset,
                     max_timestamp_us: target.max_ts,
-                }
-                .write(self.io.as_ref(), &self.dir);
+                });
             }
             let now = self.clock.now_us();
             st = self.commit.lock();
@@ -743,11 +805,25 @@ impl PartitionLog {
         }
         w.closed = true;
         drop(w);
+        let seals: Vec<_> =
+            std::mem::take(&mut *self.seal_threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for seal in seals {
+            let _ = seal.join();
+        }
         if self.poisoned().is_some() {
             return Ok(());
         }
         self.sync()?;
-        let active = Arc::clone(&self.lock_writer().active);
+        let w = self.lock_writer();
+        let active = Arc::clone(&w.active);
+        // Every seal has finished: the recovery point may now name the very end.
+        self.advance_recovery_point(RecoveryPoint {
+            segment_base: active.base_offset,
+            position: w.written_len,
+            next_offset: w.next_offset,
+            max_timestamp_us: w.last_max_ts,
+        });
+        drop(w);
         active.index().sync()
     }
 }

@@ -53,33 +53,50 @@ pub(crate) fn recover(
         });
     }
 
-    let mut segments = Vec::with_capacity(bases.len());
+    // Everything before the recovery point is durable; everything after it may have
+    // been torn by a crash, in any segment, so it is validated batch by batch.
+    let rp = RecoveryPoint::read(io, dir);
+    let first_unsafe = rp
+        .and_then(|rp| bases.binary_search(&rp.segment_base).ok())
+        .unwrap_or(0);
+
+    let mut segments: Vec<(Arc<Segment>, Option<i64>)> = Vec::with_capacity(bases.len());
     let mut expected: Option<u64> = None;
     let mut last_max_ts: Option<i64> = None;
-    let last_i = bases.len() - 1;
+    let mut cut = false;
     for (i, &base) in bases.iter().enumerate() {
+        let path = crate::segment::log_path(dir, base);
+        if cut {
+            // After a torn batch: later segments hold writes that were never durable
+            // and would leave a gap in the offsets.
+            remove_segment_files(io, dir, base)?;
+            tracing::warn!(path = %path.display(), "removed a segment written after a torn batch");
+            continue;
+        }
         if let Some(expected) = expected
             && base != expected
         {
             return Err(StorageError::Corrupt {
-                path: crate::segment::log_path(dir, base),
+                path,
                 position: 0,
                 reason: format!(
                     "segment starts at offset {base}, previous segment ends at {expected}"
                 ),
             });
         }
-        let path = crate::segment::log_path(dir, base);
         let log = io
             .open(&path, false)
             .map_err(io_err("open segment", &path))?;
         let len = log.size().map_err(io_err("stat segment", &path))?;
         let (index, index_ok) = SegmentIndex::open(io, dir, base, len)?;
         let segment = Segment::new(base, path, log, index);
-        let tail = if i < last_i {
+        let tail = if i < first_unsafe {
             open_sealed(&segment, config, len, index_ok)?
         } else {
-            recover_active(&segment, config, len, RecoveryPoint::read(io, dir))?
+            let from_rp = rp.filter(|rp| rp.segment_base == base);
+            let (tail, end) = validate_segment(&segment, config, len, from_rp, last_max_ts)?;
+            cut = end < len;
+            tail
         };
         segment.set_next_offset(tail.next_offset);
         if let Some(ts) = tail.max_ts {
@@ -90,15 +107,17 @@ pub(crate) fn recover(
         segments.push((Arc::new(segment), tail.first_ts));
     }
 
+    // What recovery kept may have been only in the page cache (a process crash): make
+    // it durable before the recovery point says so.
+    for (segment, _) in &segments[first_unsafe.min(segments.len() - 1)..] {
+        segment
+            .log
+            .sync_data()
+            .map_err(io_err("sync segment", &segment.path))?;
+    }
     let (active, first_ts) = segments.last().cloned().expect("at least one segment");
     let written_len = active.visible_len();
     let next_offset = active.next_offset();
-    // What recovery kept may have been only in the page cache (a process crash): make
-    // it durable before the recovery point says so.
-    active
-        .log
-        .sync_data()
-        .map_err(io_err("sync segment", &active.path))?;
     RecoveryPoint {
         segment_base: active.base_offset,
         position: written_len,
@@ -264,21 +283,21 @@ fn first_timestamp(segment: &Segment, len: u64) -> Result<Option<i64>, StorageEr
     })
 }
 
-/// Repairs the active segment: validates every batch from the recovery point (or
-/// from the start, without a usable one) and truncates the file at the first torn or
-/// invalid batch. Index entries at or after the starting position are rebuilt.
-fn recover_active(
+/// Validates a segment at or after the recovery point: from the point (when it names
+/// this segment and checks out) or from the start, truncating the file at the first
+/// torn or invalid batch. Returns what it found and where the valid data ends.
+fn validate_segment(
     segment: &Segment,
     config: &LogConfig,
     len: u64,
     rp: Option<RecoveryPoint>,
-) -> Result<Tail, StorageError> {
+    max_ts_before: Option<i64>,
+) -> Result<(Tail, u64), StorageError> {
     let base = segment.base_offset;
-    if let Some(rp) =
-        rp.filter(|rp| rp.segment_base == base && rp.position <= len && rp.next_offset >= base)
+    if let Some(rp) = rp.filter(|rp| rp.position <= len && rp.next_offset >= base)
         && last_entry_below_is_sound(segment, rp.position, len)?
     {
-        if let Some(tail) = scan_tail(
+        if let Some(found) = scan_tail(
             segment,
             config,
             len,
@@ -286,11 +305,24 @@ fn recover_active(
             rp.next_offset,
             rp.max_timestamp_us,
         )? {
-            return Ok(tail);
+            return Ok(found);
         }
         tracing::warn!(path = %segment.path.display(), "recovery point does not match the segment; validating all of it");
     }
-    Ok(scan_tail(segment, config, len, 0, base, None)?.expect("a scan from the start always fits"))
+    Ok(scan_tail(segment, config, len, 0, base, max_ts_before)?
+        .expect("a scan from the start always fits"))
+}
+
+fn remove_segment_files(io: &dyn Io, dir: &Path, base: u64) -> Result<(), StorageError> {
+    let (index, time_index) = crate::index::index_paths(dir, base);
+    for path in [crate::segment::log_path(dir, base), index, time_index] {
+        match io.remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("remove segment file", &path)(e)),
+        }
+    }
+    Ok(())
 }
 
 /// Whether the last index entry below `position` points at a batch header with the
@@ -330,7 +362,7 @@ fn scan_tail(
     start: u64,
     expected: u64,
     max_ts_before: Option<i64>,
-) -> Result<Option<Tail>, StorageError> {
+) -> Result<Option<(Tail, u64)>, StorageError> {
     let base = segment.base_offset;
     {
         let mut index = segment.index_mut();
@@ -380,11 +412,14 @@ fn scan_tail(
     }
     segment.set_visible_len(end);
     let first_ts = first_timestamp(segment, end)?;
-    Ok(Some(Tail {
-        next_offset,
-        max_ts,
-        first_ts,
-    }))
+    Ok(Some((
+        Tail {
+            next_offset,
+            max_ts,
+            first_ts,
+        },
+        end,
+    )))
 }
 
 fn warn_truncation(segment: &Segment, at: u64, len: u64, stop: &ScanStop) {

@@ -151,37 +151,47 @@ fn a_failed_group_sync_fails_every_append_it_covered() {
 
 #[test]
 fn fsync_failure_while_rolling_a_segment_poisons() {
-    let dir = tempfile::tempdir().unwrap();
-    let (io, faults) = FaultyIo::new();
-    faults.only_files_ending_with(".log");
-    let log = PartitionLog::open_with(
-        dir.path(),
-        small_config(),
-        Arc::new(io),
-        Arc::new(SystemClock),
-    )
-    .unwrap();
-    let mut appended = 0;
-    faults.fail_all_syncs(true);
-    let err = loop {
-        match log.append(&mut batch("r", 4, 100)) {
-            Ok(_) => appended += 4,
-            Err(e) => break e,
-        }
-    };
-    assert!(
-        matches!(
-            err,
-            StorageError::Io {
-                op: "sync segment",
-                ..
+    // `always` syncs the old segment inline when rolling; `never` seals it in the
+    // background. Either way a failed sync poisons the partition and nothing that was
+    // acknowledged is lost.
+    for durability in [Durability::Always, Durability::Never] {
+        let dir = tempfile::tempdir().unwrap();
+        let (io, faults) = FaultyIo::new();
+        faults.only_files_ending_with(".log");
+        let config = LogConfig {
+            durability,
+            ..small_config()
+        };
+        let log = PartitionLog::open_with(dir.path(), config, Arc::new(io), Arc::new(SystemClock))
+            .unwrap();
+        let mut appended = 0;
+        faults.fail_all_syncs(true);
+        let err = loop {
+            match log.append(&mut batch("r", 4, 100)) {
+                Ok(_) => appended += 4,
+                Err(e) => break e,
             }
-        ),
-        "{err}"
-    );
-    assert!(matches!(
-        log.append(&mut batch("r", 1, 1)),
-        Err(StorageError::Poisoned { .. })
-    ));
-    assert_eq!(read_all(&log, 0).len(), appended);
+            assert!(
+                appended < 4000,
+                "{durability:?}: the failed sync was never noticed"
+            );
+            // Give a background seal the time to fail.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
+        assert!(
+            matches!(
+                err,
+                StorageError::Io {
+                    op: "sync segment",
+                    ..
+                } | StorageError::Poisoned { cause: "fsync" }
+            ),
+            "{durability:?}: {err}"
+        );
+        assert!(matches!(
+            log.append(&mut batch("r", 1, 1)),
+            Err(StorageError::Poisoned { .. })
+        ));
+        assert_eq!(read_all(&log, 0).len(), appended, "{durability:?}");
+    }
 }

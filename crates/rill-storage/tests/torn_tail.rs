@@ -154,3 +154,63 @@ fn garbage_after_the_last_batch_is_truncated() {
         check_recovered(dir.path(), len, last_base + 4, "garbage tail");
     }
 }
+
+#[test]
+fn a_torn_batch_in_an_unsynced_sealed_segment_cuts_the_log_there() {
+    // Under `never`, rolled segments are synced in the background and the recovery
+    // point does not move past them until a sync or a clean close: after a crash,
+    // every segment from the recovery point on is validated, and a torn batch in the
+    // middle ends the log there (later segments could only follow a gap).
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
+    for i in 0..60 {
+        log.append(&mut batch(&format!("b{i}"), 3, 50)).unwrap();
+    }
+    assert!(log.segment_count() >= 4);
+    drop(log); // a crash: no close
+    let mut logs: Vec<_> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    let second = &logs[1];
+    let base: u64 = second
+        .file_stem()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut bytes = fs::read(second).unwrap();
+    let torn_at = bytes.len() / 2;
+    bytes[torn_at] ^= 0x10;
+    fs::write(second, bytes).unwrap();
+
+    let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
+    assert_eq!(
+        log.segment_count(),
+        2,
+        "segments after the torn one are gone"
+    );
+    for later in &logs[2..] {
+        assert!(!later.exists(), "{} should be removed", later.display());
+    }
+    let next = log.next_offset();
+    assert!(
+        next > base && next < base + 60,
+        "cut inside the second segment: {next}"
+    );
+    let all = read_all(&log, 0);
+    assert_eq!(all.len() as u64, next);
+    assert!(all.iter().enumerate().all(|(i, (o, _))| *o == i as u64));
+    assert_eq!(
+        log.append(&mut batch("after", 1, 1)).unwrap().base_offset,
+        next
+    );
+    log.close().unwrap();
+    drop(log);
+    let log = PartitionLog::open(dir.path(), config).unwrap();
+    assert_eq!(log.next_offset(), next + 1);
+}

@@ -1,0 +1,502 @@
+//! `rill bench produce|consume|e2e`: creates its own topic in stream `bench`, runs a
+//! bounded workload against a server or an embedded data directory, and reports
+//! throughput and latency percentiles (see the `## Bench` section of `shared/spec/cli.md`).
+//!
+//! Each run first pushes `--warmup` records through the same path (first writes into
+//! cold memory are several times slower), then resets its histograms and timers and
+//! measures `--messages` records.
+
+mod stats;
+mod workers;
+
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use clap::{Args, ValueEnum};
+use rill_client::{Durability, Topic, TopicOptions};
+use serde_json::json;
+
+use self::stats::{Latency, Report};
+use self::workers::{Progress, Reading, Role, TaskResult, Tasks};
+use crate::target::{self, Target};
+
+/// The stream bench topics live in.
+const STREAM: &str = "bench";
+/// Largest `--size` (the topic's record limit is raised to fit).
+const SIZE_MAX: u64 = 8 << 20;
+/// Largest produce request the bench sends; the broker's default batch limit is 16 MiB.
+const REQUEST_BYTES_MAX: u64 = 15 << 20;
+/// Encoding overhead per record, generously (length, attributes, varints).
+const RECORD_OVERHEAD: u64 = 32;
+/// Largest fetch asked for (the broker's default answer limit is 32 MiB).
+const FETCH_BYTES_MAX: u64 = 32 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Workload {
+    /// Publish as fast as acknowledged; latency per produce request.
+    Produce,
+    /// Fill the topic (not measured), then read it all; latency per fetch request.
+    Consume,
+    /// Publish while consumers long-poll; latency from publish to receive per record.
+    E2e,
+}
+
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Produce => "produce",
+            Self::Consume => "consume",
+            Self::E2e => "e2e",
+        }
+    }
+}
+
+/// The client API producers use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum Api {
+    /// `Producer` in direct mode, one per partition, idempotence off.
+    Producer,
+    /// `Topic::publish_batch` (partition chosen round-robin per call by the client).
+    PublishBatch,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// What to measure.
+    #[arg(value_enum)]
+    workload: Workload,
+    /// Records to measure.
+    #[arg(long, default_value_t = 1_000_000, value_parser = between(1, u64::MAX))]
+    messages: u64,
+    /// Bytes per record value.
+    #[arg(long, default_value_t = 1024, value_parser = between(1, SIZE_MAX))]
+    size: u64,
+    /// Records per produce request.
+    #[arg(long, default_value_t = 1000, value_parser = between(1, 1_000_000))]
+    batch: u64,
+    /// Concurrent producer tasks (one request in flight each).
+    #[arg(long, default_value_t = 1, value_parser = between(1, 1024))]
+    producers: u64,
+    /// Concurrent consumer tasks, each reading its own partitions (consume, e2e).
+    #[arg(long, default_value_t = 1, value_parser = between(1, 1024))]
+    consumers: u64,
+    /// Partitions of the bench topic.
+    #[arg(long, default_value_t = 1, value_parser = between(1, 100_000))]
+    partitions: u64,
+    /// Durability of the bench topic: always | never | interval:MS.
+    #[arg(long, default_value = "never", value_parser = crate::admin::parse_durability)]
+    durability: Durability,
+    /// Records sent and received before measuring [default: 10% of --messages, at
+    /// least one batch].
+    #[arg(long, value_name = "N")]
+    warmup: Option<u64>,
+    /// Keep the bench topic instead of deleting it at the end.
+    #[arg(long)]
+    keep: bool,
+    /// Client API for publishing.
+    #[arg(long, value_enum, default_value_t = Api::Producer)]
+    api: Api,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A parser of whole numbers in `min..=max`, with a plain message otherwise.
+fn between(min: u64, max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync {
+    move |s: &str| {
+        let n: u64 = s
+            .trim()
+            .replace('_', "")
+            .parse()
+            .map_err(|_| format!("expected a whole number, got {s:?}"))?;
+        if n < min {
+            Err(format!("must be at least {min}"))
+        } else if n > max {
+            Err(format!("must be at most {max}"))
+        } else {
+            Ok(n)
+        }
+    }
+}
+
+/// Validated settings, shared by the tasks.
+#[derive(Debug)]
+pub(super) struct Plan {
+    workload: Workload,
+    messages: u64,
+    warmup: u64,
+    pub(super) batch: usize,
+    pub(super) producers: usize,
+    pub(super) consumers: usize,
+    pub(super) partitions: u32,
+    durability: Durability,
+    keep: bool,
+    pub(super) api: Api,
+    json: bool,
+    /// One value of `--size` bytes, reused by every record.
+    pub(super) value: Bytes,
+}
+
+impl Plan {
+    fn new(args: BenchArgs) -> Result<Self, String> {
+        let size = args.size;
+        if args.workload == Workload::E2e && size < 8 {
+            return Err(format!(
+                "e2e needs --size of at least 8 bytes (each value carries its send time), got {size}"
+            ));
+        }
+        let request = args.batch * (size + RECORD_OVERHEAD);
+        if request > REQUEST_BYTES_MAX {
+            return Err(format!(
+                "--batch {} × --size {size} makes requests of about {request} bytes; the limit is \
+                 {REQUEST_BYTES_MAX} (the broker's batch limit is 16 MiB): lower --batch",
+                args.batch
+            ));
+        }
+        let value: Vec<u8> = (0..size).map(|i| b'a' + (i % 26) as u8).collect();
+        Ok(Self {
+            workload: args.workload,
+            messages: args.messages,
+            warmup: args
+                .warmup
+                .unwrap_or_else(|| (args.messages / 10).max(args.batch)),
+            batch: usize::try_from(args.batch).map_err(|e| e.to_string())?,
+            producers: usize::try_from(args.producers).map_err(|e| e.to_string())?,
+            consumers: usize::try_from(args.consumers).map_err(|e| e.to_string())?,
+            partitions: u32::try_from(args.partitions).map_err(|e| e.to_string())?,
+            durability: args.durability,
+            keep: args.keep,
+            api: args.api,
+            json: args.json,
+            value: Bytes::from(value),
+        })
+    }
+
+    fn size(&self) -> u64 {
+        self.value.len() as u64
+    }
+
+    /// The producer's batch byte limit: large enough that a batch is one request.
+    pub(super) fn request_bytes(&self) -> usize {
+        let bytes = self.batch as u64 * (self.size() + RECORD_OVERHEAD) + 1024;
+        usize::try_from(bytes.min(16 << 20)).unwrap_or(16 << 20)
+    }
+
+    /// Bytes per fetch: about one produce batch, at least 1 MiB.
+    pub(super) fn fetch_bytes(&self) -> u32 {
+        let bytes = (self.batch as u64 * self.size())
+            .max(1 << 20)
+            .max(self.size() + 4096)
+            .min(FETCH_BYTES_MAX);
+        u32::try_from(bytes).unwrap_or(u32::MAX)
+    }
+
+    fn durability_name(&self) -> String {
+        match self.durability {
+            Durability::Always => "always".into(),
+            Durability::Never => "never".into(),
+            Durability::Interval(d) => format!("interval:{}", d.as_millis()),
+        }
+    }
+
+    fn topic_options(&self) -> TopicOptions {
+        // Raise the record limit (default 1 MiB) for large values.
+        let max_record = (self.size() > 512 << 10)
+            .then(|| u32::try_from(self.size() + 4096).unwrap_or(u32::MAX));
+        TopicOptions {
+            partitions: Some(self.partitions),
+            durability: Some(self.durability),
+            max_record_bytes: max_record,
+            ..TopicOptions::default()
+        }
+    }
+}
+
+/// Prints a usage error the way clap does and exits with code 2.
+fn usage_error(message: &str) -> ! {
+    clap::Error::raw(
+        clap::error::ErrorKind::ValueValidation,
+        format!("{message}\n"),
+    )
+    .exit()
+}
+
+pub(crate) async fn run(args: BenchArgs, target: &Target) -> anyhow::Result<()> {
+    let plan = Arc::new(Plan::new(args).unwrap_or_else(|m| usage_error(&m)));
+    let client = target.client().await?;
+    let transport = if client.is_embedded() {
+        "embedded"
+    } else {
+        "tcp"
+    };
+    let name = topic_name(plan.workload);
+    let topic = client.stream(STREAM).topic(&name);
+    let outcome = bench(&topic, &plan).await;
+    let closed = target::finish(&client).await;
+    let mut report = outcome?;
+    closed?;
+    report.settings.extend([
+        ("size", json!(plan.size())),
+        ("batch", json!(plan.batch)),
+        ("producers", json!(plan.producers)),
+        ("consumers", json!(plan.consumers)),
+        ("partitions", json!(plan.partitions)),
+        ("durability", json!(plan.durability_name())),
+        ("transport", json!(transport)),
+        (
+            "api",
+            json!(
+                plan.api
+                    .to_possible_value()
+                    .map(|v| v.get_name().to_owned())
+            ),
+        ),
+        ("warmup", json!(plan.warmup)),
+        ("topic", json!(format!("{STREAM}/{name}"))),
+    ]);
+    if plan.workload == Workload::Produce {
+        report.settings.retain(|(k, _)| *k != "consumers");
+    }
+    report.print(plan.workload.name(), plan.json)
+}
+
+/// `bench-<workload>-<random hex>`.
+fn topic_name(workload: Workload) -> String {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("bench-{}-{:08x}", workload.name(), h.finish() as u32)
+}
+
+/// Creates the topic, runs the workload, and deletes the topic unless `--keep`.
+async fn bench(topic: &Topic, plan: &Arc<Plan>) -> anyhow::Result<Report> {
+    let label = format!("{}/{}", topic.stream_name(), topic.name());
+    topic
+        .create_with(&plan.topic_options(), false)
+        .await
+        .with_context(|| format!("cannot create the bench topic {label}"))?;
+    note(format_args!(
+        "topic {label}: {} partition(s), durability {}",
+        plan.partitions,
+        plan.durability_name()
+    ));
+    if plan.workload != Workload::Produce && plan.consumers > plan.partitions as usize {
+        note(format_args!(
+            "{} consumers for {} partition(s): only {} will read (a partition has one reader)",
+            plan.consumers, plan.partitions, plan.partitions
+        ));
+    }
+    let result = match plan.workload {
+        Workload::Produce => produce(topic, plan).await,
+        Workload::Consume => consume(topic, plan).await,
+        Workload::E2e => e2e(topic, plan).await,
+    };
+    if plan.keep {
+        note(format_args!("kept topic {label} (--keep)"));
+    } else {
+        let deleted = topic
+            .delete()
+            .await
+            .with_context(|| format!("cannot delete the bench topic {label}"));
+        match (&result, deleted) {
+            (Ok(_), Err(e)) => return Err(e),
+            (Err(_), Err(e)) => note(format_args!("{e:#}")),
+            (_, Ok(())) => {}
+        }
+    }
+    result
+}
+
+fn note(message: std::fmt::Arguments<'_>) {
+    eprintln!("rill bench: {message}");
+}
+
+/// Runs producers of `count` records to completion (no consumers).
+async fn produce_phase(
+    topic: &Topic,
+    plan: &Arc<Plan>,
+    count: u64,
+    label: &str,
+) -> anyhow::Result<Vec<TaskResult>> {
+    let progress = Arc::new(Progress::default());
+    let mut tasks = Tasks::new();
+    workers::spawn_producers(&mut tasks, topic, plan, count, false, &progress);
+    workers::supervise(tasks, &progress, count, label).await
+}
+
+/// Runs consumers over `[starts[p], ends[p])` of every partition to completion.
+async fn drain_phase(
+    topic: &Topic,
+    plan: &Arc<Plan>,
+    starts: &[u64],
+    ends: &[u64],
+    label: &str,
+) -> anyhow::Result<Vec<TaskResult>> {
+    let total = starts
+        .iter()
+        .zip(ends)
+        .map(|(s, e)| e.saturating_sub(*s))
+        .sum();
+    let progress = Arc::new(Progress::default());
+    let mut tasks = Tasks::new();
+    let reading = Reading::Drain {
+        ends: ends.to_vec(),
+    };
+    workers::spawn_consumers(&mut tasks, topic, plan, starts, &reading, &progress);
+    workers::supervise(tasks, &progress, total, label).await
+}
+
+/// The end offset of every partition.
+async fn end_offsets(topic: &Topic, plan: &Plan) -> anyhow::Result<Vec<u64>> {
+    let mut ends = Vec::with_capacity(plan.partitions as usize);
+    for p in 0..plan.partitions {
+        ends.push(
+            topic
+                .end_offset(p)
+                .await
+                .with_context(|| format!("cannot read the end of partition {p}"))?,
+        );
+    }
+    Ok(ends)
+}
+
+/// Merges the latency of the tasks in `role`, and adds up their records and bytes.
+fn merge(results: &[TaskResult], role: Role) -> anyhow::Result<(Latency, u64, u64)> {
+    let mut latency = Latency::new();
+    let (mut records, mut bytes) = (0, 0);
+    for r in results.iter().filter(|r| r.role == role) {
+        latency.merge(&r.latency)?;
+        records += r.records;
+        bytes += r.bytes;
+    }
+    Ok((latency, records, bytes))
+}
+
+fn warmup_note(plan: &Plan) {
+    if plan.warmup > 0 {
+        note(format_args!("warming up with {} records", plan.warmup));
+    }
+}
+
+async fn produce(topic: &Topic, plan: &Arc<Plan>) -> anyhow::Result<Report> {
+    if plan.warmup > 0 {
+        warmup_note(plan);
+        produce_phase(topic, plan, plan.warmup, "warm-up").await?;
+    }
+    note(format_args!("measuring {} records", plan.messages));
+    let started = Instant::now();
+    let results = produce_phase(topic, plan, plan.messages, "produce").await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let (latency, records, bytes) = merge(&results, Role::Producer)?;
+    Ok(Report {
+        records,
+        bytes,
+        seconds,
+        latency: latency.summary(),
+        latency_kind: "per produce request",
+        produce_latency: None,
+        settings: Vec::new(),
+    })
+}
+
+async fn consume(topic: &Topic, plan: &Arc<Plan>) -> anyhow::Result<Report> {
+    let fill_started = Instant::now();
+    note(format_args!(
+        "filling the topic with {} records (not measured)",
+        plan.warmup + plan.messages
+    ));
+    let starts = end_offsets(topic, plan).await?;
+    if plan.warmup > 0 {
+        produce_phase(topic, plan, plan.warmup, "fill (warm-up part)").await?;
+    }
+    let middle = end_offsets(topic, plan).await?;
+    produce_phase(topic, plan, plan.messages, "fill").await?;
+    let ends = end_offsets(topic, plan).await?;
+    note(format_args!(
+        "filled in {:.1} s",
+        fill_started.elapsed().as_secs_f64()
+    ));
+    if plan.warmup > 0 {
+        warmup_note(plan);
+        drain_phase(topic, plan, &starts, &middle, "warm-up").await?;
+    }
+    note(format_args!("measuring {} records", plan.messages));
+    let started = Instant::now();
+    let results = drain_phase(topic, plan, &middle, &ends, "consume").await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let (latency, records, bytes) = merge(&results, Role::Consumer)?;
+    if records != plan.messages {
+        anyhow::bail!(
+            "read {records} records but {} were published; the topic changed during the run",
+            plan.messages
+        );
+    }
+    Ok(Report {
+        records,
+        bytes,
+        seconds,
+        latency: latency.summary(),
+        latency_kind: "per fetch request",
+        produce_latency: None,
+        settings: Vec::new(),
+    })
+}
+
+/// One e2e phase: consumers long-poll from the current ends while producers publish
+/// `count` stamped records. Returns the results and the time from the start to the
+/// last record received.
+async fn e2e_phase(
+    topic: &Topic,
+    plan: &Arc<Plan>,
+    count: u64,
+    label: &str,
+) -> anyhow::Result<(Vec<TaskResult>, Duration)> {
+    let starts = end_offsets(topic, plan).await?;
+    let received = Arc::new(Progress::default());
+    let sent = Arc::new(Progress::default());
+    let mut tasks = Tasks::new();
+    let reading = Reading::Follow { target: count };
+    workers::spawn_consumers(&mut tasks, topic, plan, &starts, &reading, &received);
+    let started = Instant::now();
+    workers::spawn_producers(&mut tasks, topic, plan, count, true, &sent);
+    let results = workers::supervise(tasks, &received, count, label).await?;
+    let last = results
+        .iter()
+        .filter_map(|r| r.last_receive)
+        .max()
+        .unwrap_or(started);
+    Ok((results, last.saturating_duration_since(started)))
+}
+
+async fn e2e(topic: &Topic, plan: &Arc<Plan>) -> anyhow::Result<Report> {
+    if plan.warmup > 0 {
+        warmup_note(plan);
+        e2e_phase(topic, plan, plan.warmup, "warm-up").await?;
+    }
+    note(format_args!("measuring {} records", plan.messages));
+    let (results, elapsed) = e2e_phase(topic, plan, plan.messages, "e2e").await?;
+    let (latency, records, bytes) = merge(&results, Role::Consumer)?;
+    let (produce_latency, _, _) = merge(&results, Role::Producer)?;
+    if records != plan.messages {
+        anyhow::bail!(
+            "received {records} records but {} were published",
+            plan.messages
+        );
+    }
+    Ok(Report {
+        records,
+        bytes,
+        seconds: elapsed.as_secs_f64(),
+        latency: latency.summary(),
+        latency_kind: "publish to receive, per record",
+        produce_latency: Some(produce_latency.summary()),
+        settings: Vec::new(),
+    })
+}

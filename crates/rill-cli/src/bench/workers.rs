@@ -1,0 +1,505 @@
+//! The bench's tasks: producers, consumers, and the supervisor that waits for them,
+//! shows progress and fails a run that stops making progress.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use rill_client::{Message, Producer, Routing, Topic};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::stats::Latency;
+use super::{Api, Plan};
+
+/// A run that makes no progress for this long fails instead of hanging.
+pub(super) const STALL: Duration = Duration::from_secs(30);
+
+/// How long an e2e consumer's fetch waits for records.
+const LONG_POLL: Duration = Duration::from_millis(500);
+
+/// What one task measured.
+#[derive(Debug)]
+pub(super) struct TaskResult {
+    pub(super) role: Role,
+    pub(super) latency: Latency,
+    pub(super) records: u64,
+    pub(super) bytes: u64,
+    /// Consumers: when the last record arrived.
+    pub(super) last_receive: Option<Instant>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    Producer,
+    Consumer,
+}
+
+/// Records done so far in a phase, shared by its tasks and read by the supervisor.
+#[derive(Debug, Default)]
+pub(super) struct Progress(AtomicU64);
+
+impl Progress {
+    /// Adds `n` and returns the new total.
+    fn add(&self, n: u64) -> u64 {
+        self.0.fetch_add(n, Ordering::Relaxed) + n
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+pub(super) type Tasks = JoinSet<anyhow::Result<TaskResult>>;
+
+// ---- producers --------------------------------------------------------------------------
+
+/// How a producer task sends a batch.
+#[derive(Debug)]
+enum Sender {
+    /// One direct-mode `Producer` per partition, routed to it.
+    Producers(Vec<Producer>),
+    /// `Topic::publish_batch`: the client picks the partition round-robin per call.
+    Publish(Topic),
+}
+
+impl Sender {
+    async fn new(topic: &Topic, plan: &Plan) -> anyhow::Result<Self> {
+        match plan.api {
+            Api::PublishBatch => Ok(Self::Publish(
+                // A handle of its own, so each task has its own round-robin counter.
+                topic
+                    .client()
+                    .stream(topic.stream_name())
+                    .topic(topic.name()),
+            )),
+            Api::Producer => {
+                let mut producers = Vec::with_capacity(plan.partitions as usize);
+                for p in 0..plan.partitions {
+                    producers.push(
+                        topic
+                            .producer()
+                            .batch_length(plan.batch)
+                            .max_batch_bytes(plan.request_bytes())
+                            .idempotence(false)
+                            .routing(Routing::Partition(p))
+                            .build()
+                            .await
+                            .context("cannot build a producer")?,
+                    );
+                }
+                Ok(Self::Producers(producers))
+            }
+        }
+    }
+
+    async fn send(&self, partition: u32, messages: Vec<Message>) -> anyhow::Result<()> {
+        match self {
+            Self::Producers(producers) => {
+                let producer = producers
+                    .get(partition as usize)
+                    .context("no producer for the partition")?;
+                producer.send_batch(messages).await?;
+            }
+            Self::Publish(topic) => {
+                topic.publish_batch(messages).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn shutdown(self) -> anyhow::Result<()> {
+        if let Self::Producers(producers) = self {
+            for p in producers {
+                p.shutdown().await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The records of producer `index` of `producers` when `total` are shared out.
+fn share(total: u64, index: usize, producers: usize) -> u64 {
+    let n = producers as u64;
+    total / n + u64::from((index as u64) < total % n)
+}
+
+/// Spawns the producers of a phase: `count` records in all, each task sending its share
+/// in batches, one request in flight, to partitions round-robin from `index % partitions`.
+/// With `stamp`, each value starts with its send time (µs since the epoch, LE).
+pub(super) fn spawn_producers(
+    tasks: &mut Tasks,
+    topic: &Topic,
+    plan: &Arc<Plan>,
+    count: u64,
+    stamp: bool,
+    progress: &Arc<Progress>,
+) {
+    for index in 0..plan.producers {
+        let records = share(count, index, plan.producers);
+        if records == 0 {
+            continue;
+        }
+        let (topic, plan, progress) = (topic.clone(), Arc::clone(plan), Arc::clone(progress));
+        tasks.spawn(async move {
+            producer(topic, plan, index, records, stamp, progress)
+                .await
+                .with_context(|| format!("producer {index}"))
+        });
+    }
+}
+
+async fn producer(
+    topic: Topic,
+    plan: Arc<Plan>,
+    index: usize,
+    records: u64,
+    stamp: bool,
+    progress: Arc<Progress>,
+) -> anyhow::Result<TaskResult> {
+    let sender = Sender::new(&topic, &plan).await?;
+    // Values built once per task (its own buffer, so tasks share no reference count).
+    let value = Bytes::copy_from_slice(&plan.value);
+    let template: Vec<Message> = (0..plan.batch)
+        .map(|_| Message::new(value.clone()))
+        .collect();
+    let mut stamper = stamp.then(|| Stamper::new(value.clone(), plan.batch));
+    let mut latency = Latency::new();
+    let mut partition = index as u32 % plan.partitions;
+    let mut left = records;
+    while left > 0 {
+        let n = left.min(plan.batch as u64) as usize;
+        let messages = match stamper.as_mut() {
+            Some(s) => s.messages(n),
+            None => template[..n].to_vec(),
+        };
+        let started = Instant::now();
+        tokio::time::timeout(STALL, sender.send(partition, messages))
+            .await
+            .map_err(|_| anyhow::anyhow!("a produce request got no answer in {STALL:?}"))?
+            .with_context(|| format!("publishing to partition {partition}"))?;
+        latency.record(started.elapsed());
+        progress.add(n as u64);
+        left -= n as u64;
+        partition = (partition + 1) % plan.partitions;
+    }
+    sender.shutdown().await?;
+    Ok(TaskResult {
+        role: Role::Producer,
+        latency,
+        records,
+        bytes: records * plan.value.len() as u64,
+        last_receive: None,
+    })
+}
+
+/// Values for e2e: `batch` copies of the template in one buffer, reused from batch to
+/// batch (only the 8-byte send times are rewritten) once the client has let go of it.
+#[derive(Debug)]
+struct Stamper {
+    template: Bytes,
+    batch: usize,
+    /// The last batch's buffer; unique again once its messages are dropped.
+    last: Option<Bytes>,
+}
+
+impl Stamper {
+    fn new(template: Bytes, batch: usize) -> Self {
+        Self {
+            template,
+            batch,
+            last: None,
+        }
+    }
+
+    /// `n` (at most `batch`) messages whose values start with the current time.
+    fn messages(&mut self, n: usize) -> Vec<Message> {
+        let size = self.template.len();
+        let mut buf = match self.last.take().map(Bytes::try_into_mut) {
+            Some(Ok(buf)) if buf.len() >= n * size => buf,
+            _ => {
+                let mut buf = BytesMut::with_capacity(self.batch.max(n) * size);
+                for _ in 0..self.batch.max(n) {
+                    buf.extend_from_slice(&self.template);
+                }
+                buf
+            }
+        };
+        let now = now_us().to_le_bytes();
+        for i in 0..n {
+            buf[i * size..i * size + now.len()].copy_from_slice(&now);
+        }
+        let all = buf.freeze();
+        let messages = (0..n)
+            .map(|i| Message::new(all.slice(i * size..(i + 1) * size)))
+            .collect();
+        self.last = Some(all);
+        messages
+    }
+}
+
+/// Microseconds since the Unix epoch.
+pub(super) fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+// ---- consumers --------------------------------------------------------------------------
+
+/// How consumers of a phase read.
+#[derive(Debug, Clone)]
+pub(super) enum Reading {
+    /// Read each partition from its start to its end, fetching without waiting; latency
+    /// per fetch.
+    Drain { ends: Vec<u64> },
+    /// Long-poll while producers publish until `target` records arrived in all; latency
+    /// per record, publish to receive.
+    Follow { target: u64 },
+}
+
+/// Spawns `plan.consumers` consumer tasks (at most one per partition); consumer `c` reads
+/// the partitions `p` with `p % consumers == c`, starting at `starts[p]`. Following
+/// consumers stop together once their shared target is reached.
+pub(super) fn spawn_consumers(
+    tasks: &mut Tasks,
+    topic: &Topic,
+    plan: &Arc<Plan>,
+    starts: &[u64],
+    reading: &Reading,
+    progress: &Arc<Progress>,
+) {
+    let (done_tx, done_rx) = watch::channel(false);
+    let done_tx = Arc::new(done_tx);
+    let consumers = plan.consumers.min(plan.partitions as usize);
+    for c in 0..consumers {
+        let parts: Vec<(u32, u64, u64)> = (0..plan.partitions)
+            .filter(|p| *p as usize % consumers == c)
+            .map(|p| {
+                let start = starts[p as usize];
+                let end = match reading {
+                    Reading::Drain { ends } => ends[p as usize],
+                    Reading::Follow { .. } => u64::MAX,
+                };
+                (p, start, end)
+            })
+            .filter(|(_, start, end)| start < end)
+            .collect();
+        if parts.is_empty() {
+            continue;
+        }
+        let task = Consumer {
+            topic: topic.clone(),
+            plan: Arc::clone(plan),
+            reading: reading.clone(),
+            progress: Arc::clone(progress),
+            done_tx: Arc::clone(&done_tx),
+            done_rx: done_rx.clone(),
+        };
+        tasks.spawn(async move {
+            task.run(parts)
+                .await
+                .with_context(|| format!("consumer {c}"))
+        });
+    }
+}
+
+#[derive(Debug)]
+struct Consumer {
+    topic: Topic,
+    plan: Arc<Plan>,
+    reading: Reading,
+    progress: Arc<Progress>,
+    done_tx: Arc<watch::Sender<bool>>,
+    done_rx: watch::Receiver<bool>,
+}
+
+impl Consumer {
+    async fn run(mut self, parts: Vec<(u32, u64, u64)>) -> anyhow::Result<TaskResult> {
+        let (follow, target, wait) = match self.reading {
+            Reading::Drain { .. } => (false, u64::MAX, Duration::ZERO),
+            Reading::Follow { target } => (true, target, LONG_POLL),
+        };
+        let max_bytes = self.plan.fetch_bytes();
+        let fetch = |p: u32, offset: u64| {
+            let topic = self.topic.clone();
+            async move {
+                let started = Instant::now();
+                let r = topic.fetch(p, offset, max_bytes, wait).await;
+                (p, offset, started, r)
+            }
+        };
+        let ends: std::collections::HashMap<u32, u64> =
+            parts.iter().map(|&(p, _, end)| (p, end)).collect();
+        let mut inflight = FuturesUnordered::new();
+        for &(p, start, _) in &parts {
+            inflight.push(fetch(p, start));
+        }
+        let mut latency = Latency::new();
+        let (mut records, mut bytes) = (0u64, 0u64);
+        let mut last_receive = None;
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = self.done_rx.wait_for(|d| *d), if follow => break,
+                next = inflight.next() => next,
+            };
+            let Some((p, offset, started, result)) = next else {
+                break; // every partition read to its end
+            };
+            let fetched =
+                result.with_context(|| format!("fetching partition {p} at offset {offset}"))?;
+            let received = Instant::now();
+            let end = ends.get(&p).copied().unwrap_or(u64::MAX);
+            let mut n = 0u64;
+            if follow {
+                let now = now_us();
+                for r in &fetched.records {
+                    let sent = r
+                        .value
+                        .get(..8)
+                        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                        .map(u64::from_le_bytes)
+                        .with_context(|| {
+                            format!("record {p}/{} has no send time in its value", r.offset)
+                        })?;
+                    latency.record_n_us(now.saturating_sub(sent), 1);
+                    bytes += r.value.len() as u64;
+                    n += 1;
+                }
+            } else {
+                latency.record(received - started);
+                for r in fetched.records.iter().filter(|r| r.offset < end) {
+                    bytes += r.value.len() as u64;
+                    n += 1;
+                }
+            }
+            if n > 0 {
+                records += n;
+                last_receive = Some(received);
+                if self.progress.add(n) >= target {
+                    self.done_tx.send_replace(true);
+                }
+            }
+            let next_offset = fetched.next_offset.max(offset);
+            if next_offset < end {
+                inflight.push(fetch(p, next_offset));
+            }
+        }
+        Ok(TaskResult {
+            role: Role::Consumer,
+            latency,
+            records,
+            bytes,
+            last_receive,
+        })
+    }
+}
+
+// ---- supervisor -------------------------------------------------------------------------
+
+/// Waits for every task of a phase, showing progress on stderr; fails on the first
+/// task error, or when `progress` has not moved for [`STALL`].
+pub(super) async fn supervise(
+    mut tasks: Tasks,
+    progress: &Progress,
+    total: u64,
+    label: &str,
+) -> anyhow::Result<Vec<TaskResult>> {
+    let terminal = std::io::stderr().is_terminal();
+    let mut results = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut seen, mut moved) = (progress.get(), Instant::now());
+    let mut ticks = 0u64;
+    loop {
+        tokio::select! {
+            joined = tasks.join_next() => match joined {
+                None => break,
+                Some(Ok(Ok(r))) => results.push(r),
+                Some(Ok(Err(e))) => {
+                    clear_line(terminal);
+                    return Err(e);
+                }
+                Some(Err(e)) => {
+                    clear_line(terminal);
+                    anyhow::bail!("a bench task failed: {e}");
+                }
+            },
+            _ = tick.tick() => {
+                ticks += 1;
+                let n = progress.get();
+                if n != seen {
+                    (seen, moved) = (n, Instant::now());
+                } else if moved.elapsed() >= STALL {
+                    clear_line(terminal);
+                    anyhow::bail!(
+                        "{label}: no progress for {} s ({n} of {total} records done); \
+                         is the server alive and the disk not full?",
+                        STALL.as_secs()
+                    );
+                }
+                let pct = n as f64 * 100.0 / total.max(1) as f64;
+                if terminal {
+                    eprint!("\r{label}: {n}/{total} records ({pct:.0}%)   ");
+                } else if ticks.is_multiple_of(10) {
+                    eprintln!("{label}: {n}/{total} records ({pct:.0}%)");
+                }
+            }
+        }
+    }
+    clear_line(terminal);
+    Ok(results)
+}
+
+fn clear_line(terminal: bool) {
+    if terminal {
+        eprint!("\r\x1b[2K");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_add_up() {
+        for (total, producers) in [(10, 3), (2, 5), (1_000_000, 7), (5, 1)] {
+            let sum: u64 = (0..producers).map(|i| share(total, i, producers)).sum();
+            assert_eq!(sum, total);
+        }
+        assert_eq!(share(2, 4, 5), 0);
+    }
+
+    #[test]
+    fn stamped_values_carry_the_time_and_reuse_the_buffer() {
+        let template = Bytes::from((0..20u8).collect::<Vec<u8>>());
+        let mut stamper = Stamper::new(template.clone(), 4);
+        let before = now_us();
+        let first = stamper.messages(3);
+        let first_ptr = first[0].value.as_ptr();
+        assert_eq!(first.len(), 3);
+        for m in &first {
+            assert_eq!(m.value.len(), 20);
+            let t = u64::from_le_bytes(m.value[..8].try_into().unwrap());
+            assert!(t >= before && t <= now_us());
+            assert_eq!(&m.value[8..], &template[8..]);
+        }
+        // Still referenced: a new buffer, the old values untouched.
+        let second = stamper.messages(4);
+        assert_ne!(second[0].value.as_ptr(), first_ptr);
+        assert_eq!(&first[2].value[8..], &template[8..]);
+        drop(first);
+        let second_ptr = second[0].value.as_ptr();
+        drop(second);
+        // Released: the buffer is reused.
+        let third = stamper.messages(2);
+        assert_eq!(third[0].value.as_ptr(), second_ptr);
+        assert_eq!(&third[1].value[8..], &template[8..]);
+    }
+}

@@ -1,0 +1,154 @@
+//! `rill bench` end to end: the real binary against an embedded data directory, with
+//! tiny workloads. Checks the JSON contract, not speed.
+
+use std::process::{Command, Output};
+
+fn rill(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rill"))
+        .args(args)
+        .env_remove("RILL_SERVER")
+        .output()
+        .expect("run rill")
+}
+
+fn bench_json(workload: &str, extra: &[&str]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let mut args = vec![
+        "bench",
+        workload,
+        "--data",
+        data,
+        "--messages",
+        "2000",
+        "--size",
+        "100",
+        "--batch",
+        "100",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let out = rill(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "rill bench {workload} failed: {:?}\nstdout: {stdout}\nstderr: {stderr}",
+        out.status
+    );
+    assert_eq!(stdout.lines().count(), 1, "one JSON object: {stdout}");
+    let v: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {stdout}"));
+    assert_eq!(v["workload"], workload);
+    assert_eq!(v["records"], 2000, "{v}");
+    assert_eq!(v["bytes"], 200_000, "{v}");
+    assert!(v["seconds"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["records_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["mb_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    for k in ["p50", "p90", "p99", "p999", "max"] {
+        assert!(v["latency_us"][k].is_number(), "latency_us.{k} in {v}");
+    }
+    v
+}
+
+#[test]
+fn produce_json() {
+    let v = bench_json("produce", &[]);
+    assert_eq!(v["transport"], "embedded");
+    assert_eq!(v["durability"], "never");
+}
+
+#[test]
+fn produce_with_publish_batch_and_many_partitions() {
+    let v = bench_json(
+        "produce",
+        &[
+            "--api",
+            "publish-batch",
+            "--producers",
+            "3",
+            "--partitions",
+            "4",
+        ],
+    );
+    assert_eq!(v["partitions"], 4);
+    assert_eq!(v["producers"], 3);
+}
+
+#[test]
+fn consume_json() {
+    let v = bench_json("consume", &["--partitions", "3", "--consumers", "2"]);
+    assert_eq!(v["partitions"], 3);
+}
+
+#[test]
+fn e2e_json() {
+    let v = bench_json(
+        "e2e",
+        &["--partitions", "2", "--producers", "2", "--consumers", "2"],
+    );
+    assert!(v["produce_request_latency_us"]["p50"].is_number(), "{v}");
+}
+
+#[test]
+fn e2e_durability_always_without_warmup() {
+    bench_json("e2e", &["--durability", "always", "--warmup", "0"]);
+}
+
+#[test]
+fn human_output_and_keep() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let out = rill(&[
+        "bench",
+        "produce",
+        "--data",
+        data,
+        "--messages",
+        "500",
+        "--size",
+        "10",
+        "--batch",
+        "50",
+        "--keep",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout.contains("records/s"), "{stdout}");
+    assert!(stdout.contains("MB/s"), "{stdout}");
+    assert!(stdout.contains("p99.9"), "{stdout}");
+    // The kept topic is still there.
+    let list = rill(&["topic", "list", "bench", "--data", data]);
+    let listed = String::from_utf8_lossy(&list.stdout);
+    assert!(listed.contains("bench-produce-"), "{listed}");
+}
+
+#[test]
+fn bad_numbers_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    for bad in [
+        &["produce", "--messages", "0"][..],
+        &["produce", "--size", "0"],
+        &["produce", "--batch", "0"],
+        &["produce", "--producers", "0"],
+        &["produce", "--partitions", "0"],
+        &["consume", "--consumers", "0"],
+        &["e2e", "--size", "4"],
+        &["produce", "--size", "1000000", "--batch", "1000"],
+        &["produce", "--durability", "sometimes"],
+        &["sideways"],
+    ] {
+        let mut args = vec!["bench", "--data", data];
+        args.extend_from_slice(bad);
+        let out = rill(&args);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
+        assert!(out.stdout.is_empty(), "{bad:?}");
+        assert!(!out.stderr.is_empty(), "{bad:?}");
+    }
+    // Nothing was created.
+    assert!(!dir.path().join("data").exists());
+}
