@@ -292,7 +292,7 @@ async fn named(
             loop {
                 let caught_up = consumer
                     .last_consumed_offset(consumer.partition())
-                    .map_or(false, |o| o + 1 >= *end);
+                    .is_some_and(|o| o + 1 >= *end);
                 if !args.follow && (caught_up || *end == 0) {
                     break;
                 }

@@ -92,7 +92,7 @@ fn produce_and_consume_round_trip(target: &[String]) {
         })
         .collect();
     values.sort();
-    let mut expected = lines.clone();
+    let mut expected = lines;
     expected.sort();
     assert_eq!(values, expected);
 
