@@ -41,7 +41,7 @@ fuzz_target!(|input: Input<'_>| {
             for value in records.iter().take(20) {
                 builder.push(NewRecord::value(value)).unwrap();
             }
-            log.append(&mut builder.finish().unwrap()).unwrap();
+            log.append(&builder.finish().unwrap()).unwrap();
         }
         log.close().unwrap();
     }
@@ -95,7 +95,7 @@ fuzz_target!(|input: Input<'_>| {
     }
     let mut builder = BatchBuilder::new();
     builder.push(NewRecord::value(b"after")).unwrap();
-    let appended = log.append(&mut builder.finish().unwrap()).unwrap();
+    let appended = log.append(&builder.finish().unwrap()).unwrap();
     assert_eq!(appended.base_offset, next);
     drop(log);
     let log = PartitionLog::open(dir.path(), config).expect("a recovered log reopens");

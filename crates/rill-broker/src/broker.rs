@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use rill_proto::pb;
 use rill_storage::{Clock, Flusher, LogRead, SystemClock};
 
@@ -512,12 +512,9 @@ impl Broker {
             .into());
         }
         let p = self.partition(stream, topic, partition)?;
-        // Stamping writes into the batch: take the buffer without a copy when it is not
-        // shared (the usual case for a decoded frame).
-        let mut batch = batch
-            .try_into_mut()
-            .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
-        tokio::task::spawn_blocking(move || p.append_blocking(&mut batch))
+        // The log stamps a copy of the header and writes the records from this shared
+        // buffer as they are: no copy of the batch, whoever else holds it.
+        tokio::task::spawn_blocking(move || p.append_blocking(&batch))
             .await
             .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))?
     }

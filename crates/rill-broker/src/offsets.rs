@@ -170,10 +170,10 @@ impl OffsetStore {
         builder
             .push(NewRecord::value(value.as_ref().map_or(&[][..], |v| &v[..])).key(&encoded_key))
             .map_err(StorageError::from)?;
-        let mut batch = builder.finish().map_err(StorageError::from)?;
+        let batch = builder.finish().map_err(StorageError::from)?;
         let (log, ticket, existed) = {
             let mut inner = self.lock();
-            let (_, ticket) = inner.log.append_deferred(&mut batch)?;
+            let (_, ticket) = inner.log.append_deferred(&batch)?;
             // Map updates happen in log order, under the same lock as the write.
             let existed = match offset {
                 Some(o) => inner.live.insert(key, (o, ticket)).is_some(),
@@ -217,7 +217,7 @@ impl OffsetStore {
                     .push(NewRecord::value(&offset.to_le_bytes()).key(key))
                     .map_err(StorageError::from)?;
             }
-            snapshot.append(&mut builder.finish().map_err(StorageError::from)?)?;
+            snapshot.append(&builder.finish().map_err(StorageError::from)?)?;
         }
         snapshot.close()?;
         drop(snapshot);

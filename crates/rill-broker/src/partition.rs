@@ -62,7 +62,7 @@ impl Partition {
     }
 
     /// Appends a batch (blocking: writes, and waits for the durability policy).
-    pub(crate) fn append_blocking(&self, batch: &mut [u8]) -> Result<Produced, BrokerError> {
+    pub(crate) fn append_blocking(&self, batch: &[u8]) -> Result<Produced, BrokerError> {
         // The header alone (checked by its own CRC) names the producer and the count;
         // the log validates the whole batch when it appends it.
         let header = BatchHeader::parse(batch).map_err(rill_storage::StorageError::from)?;

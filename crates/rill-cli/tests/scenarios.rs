@@ -80,6 +80,7 @@ over_both_transports!(
     idempotent_producer_batches,
     a_partly_failed_send_never_acknowledges_records_it_did_not_store,
     background_producer_flushes,
+    explicit_batching,
     typed_codecs_and_decode_errors,
     avro_codec,
     bad_requests_are_typed_errors,
@@ -573,6 +574,32 @@ async fn background_producer_flushes(client: &Client) {
         }
     }
     producer.shutdown().await.unwrap();
+}
+
+async fn explicit_batching(client: &Client) {
+    let t = topic(client, "batching", 2).await;
+    let batching = t.batching().build().await.unwrap();
+    for i in 0..300 {
+        batching.send(Message::new(format!("m{i}"))).await.unwrap();
+    }
+    batching.flush().await.unwrap();
+    let d = t.describe().await.unwrap();
+    assert_eq!(d.partitions.iter().map(|p| p.next_offset).sum::<u64>(), 300);
+    batching.close().await.unwrap();
+    // A failed background send is reported by the next call.
+    let broken = t
+        .batching()
+        .routing(rill_client::Routing::Partition(9))
+        .build()
+        .await
+        .unwrap();
+    broken.send(Message::new("lost")).await.unwrap();
+    let err = broken.flush().await.unwrap_err();
+    assert!(matches!(err, ClientError::Background(_)), "{err}");
+    assert!(matches!(
+        t.batching().linger(Duration::ZERO).build().await,
+        Err(ClientError::InvalidArgument(_))
+    ));
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -36,6 +36,7 @@
 
 #[cfg(feature = "avro")]
 pub mod avro;
+mod batching;
 mod client;
 mod codec;
 mod commit;
@@ -52,6 +53,7 @@ mod transport;
 pub use apache_avro::Schema as AvroSchema;
 #[cfg(feature = "avro")]
 pub use avro::AvroTopic;
+pub use batching::{Batching, BatchingBuilder};
 pub use client::{Client, ClientBuilder, DEFAULT_URL, RetryPolicy, StreamHandle, parse_url};
 pub use codec::{Codec, Json, MsgPack};
 pub use commit::CommitPolicy;

@@ -370,6 +370,12 @@ impl Topic {
         }
     }
 
+    /// Explicit client-side batching (512 records, 1 MiB, 5 ms linger by default):
+    /// `send` buffers, `flush` and `close` send what is buffered.
+    pub fn batching(&self) -> crate::BatchingBuilder {
+        crate::BatchingBuilder::new(self.clone())
+    }
+
     /// A tuned producer: batching, retries, idempotence, background sending.
     pub fn producer(&self) -> ProducerBuilder {
         ProducerBuilder::new(self.clone())

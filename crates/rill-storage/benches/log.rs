@@ -44,11 +44,11 @@ fn append(c: &mut Criterion) {
     for (name, durability) in [("never", Durability::Never), ("always", Durability::Always)] {
         let dir = tempfile::tempdir_in(bench_dir()).unwrap();
         let log = PartitionLog::open(dir.path(), config(durability)).unwrap();
-        let mut buf = template.clone();
+        let buf = template.clone();
         let mut n = 0u64;
         group.bench_function(name, |b| {
             b.iter(|| {
-                log.append(&mut buf).unwrap();
+                log.append(&buf).unwrap();
                 n += 1;
                 if n.is_multiple_of(256) {
                     log.apply_retention().unwrap();
@@ -87,7 +87,7 @@ fn read(c: &mut Criterion) {
     let log = PartitionLog::open(dir.path(), config(Durability::Never)).unwrap();
     let batches = 256u64;
     for _ in 0..batches {
-        log.append(&mut template.clone()).unwrap();
+        log.append(&template.clone()).unwrap();
     }
     let end = log.next_offset();
     // Warm the page cache.

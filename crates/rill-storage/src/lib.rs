@@ -19,7 +19,7 @@
 //! let mut builder = BatchBuilder::new();
 //! builder.push(NewRecord::value(b"hello"))?;
 //! let mut batch = builder.finish()?;
-//! let appended = log.append(&mut batch)?;
+//! let appended = log.append(&batch)?;
 //! assert_eq!(appended.base_offset, 0);
 //! let read = log.read(0, 1 << 20)?;
 //! let batch = read.batches().next().unwrap()?;

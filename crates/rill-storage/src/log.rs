@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 
-use rill_format::{BatchHeader, BatchView, Batches, FormatError, stamp};
+use rill_format::{BATCH_HEADER_LEN, BatchHeader, BatchView, Batches, FormatError, stamp};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Durability, LogConfig};
@@ -244,12 +244,15 @@ impl PartitionLog {
         self.writer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Appends one batch: validates it, stamps its base offset and append time in place,
-    /// writes it with one `pwrite`, and returns once the durability policy holds.
+    /// Appends one batch: validates it, stamps its base offset and append time, writes
+    /// it, and returns once the durability policy holds.
     ///
-    /// `batch` must hold exactly one batch. Under [`Durability::Always`] this returns
-    /// after an `fdatasync` covered the batch (shared with concurrent appends).
-    pub fn append(&self, batch: &mut [u8]) -> Result<Appended, StorageError> {
+    /// `batch` must hold exactly one batch. It is not modified: the stamped 64-byte
+    /// header is written from a copy, followed by the caller's records, so a shared
+    /// buffer (a decoded frame, an embedded client's retry copy) is never copied.
+    /// Under [`Durability::Always`] this returns after an `fdatasync` covered the batch
+    /// (shared with concurrent appends).
+    pub fn append(&self, batch: &[u8]) -> Result<Appended, StorageError> {
         let (appended, ticket) = self.append_deferred(batch)?;
         self.wait_durable(ticket)?;
         Ok(appended)
@@ -259,10 +262,7 @@ impl PartitionLog {
     /// policy holds: call [`PartitionLog::wait_durable`] with the ticket before
     /// acknowledging. Lets a caller hold its own lock across the write only, so
     /// concurrent appends still share one fsync.
-    pub fn append_deferred(
-        &self,
-        batch: &mut [u8],
-    ) -> Result<(Appended, DurableTicket), StorageError> {
+    pub fn append_deferred(&self, batch: &[u8]) -> Result<(Appended, DurableTicket), StorageError> {
         if batch.len() > self.config.batch_bytes_max as usize {
             return Err(StorageError::BatchTooLarge {
                 bytes: batch.len(),
@@ -298,16 +298,26 @@ impl PartitionLog {
                 self.roll(&mut w)?;
             }
             let base = w.next_offset;
-            stamp(batch, base, ts)?;
+            let mut header = [0u8; BATCH_HEADER_LEN];
+            header.copy_from_slice(&batch[..BATCH_HEADER_LEN]);
+            stamp(&mut header, base, ts)?;
             let position = w.written_len;
-            if let Err(e) = w.active.log.write_all_at(batch, position) {
+            // The stamped header, then the records as the caller holds them. A crash
+            // between the two writes leaves a torn batch, which recovery cuts.
+            let written = w.active.log.write_all_at(&header, position).and_then(|()| {
+                w.active.log.write_all_at(
+                    &batch[BATCH_HEADER_LEN..],
+                    position + BATCH_HEADER_LEN as u64,
+                )
+            });
+            if let Err(e) = written {
                 self.poison_with("write");
                 return Err(io_err("write segment", &w.active.path)(e));
             }
             if w.cadence.take(position) {
                 let found = crate::segment::Found {
                     position,
-                    header: BatchHeader::parse(batch)?,
+                    header: BatchHeader::parse(&header)?,
                 };
                 if let Some(entry) = entry_for(w.active.base_offset, &found) {
                     let pushed = w.active.index_mut().push(entry);

@@ -13,8 +13,8 @@ fn append_assigns_dense_offsets_and_reads_back() {
     let dir = tempfile::tempdir().unwrap();
     let log = PartitionLog::open(dir.path(), small_config()).unwrap();
     assert_eq!((log.log_start(), log.next_offset()), (0, 0));
-    let a = log.append(&mut batch("a", 3, 10)).unwrap();
-    let b = log.append(&mut batch("b", 2, 10)).unwrap();
+    let a = log.append(&batch("a", 3, 10)).unwrap();
+    let b = log.append(&batch("b", 2, 10)).unwrap();
     assert_eq!((a.base_offset, a.last_offset), (0, 2));
     assert_eq!((b.base_offset, b.last_offset), (3, 4));
     assert!(b.timestamp_us >= a.timestamp_us);
@@ -44,7 +44,7 @@ fn read_respects_max_bytes_but_returns_at_least_one_batch() {
     let dir = tempfile::tempdir().unwrap();
     let log = PartitionLog::open(dir.path(), small_config()).unwrap();
     for i in 0..10 {
-        log.append(&mut batch(&format!("t{i}"), 2, 100)).unwrap();
+        log.append(&batch(&format!("t{i}"), 2, 100)).unwrap();
     }
     let one = log.read(0, 1).unwrap();
     assert_eq!(one.batches().count(), 1);
@@ -60,7 +60,7 @@ fn rolls_segments_by_size_and_reads_across_them() {
     let dir = tempfile::tempdir().unwrap();
     let log = PartitionLog::open(dir.path(), small_config()).unwrap();
     for i in 0..50 {
-        log.append(&mut batch(&format!("r{i}"), 4, 60)).unwrap();
+        log.append(&batch(&format!("r{i}"), 4, 60)).unwrap();
     }
     assert!(log.segment_count() > 3, "{} segments", log.segment_count());
     let all = read_all(&log, 0);
@@ -83,10 +83,7 @@ fn rolls_segments_by_size_and_reads_across_them() {
     // Reopen: same content, appends continue.
     let log = PartitionLog::open(dir.path(), small_config()).unwrap();
     assert_eq!(log.next_offset(), 200);
-    assert_eq!(
-        log.append(&mut batch("after", 1, 1)).unwrap().base_offset,
-        200
-    );
+    assert_eq!(log.append(&batch("after", 1, 1)).unwrap().base_offset, 200);
     assert_eq!(read_all(&log, 0).len(), 201);
 }
 
@@ -98,12 +95,12 @@ fn rolls_by_age() {
     config.segment_bytes_max = 1 << 20;
     config.segment_age_max = Some(secs(60));
     let log = open_manual(dir.path(), config, &clock);
-    log.append(&mut batch("a", 1, 1)).unwrap();
+    log.append(&batch("a", 1, 1)).unwrap();
     clock.advance_us(59_000_000);
-    log.append(&mut batch("b", 1, 1)).unwrap();
+    log.append(&batch("b", 1, 1)).unwrap();
     assert_eq!(log.segment_count(), 1);
     clock.advance_us(2_000_000);
-    log.append(&mut batch("c", 1, 1)).unwrap();
+    log.append(&batch("c", 1, 1)).unwrap();
     assert_eq!(log.segment_count(), 2);
 }
 
@@ -112,13 +109,13 @@ fn timestamps_are_append_time_and_never_go_backwards() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(5_000_000));
     let log = open_manual(dir.path(), small_config(), &clock);
-    let a = log.append(&mut batch("a", 1, 1)).unwrap();
+    let a = log.append(&batch("a", 1, 1)).unwrap();
     assert_eq!(a.timestamp_us, 5_000_000);
     clock.set_us(4_000_000); // the wall clock stepped back
-    let b = log.append(&mut batch("b", 1, 1)).unwrap();
+    let b = log.append(&batch("b", 1, 1)).unwrap();
     assert_eq!(b.timestamp_us, 5_000_000);
     clock.set_us(9_000_000);
-    let c = log.append(&mut batch("c", 1, 1)).unwrap();
+    let c = log.append(&batch("c", 1, 1)).unwrap();
     assert_eq!(c.timestamp_us, 9_000_000);
 }
 
@@ -135,7 +132,7 @@ fn finds_the_first_offset_at_or_after_a_timestamp() {
                 .push(NewRecord::value(format!("v{i:040}").as_bytes()).timestamp_delta_us(d))
                 .unwrap();
         }
-        log.append(&mut builder.finish().unwrap()).unwrap();
+        log.append(&builder.finish().unwrap()).unwrap();
         clock.advance_us(1_000);
     }
     assert!(log.segment_count() > 1);
@@ -160,24 +157,24 @@ fn limits_are_typed_errors() {
     config.record_bytes_max = 512;
     let log = PartitionLog::open(dir.path(), config).unwrap();
     assert!(matches!(
-        log.append(&mut batch("big", 1, 4000)),
+        log.append(&batch("big", 1, 4000)),
         Err(StorageError::BatchTooLarge { max: 2048, .. })
     ));
     assert!(matches!(
-        log.append(&mut batch("rec", 1, 600)),
+        log.append(&batch("rec", 1, 600)),
         Err(StorageError::RecordTooLarge { max: 512, .. })
     ));
     let mut two = batch("x", 1, 1);
     two.extend_from_slice(&batch("y", 1, 1));
     assert!(matches!(
-        log.append(&mut two),
+        log.append(&two),
         Err(StorageError::TrailingBytes { .. })
     ));
     let mut bad = batch("x", 1, 1);
     let last = bad.len() - 1;
     bad[last] ^= 1;
     assert!(matches!(
-        log.append(&mut bad),
+        log.append(&bad),
         Err(StorageError::InvalidBatch(_))
     ));
     assert_eq!(log.next_offset(), 0);
@@ -215,7 +212,7 @@ fn retention_by_bytes_deletes_whole_sealed_segments() {
     config.retention_bytes = Some(10_000);
     let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
     for i in 0..100 {
-        log.append(&mut batch(&format!("r{i}"), 2, 100)).unwrap();
+        log.append(&batch(&format!("r{i}"), 2, 100)).unwrap();
     }
     let before = log.size_bytes();
     let outcome = log.apply_retention().unwrap();
@@ -255,7 +252,7 @@ fn retention_by_age_never_deletes_the_active_segment() {
     config.retention_age = Some(secs(3600));
     let log = open_manual(dir.path(), config, &clock);
     for i in 0..30 {
-        log.append(&mut batch(&format!("r{i}"), 2, 100)).unwrap();
+        log.append(&batch(&format!("r{i}"), 2, 100)).unwrap();
     }
     let segments = log.segment_count();
     assert!(segments > 2);
@@ -266,7 +263,7 @@ fn retention_by_age_never_deletes_the_active_segment() {
     assert_eq!(outcome.segments_deleted, segments - 1);
     assert_eq!(log.segment_count(), 1);
     assert!(!read_all(&log, log.log_start()).is_empty());
-    assert_eq!(log.append(&mut batch("new", 1, 1)).unwrap().base_offset, 60);
+    assert_eq!(log.append(&batch("new", 1, 1)).unwrap().base_offset, 60);
 }
 
 #[test]
@@ -274,7 +271,7 @@ fn missing_or_damaged_indexes_are_rebuilt() {
     let dir = tempfile::tempdir().unwrap();
     let log = PartitionLog::open(dir.path(), small_config()).unwrap();
     for i in 0..60 {
-        log.append(&mut batch(&format!("r{i}"), 3, 50)).unwrap();
+        log.append(&batch(&format!("r{i}"), 3, 50)).unwrap();
     }
     let expected = read_all(&log, 0);
     // A clean close: the recovery point covers the whole active segment, so its index
@@ -323,7 +320,7 @@ fn a_gap_between_segments_is_reported_not_papered_over() {
     let dir = tempfile::tempdir().unwrap();
     let log = PartitionLog::open(dir.path(), small_config()).unwrap();
     for i in 0..60 {
-        log.append(&mut batch(&format!("r{i}"), 3, 50)).unwrap();
+        log.append(&batch(&format!("r{i}"), 3, 50)).unwrap();
     }
     drop(log);
     let mut logs: Vec<_> = std::fs::read_dir(dir.path())
@@ -347,7 +344,7 @@ fn initial_offset_applies_to_a_new_log() {
         ..small_config()
     };
     let log = PartitionLog::open(dir.path(), config).unwrap();
-    assert_eq!(log.append(&mut batch("a", 2, 1)).unwrap().base_offset, 1000);
+    assert_eq!(log.append(&batch("a", 2, 1)).unwrap().base_offset, 1000);
     assert_eq!(log.log_start(), 1000);
     assert!(matches!(
         log.read(999, 10),
@@ -362,10 +359,10 @@ fn initial_offset_applies_to_a_new_log() {
 fn close_refuses_appends_but_keeps_reads() {
     let dir = tempfile::tempdir().unwrap();
     let log = PartitionLog::open(dir.path(), small_config()).unwrap();
-    log.append(&mut batch("a", 2, 1)).unwrap();
+    log.append(&batch("a", 2, 1)).unwrap();
     log.close().unwrap();
     assert!(matches!(
-        log.append(&mut batch("b", 1, 1)),
+        log.append(&batch("b", 1, 1)),
         Err(StorageError::Closed)
     ));
     assert_eq!(read_all(&log, 0).len(), 2);
@@ -384,7 +381,7 @@ fn always_durability_group_commits_concurrent_appends() {
             let log = Arc::clone(&log);
             std::thread::spawn(move || {
                 for i in 0..50 {
-                    log.append(&mut batch(&format!("t{t}-{i}"), 2, 10)).unwrap();
+                    log.append(&batch(&format!("t{t}-{i}"), 2, 10)).unwrap();
                 }
             })
         })
@@ -408,10 +405,10 @@ fn interval_durability_syncs_when_due() {
         ..small_config()
     };
     let log = PartitionLog::open_with(dir.path(), config, Arc::new(io), clock.clone()).unwrap();
-    log.append(&mut batch("a", 1, 1)).unwrap();
+    log.append(&batch("a", 1, 1)).unwrap();
     let after_first = faults.sync_count();
     assert_eq!(after_first, 1, "the first unsynced write is due at once");
-    log.append(&mut batch("b", 1, 1)).unwrap();
+    log.append(&batch("b", 1, 1)).unwrap();
     assert!(!log.sync_if_due().unwrap());
     assert_eq!(faults.sync_count(), after_first);
     clock.advance_us(100_000);

@@ -23,9 +23,9 @@ fn fsync_failure_poisons_the_partition_and_is_not_retried() {
     faults.only_files_ending_with(".log");
     let log =
         PartitionLog::open_with(dir.path(), always(), Arc::new(io), Arc::new(SystemClock)).unwrap();
-    log.append(&mut batch("ok", 2, 10)).unwrap();
+    log.append(&batch("ok", 2, 10)).unwrap();
     faults.fail_next_syncs(1);
-    let err = log.append(&mut batch("lost", 2, 10)).unwrap_err();
+    let err = log.append(&batch("lost", 2, 10)).unwrap_err();
     assert!(
         matches!(
             err,
@@ -38,7 +38,7 @@ fn fsync_failure_poisons_the_partition_and_is_not_retried() {
     );
     let syncs = faults.sync_count();
     // The next sync would succeed, but the log must not try: it is poisoned.
-    let err = log.append(&mut batch("refused", 1, 1)).unwrap_err();
+    let err = log.append(&batch("refused", 1, 1)).unwrap_err();
     assert!(
         matches!(err, StorageError::Poisoned { cause: "fsync" }),
         "{err}"
@@ -53,10 +53,7 @@ fn fsync_failure_poisons_the_partition_and_is_not_retried() {
     let log = PartitionLog::open(dir.path(), always()).unwrap();
     assert!(log.next_offset() >= 2);
     let next = log.next_offset();
-    assert_eq!(
-        log.append(&mut batch("new", 1, 1)).unwrap().base_offset,
-        next
-    );
+    assert_eq!(log.append(&batch("new", 1, 1)).unwrap().base_offset, next);
 }
 
 #[test]
@@ -68,17 +65,17 @@ fn enospc_during_append_fails_and_loses_nothing_acknowledged() {
         PartitionLog::open_with(dir.path(), always(), Arc::new(io), Arc::new(SystemClock)).unwrap();
     let mut acked = Vec::new();
     for i in 0..5 {
-        acked.push(log.append(&mut batch(&format!("a{i}"), 3, 20)).unwrap());
+        acked.push(log.append(&batch(&format!("a{i}"), 3, 20)).unwrap());
     }
     // The disk fills up halfway through the next batch.
     faults.set_write_budget(Some(50));
-    let err = log.append(&mut batch("full", 3, 40)).unwrap_err();
+    let err = log.append(&batch("full", 3, 40)).unwrap_err();
     match &err {
         StorageError::Io { source, .. } => assert_eq!(source.raw_os_error(), Some(28)),
         other => panic!("{other}"),
     }
     assert!(matches!(
-        log.append(&mut batch("after", 1, 1)),
+        log.append(&batch("after", 1, 1)),
         Err(StorageError::Poisoned { cause: "write" })
     ));
     assert_eq!(read_all(&log, 0).len(), 15);
@@ -94,10 +91,7 @@ fn enospc_during_append_fails_and_loses_nothing_acknowledged() {
                 .starts_with(format!("a{i}-0").as_bytes())
         );
     }
-    assert_eq!(
-        log.append(&mut batch("next", 1, 1)).unwrap().base_offset,
-        15
-    );
+    assert_eq!(log.append(&batch("next", 1, 1)).unwrap().base_offset, 15);
 }
 
 #[test]
@@ -112,17 +106,17 @@ fn write_error_poisons_without_acknowledging() {
         Arc::new(SystemClock),
     )
     .unwrap();
-    log.append(&mut batch("ok", 1, 1)).unwrap();
+    log.append(&batch("ok", 1, 1)).unwrap();
     faults.fail_next_writes(1);
     assert!(matches!(
-        log.append(&mut batch("x", 1, 1)),
+        log.append(&batch("x", 1, 1)),
         Err(StorageError::Io {
             op: "write segment",
             ..
         })
     ));
     assert!(matches!(
-        log.append(&mut batch("y", 1, 1)),
+        log.append(&batch("y", 1, 1)),
         Err(StorageError::Poisoned { cause: "write" })
     ));
     assert_eq!(log.next_offset(), 1);
@@ -140,7 +134,7 @@ fn a_failed_group_sync_fails_every_append_it_covered() {
     let threads: Vec<_> = (0..4)
         .map(|t| {
             let log = Arc::clone(&log);
-            std::thread::spawn(move || log.append(&mut batch(&format!("t{t}"), 1, 1)))
+            std::thread::spawn(move || log.append(&batch(&format!("t{t}"), 1, 1)))
         })
         .collect();
     for t in threads {
@@ -167,7 +161,7 @@ fn fsync_failure_while_rolling_a_segment_poisons() {
         let mut appended = 0;
         faults.fail_all_syncs(true);
         let err = loop {
-            match log.append(&mut batch("r", 4, 100)) {
+            match log.append(&batch("r", 4, 100)) {
                 Ok(_) => appended += 4,
                 Err(e) => break e,
             }
@@ -189,7 +183,7 @@ fn fsync_failure_while_rolling_a_segment_poisons() {
             "{durability:?}: {err}"
         );
         assert!(matches!(
-            log.append(&mut batch("r", 1, 1)),
+            log.append(&batch("r", 1, 1)),
             Err(StorageError::Poisoned { .. })
         ));
         assert_eq!(read_all(&log, 0).len(), appended, "{durability:?}");

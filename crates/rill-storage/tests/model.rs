@@ -93,7 +93,7 @@ fn run(config: &LogConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         .push(NewRecord::value(v).timestamp_delta_us(*delta))
                         .unwrap();
                 }
-                let appended = log.append(&mut builder.finish().unwrap()).unwrap();
+                let appended = log.append(&builder.finish().unwrap()).unwrap();
                 prop_assert_eq!(appended.base_offset, next);
                 last_batch_base = next;
                 for (v, (_, delta)) in values.into_iter().zip(&records) {

@@ -25,10 +25,10 @@ fn config() -> LogConfig {
 fn pristine(dir: &Path) -> (u64, u64, u64) {
     let log = PartitionLog::open(dir, config()).unwrap();
     for i in 0..12 {
-        log.append(&mut batch(&format!("b{i}"), 3, 20)).unwrap();
+        log.append(&batch(&format!("b{i}"), 3, 20)).unwrap();
     }
     let before = fs::metadata(dir.join(SEGMENT)).unwrap().len();
-    let last = log.append(&mut batch("last", 4, 30)).unwrap();
+    let last = log.append(&batch("last", 4, 30)).unwrap();
     // Dropped without `close`: as after a crash, the recovery point (never synced
     // since open, under `never`) does not cover these batches.
     drop(log);
@@ -58,7 +58,7 @@ fn check_recovered(dir: &Path, last_pos: u64, last_base: u64, what: &str) {
         "{what}: earlier records intact"
     );
     assert!(all.iter().enumerate().all(|(i, (o, _))| *o == i as u64));
-    let appended = log.append(&mut batch("again", 2, 5)).unwrap();
+    let appended = log.append(&batch("again", 2, 5)).unwrap();
     assert_eq!(appended.base_offset, last_base, "{what}: appends continue");
     drop(log);
     // And the repaired log reopens cleanly with the new batch.
@@ -165,7 +165,7 @@ fn a_torn_batch_in_an_unsynced_sealed_segment_cuts_the_log_there() {
     let config = small_config();
     let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
     for i in 0..60 {
-        log.append(&mut batch(&format!("b{i}"), 3, 50)).unwrap();
+        log.append(&batch(&format!("b{i}"), 3, 50)).unwrap();
     }
     assert!(log.segment_count() >= 4);
     drop(log); // a crash: no close
@@ -205,10 +205,7 @@ fn a_torn_batch_in_an_unsynced_sealed_segment_cuts_the_log_there() {
     let all = read_all(&log, 0);
     assert_eq!(all.len() as u64, next);
     assert!(all.iter().enumerate().all(|(i, (o, _))| *o == i as u64));
-    assert_eq!(
-        log.append(&mut batch("after", 1, 1)).unwrap().base_offset,
-        next
-    );
+    assert_eq!(log.append(&batch("after", 1, 1)).unwrap().base_offset, next);
     log.close().unwrap();
     drop(log);
     let log = PartitionLog::open(dir.path(), config).unwrap();

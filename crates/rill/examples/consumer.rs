@@ -4,6 +4,9 @@
 //!
 //! `cargo run -p rill --example consumer [-- rill://127.0.0.1:7171]`
 
+// An example: printing is what it is for.
+#![allow(clippy::print_stdout)]
+
 use std::time::Duration;
 
 use rill::{Client, ClientError, CommitPolicy, StartAt};

@@ -3,6 +3,9 @@
 //!
 //! `cargo run -p rill --example producer [-- rill://127.0.0.1:7171]`
 
+// An example: printing is what it is for.
+#![allow(clippy::print_stdout)]
+
 use std::time::{Duration, Instant};
 
 use rill::{Background, Backpressure, Client, Message};

@@ -4,6 +4,9 @@
 //! Embedded (no server): `cargo run -p rill --example quickstart`
 //! Against a server:     `cargo run -p rill --example quickstart -- rill://127.0.0.1:7171`
 
+// An example: printing is what it is for.
+#![allow(clippy::print_stdout)]
+
 use rill::{Client, Offsets};
 use serde::{Deserialize, Serialize};
 

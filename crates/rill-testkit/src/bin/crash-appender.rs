@@ -37,8 +37,8 @@ fn main() {
                         let value = crash_value(thread, seq, i);
                         builder.push(NewRecord::value(&value)).expect("push");
                     }
-                    let mut batch = builder.finish().expect("finish");
-                    let appended = log.append(&mut batch).expect("append");
+                    let batch = builder.finish().expect("finish");
+                    let appended = log.append(&batch).expect("append");
                     let ack = Ack {
                         base_offset: appended.base_offset,
                         thread,
