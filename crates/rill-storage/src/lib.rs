@@ -2,8 +2,9 @@
 //!
 //! A [`PartitionLog`] is a directory of segments (`{base_offset:020}.log` with sparse
 //! `.index` and `.timeindex` files). [`PartitionLog::append`] validates a record batch
-//! (see `rill-format`), stamps its base offset and append time, writes it with one
-//! `pwrite` and returns once the [`Durability`] policy holds; [`PartitionLog::read`]
+//! (see `rill-format`), stamps its base offset and append time into a copy of its
+//! header, writes header and records (never copying the records) and returns once the
+//! [`Durability`] policy holds; [`PartitionLog::read`]
 //! returns whole stored batches. Opening a log recovers it: a torn or corrupt tail is
 //! truncated, damaged indexes are rebuilt. The byte layout and the crash analysis are
 //! in `docs/FORMAT.md`.

@@ -1,6 +1,7 @@
 //! The partition log: append, read, time lookup, retention, durability.
 //!
-//! Concurrency: appends are serialized by the writer mutex (one `pwrite` per batch).
+//! Concurrency: appends are serialized by the writer mutex (a stamped header copy and
+//! the caller's records, written back to back).
 //! Reads take no writer lock: they find their segment under a short read lock on the
 //! segment list and read with positional I/O, bounded by what is *visible*. Under
 //! [`Durability::Always`] a batch becomes visible (and is acknowledged) only after an
