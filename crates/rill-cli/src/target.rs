@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use rill_client::{Client, DEFAULT_URL, Topic};
+use std::time::Duration;
+
+use rill_client::{Client, DEFAULT_URL, RetryPolicy, Topic};
 
 #[derive(Debug)]
 pub(crate) struct Target {
@@ -29,7 +31,14 @@ impl Target {
                 .with_context(|| format!("cannot open data directory {}", dir.display())),
             (None, server) => {
                 let url = server.as_deref().unwrap_or(DEFAULT_URL);
-                Client::connect(url).await.with_context(|| {
+                // A command line answers quickly: a short retry budget (about 1 s)
+                // rides out a server restart without making a typo wait long.
+                let retry = RetryPolicy {
+                    retries: 4,
+                    backoff: Duration::from_millis(50),
+                    backoff_max: Duration::from_millis(500),
+                };
+                Client::builder().retry(retry).connect(url).await.with_context(|| {
                     format!("cannot reach a rill server at {url} (start one with `rill serve`, or pass --server URL or --data DIR)")
                 })
             }
