@@ -661,9 +661,11 @@ impl Broker {
         Ok(())
     }
 
-    /// Runs retention every `retention_interval` until the broker shuts down.
+    /// Runs retention every `retention_interval` (first after one interval) until the
+    /// broker shuts down.
     pub async fn run_upkeep(self: Arc<Self>) {
-        let mut tick = tokio::time::interval(self.config.retention_interval);
+        let period = self.config.retention_interval;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
@@ -674,6 +676,8 @@ impl Broker {
             match tokio::task::spawn_blocking(move || broker.apply_retention()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::error!(error = %e, "retention failed"),
+                // The runtime is shutting down with the process.
+                Err(e) if e.is_cancelled() => return,
                 Err(e) => tracing::error!(error = %e, "retention task failed"),
             }
         }
