@@ -9,6 +9,7 @@
 mod broker;
 mod catalog;
 mod error;
+mod group;
 mod handler;
 mod names;
 mod offsets;
@@ -20,6 +21,7 @@ pub use catalog::{
     DurabilityConfig, PARTITIONS_MAX, RECORD_BYTES_DEFAULT, SEGMENT_BYTES_DEFAULT, TopicConfig,
 };
 pub use error::BrokerError;
+pub use group::{Coordinator, GroupError, MemberView};
 pub use handler::error_response;
 pub use names::{NAME_LEN_MAX, validate_name};
 pub use offsets::{OffsetKey, OffsetStore};
