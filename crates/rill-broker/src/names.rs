@@ -5,8 +5,8 @@ use crate::BrokerError;
 /// Longest name, in bytes.
 pub const NAME_LEN_MAX: usize = 255;
 
-/// Checks a user-chosen name: 1–255 bytes of `[A-Za-z0-9._-]`, not `.` or `..`, and not
-/// starting with `__` (reserved for Rill's internal topics).
+/// Checks a user-chosen name: 1–255 bytes of `[A-Za-z0-9._-]`, and not `.` or `..`
+/// (names become directory names).
 pub fn validate_name(what: &'static str, name: &str) -> Result<(), BrokerError> {
     let reason = if name.is_empty() {
         Some("is empty")
@@ -19,8 +19,6 @@ pub fn validate_name(what: &'static str, name: &str) -> Result<(), BrokerError> 
         Some("may only hold A-Z, a-z, 0-9, '.', '_' and '-'")
     } else if name == "." || name == ".." {
         Some("may not be '.' or '..'")
-    } else if name.starts_with("__") {
-        Some("may not start with '__' (reserved)")
     } else {
         None
     };
@@ -40,20 +38,10 @@ mod tests {
 
     #[test]
     fn accepts_and_rejects() {
-        for ok in ["shop", "orders.v2", "a-b_c", "X", &"a".repeat(255)] {
+        for ok in ["shop", "orders.v2", "a-b_c", "X", "__x", &"a".repeat(255)] {
             assert!(validate_name("topic", ok).is_ok(), "{ok}");
         }
-        for bad in [
-            "",
-            ".",
-            "..",
-            "a/b",
-            "a b",
-            "ü",
-            "__internal",
-            &"a".repeat(256),
-            "a\0",
-        ] {
+        for bad in ["", ".", "..", "a/b", "a b", "ü", &"a".repeat(256), "a\0"] {
             assert!(validate_name("topic", bad).is_err(), "{bad:?}");
         }
     }
