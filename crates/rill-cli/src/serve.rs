@@ -39,6 +39,42 @@ struct FileConfig {
     retention_check_secs: Option<u64>,
 }
 
+/// Overrides file settings with `RILL_<KEY>` environment variables (`RILL_DATA`,
+/// `RILL_MAX_CONNECTIONS`, `RILL_DEFAULT_DURABILITY`, …); `env` looks a variable up.
+fn apply_env(file: &mut FileConfig, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<()> {
+    fn parse<T: std::str::FromStr>(name: &str, value: &str) -> anyhow::Result<T>
+    where
+        T::Err: std::fmt::Display,
+    {
+        value
+            .trim()
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{name}={value:?} is invalid: {e}"))
+    }
+    if let Some(v) = env("RILL_DATA") {
+        file.data = Some(PathBuf::from(v));
+    }
+    if let Some(v) = env("RILL_MAX_CONNECTIONS") {
+        file.max_connections = Some(parse("RILL_MAX_CONNECTIONS", &v)?);
+    }
+    if let Some(v) = env("RILL_MAX_IN_FLIGHT_PER_CONNECTION") {
+        file.max_in_flight_per_connection = Some(parse("RILL_MAX_IN_FLIGHT_PER_CONNECTION", &v)?);
+    }
+    if let Some(v) = env("RILL_MAX_FRAME_BYTES") {
+        file.max_frame_bytes = Some(parse("RILL_MAX_FRAME_BYTES", &v)?);
+    }
+    if let Some(v) = env("RILL_MAX_BATCH_BYTES") {
+        file.max_batch_bytes = Some(parse("RILL_MAX_BATCH_BYTES", &v)?);
+    }
+    if let Some(v) = env("RILL_DEFAULT_DURABILITY") {
+        file.default_durability = Some(v);
+    }
+    if let Some(v) = env("RILL_RETENTION_CHECK_SECS") {
+        file.retention_check_secs = Some(parse("RILL_RETENTION_CHECK_SECS", &v)?);
+    }
+    Ok(())
+}
+
 fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read config file {}", path.display()))?;
@@ -46,12 +82,12 @@ fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
 }
 
 pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Result<()> {
-    let file = match &args.config {
+    let mut file = match &args.config {
         Some(path) => load_file(path)?,
         None => FileConfig::default(),
     };
+    apply_env(&mut file, |name| std::env::var(name).ok())?;
     let data = data
-        .or_else(|| std::env::var_os("RILL_DATA").map(PathBuf::from))
         .or(file.data)
         .unwrap_or_else(|| PathBuf::from("./rill-data"));
     let mut broker_config = BrokerConfig::new(&data);
@@ -139,4 +175,28 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
     tracing::info!("shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_overrides_the_file_and_is_validated() {
+        let mut file: FileConfig =
+            toml::from_str("max_connections = 10\ndefault_durability = \"never\"\n").unwrap();
+        let env = |name: &str| match name {
+            "RILL_MAX_CONNECTIONS" => Some("20".to_owned()),
+            "RILL_DATA" => Some("/tmp/x".to_owned()),
+            _ => None,
+        };
+        apply_env(&mut file, env).unwrap();
+        assert_eq!(file.max_connections, Some(20));
+        assert_eq!(file.default_durability.as_deref(), Some("never"));
+        assert_eq!(file.data, Some(PathBuf::from("/tmp/x")));
+        let bad = |name: &str| (name == "RILL_MAX_FRAME_BYTES").then(|| "lots".to_owned());
+        let err = apply_env(&mut file, bad).unwrap_err();
+        assert!(err.to_string().contains("RILL_MAX_FRAME_BYTES"), "{err}");
+        assert!(toml::from_str::<FileConfig>("no_such_key = 1").is_err());
+    }
 }
