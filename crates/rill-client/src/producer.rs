@@ -123,9 +123,10 @@ impl ProducerBuilder {
         self
     }
 
-    /// Batches in flight at once, across partitions (default 8). With idempotence (the
-    /// default) the broker appends pipelined batches of a partition in sequence order;
-    /// without it, batches in flight together may land in any order.
+    /// Batches in flight at once, across partitions (default 8). Per partition, an
+    /// idempotent producer (the default) keeps up to 5 in flight — the broker appends
+    /// them in sequence order — and a non-idempotent one keeps 1, so its batches keep
+    /// their order too.
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = n;
         self
@@ -244,8 +245,9 @@ struct Core {
     in_flight: Arc<tokio::sync::Semaphore>,
     producer_id: Option<u64>,
     partitions: Mutex<HashMap<u32, Arc<Mutex<PartitionState>>>>,
-    /// Idempotent batches in flight per partition: at most what the broker remembers
-    /// for retries (5), so any of them can still be resent safely.
+    /// Batches in flight per partition. Idempotent: at most what the broker remembers
+    /// for retries (5), so any of them can still be resent safely; the broker orders
+    /// them by sequence. Not idempotent: one, since nothing would order them.
     partition_slots: Mutex<HashMap<u32, Arc<tokio::sync::Semaphore>>>,
 }
 
@@ -333,18 +335,19 @@ impl Core {
         messages: &[Message],
         identity: Option<ProducerInfo>,
     ) -> Result<u64, ClientError> {
-        let slots = identity.map(|_| {
+        let slots = {
+            let per_partition = if self.producer_id.is_some() {
+                IDEMPOTENT_IN_FLIGHT_PER_PARTITION
+            } else {
+                1
+            };
             let mut map = lock(&self.partition_slots);
-            Arc::clone(map.entry(partition).or_insert_with(|| {
-                Arc::new(tokio::sync::Semaphore::new(
-                    IDEMPOTENT_IN_FLIGHT_PER_PARTITION,
-                ))
-            }))
-        });
-        let _slot = match &slots {
-            Some(s) => Some(s.acquire().await.map_err(|_| ClientError::Shutdown)?),
-            None => None,
+            Arc::clone(
+                map.entry(partition)
+                    .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(per_partition))),
+            )
         };
+        let _slot = slots.acquire().await.map_err(|_| ClientError::Shutdown)?;
         let _permit = self
             .in_flight
             .acquire()
