@@ -10,6 +10,10 @@ use crate::ClientError;
 /// Automatic policies store what was *handed out*; `Disabled` plus
 /// [`Consumer::commit`](crate::Consumer::commit) after handling a record is the
 /// crash-safe, commit-after-success mode.
+///
+/// The interval of the `Interval…` policies is checked each time the consumer is asked
+/// for a record, so a store can come up to one long poll (`max_wait`) late while the
+/// consumer waits for data; `shutdown` stores whatever is left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CommitPolicy {
     /// Never by itself: call `commit(&record)` after handling.
