@@ -113,7 +113,8 @@ pub struct Broker {
     streams: RwLock<BTreeMap<String, Stream>>,
     /// Serializes catalog changes (and their file I/O).
     admin: Mutex<()>,
-    offsets: OffsetStore,
+    pub(crate) offsets: OffsetStore,
+    pub(crate) groups: crate::groups::Groups,
     flusher: Flusher,
     clock: SystemClock,
     shutting_down: AtomicBool,
@@ -168,6 +169,7 @@ impl Broker {
             streams: RwLock::new(streams),
             admin: Mutex::new(()),
             offsets,
+            groups: crate::groups::Groups::default(),
             flusher,
             clock: SystemClock,
             shutting_down: AtomicBool::new(false),
@@ -405,6 +407,7 @@ impl Broker {
         for (key, _) in self.offsets.for_topic(stream, topic) {
             self.offsets.delete(key)?;
         }
+        self.groups.forget_topic(stream, topic);
         tracing::info!(stream, topic, "topic deleted");
         Ok(())
     }
@@ -665,10 +668,20 @@ impl Broker {
     /// broker shuts down.
     pub async fn run_upkeep(self: Arc<Self>) {
         let period = self.config.retention_interval;
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut retention = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        retention.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Group sessions are checked every second, so a silent member is removed within
+        // a second of its timeout.
+        let mut sessions = tokio::time::interval(Duration::from_secs(1));
+        sessions.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tick.tick().await;
+            tokio::select! {
+                _ = retention.tick() => {}
+                _ = sessions.tick() => {
+                    self.groups.expire(std::time::Instant::now());
+                    continue;
+                }
+            }
             if self.shutting_down.load(Ordering::Acquire) {
                 return;
             }

@@ -78,6 +78,12 @@ pub enum BrokerError {
         /// The current epoch.
         current: u16,
     },
+    /// A consumer-group request was refused.
+    #[error(transparent)]
+    Group(#[from] crate::GroupError),
+    /// The group has no members and no stored offsets.
+    #[error("group {0:?} does not exist")]
+    GroupNotFound(String),
     /// No offset is stored for this consumer and partition.
     #[error("no offset stored for consumer {0:?}")]
     OffsetNotFound(String),
@@ -118,6 +124,12 @@ impl BrokerError {
             Self::OutOfOrderSequence { .. } => ErrorCode::OutOfOrderSequence,
             Self::ProducerFenced { .. } => ErrorCode::ProducerFenced,
             Self::OffsetNotFound(_) => ErrorCode::OffsetNotFound,
+            Self::GroupNotFound(_) => ErrorCode::GroupNotFound,
+            Self::Group(e) => match e {
+                crate::GroupError::NotMember(_) => ErrorCode::NotMember,
+                crate::GroupError::NotAssigned { .. } => ErrorCode::NotAssigned,
+                crate::GroupError::StaleGeneration { .. } => ErrorCode::StaleGeneration,
+            },
             Self::ShuttingDown => ErrorCode::ShuttingDown,
             Self::Catalog { .. } | Self::Internal(_) => ErrorCode::Internal,
             Self::Storage(e) => match e {

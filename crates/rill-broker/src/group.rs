@@ -8,7 +8,7 @@
 //! and handed to B only once A says it stopped (or A's session expired), so no two
 //! members ever own one partition.
 //!
-//! Not wired to the protocol yet: the group requests come with the consumer-group issue.
+//! The broker side of the requests is in `groups.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -78,6 +78,11 @@ impl Coordinator {
             generation: 0,
             members: BTreeMap::new(),
         }
+    }
+
+    /// How long a member may stay silent.
+    pub fn session_timeout(&self) -> Duration {
+        self.session_timeout
     }
 
     /// The group's generation.

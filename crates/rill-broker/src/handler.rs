@@ -172,6 +172,40 @@ impl Broker {
             RequestBody::GetOffset(r) => ResponseBody::GetOffset(GetOffsetResponse {
                 offset: self.get_offset(&r.stream, &r.topic, r.partition, &r.consumer)?,
             }),
+            RequestBody::JoinGroup(r) => ResponseBody::JoinGroup(JoinGroupResponse {
+                assignment: Some(
+                    self.join_group(
+                        &r.stream,
+                        &r.topic,
+                        &r.group,
+                        &r.member_id,
+                        r.session_timeout_ms
+                            .map(|ms| Duration::from_millis(u64::from(ms))),
+                    )?,
+                ),
+            }),
+            RequestBody::GroupHeartbeat(r) => {
+                ResponseBody::GroupHeartbeat(GroupHeartbeatResponse {
+                    assignment: Some(self.group_heartbeat(
+                        &r.stream,
+                        &r.topic,
+                        &r.group,
+                        &r.member_id,
+                        &r.revoked,
+                    )?),
+                })
+            }
+            RequestBody::LeaveGroup(r) => {
+                self.leave_group(&r.stream, &r.topic, &r.group, &r.member_id)?;
+                ResponseBody::LeaveGroup(LeaveGroupResponse {})
+            }
+            RequestBody::CommitGroupOffset(r) => {
+                self.commit_group_offset(&r).await?;
+                ResponseBody::CommitGroupOffset(CommitGroupOffsetResponse {})
+            }
+            RequestBody::DescribeGroup(r) => {
+                ResponseBody::DescribeGroup(self.describe_group(&r.stream, &r.topic, &r.group)?)
+            }
             RequestBody::DeleteOffset(r) => ResponseBody::DeleteOffset(DeleteOffsetResponse {
                 deleted: self
                     .delete_offset(&r.stream, &r.topic, r.partition, &r.consumer)

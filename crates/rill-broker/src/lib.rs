@@ -10,6 +10,7 @@ mod broker;
 mod catalog;
 mod error;
 mod group;
+mod groups;
 mod handler;
 mod names;
 mod offsets;
@@ -22,6 +23,7 @@ pub use catalog::{
 };
 pub use error::BrokerError;
 pub use group::{Coordinator, GroupError, MemberView};
+pub use groups::SESSION_TIMEOUT_DEFAULT;
 pub use handler::error_response;
 pub use names::{NAME_LEN_MAX, validate_name};
 pub use offsets::{OffsetKey, OffsetStore};

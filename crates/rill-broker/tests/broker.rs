@@ -186,3 +186,123 @@ async fn catalog_and_offsets_survive_a_restart_and_one_broker_per_directory() {
         .unwrap();
     assert!(read.bytes.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_groups_assign_fence_commits_and_keep_offsets_across_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let broker = open(dir.path());
+        create(&broker, 4);
+        for p in 0..4 {
+            broker
+                .produce("s", "t", p, batch(None, &["a", "b"]))
+                .await
+                .unwrap();
+        }
+        let a = broker.join_group("s", "t", "g", "", None).unwrap();
+        assert_eq!(a.owned, vec![0, 1, 2, 3]);
+        let a_id = a.member_id.clone();
+        // b joins: a must revoke two partitions before b gets them.
+        let b = broker.join_group("s", "t", "g", "b", None).unwrap();
+        assert!(b.owned.is_empty());
+        let a = broker.group_heartbeat("s", "t", "g", &a_id, &[]).unwrap();
+        assert_eq!(a.revoke.len(), 2);
+        // a commits what it read of a partition it is giving up, then lets go.
+        let giving = a.revoke[0];
+        broker
+            .commit_group_offset(&commit(&a_id, a.generation, giving, 1))
+            .await
+            .unwrap();
+        broker
+            .group_heartbeat("s", "t", "g", &a_id, &a.revoke)
+            .unwrap();
+        let b = broker.group_heartbeat("s", "t", "g", "b", &[]).unwrap();
+        assert_eq!(b.owned, a.revoke);
+        let resumed = b.offsets.iter().find(|o| o.partition == giving).unwrap();
+        assert_eq!(resumed.offset, Some(1), "b resumes where a committed");
+        // a no longer owns those partitions: its commits there are refused.
+        let err = broker
+            .commit_group_offset(&commit(&a_id, b.generation, giving, 2))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BrokerError::Group(rill_broker::GroupError::NotAssigned { .. })
+            ),
+            "{err}"
+        );
+        // a leaves: b owns everything at once.
+        broker.leave_group("s", "t", "g", &a_id).unwrap();
+        let b = broker.group_heartbeat("s", "t", "g", "b", &[]).unwrap();
+        assert_eq!(b.owned, vec![0, 1, 2, 3]);
+        // The zombie cannot commit, heartbeat or leave again.
+        let err = broker
+            .commit_group_offset(&commit(&a_id, b.generation, 0, 1))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BrokerError::Group(rill_broker::GroupError::NotMember(_))
+            ),
+            "{err}"
+        );
+        assert!(broker.group_heartbeat("s", "t", "g", &a_id, &[]).is_err());
+        let d = broker.describe_group("s", "t", "g").unwrap();
+        assert_eq!(d.members.len(), 1);
+        let p = d.partitions.iter().find(|p| p.partition == giving).unwrap();
+        assert_eq!((p.stored_offset, p.log_end, p.lag), (Some(1), 2, 1));
+        assert!(matches!(
+            broker.describe_group("s", "t", "nobody"),
+            Err(BrokerError::GroupNotFound(_))
+        ));
+        broker.shutdown().unwrap();
+    }
+    // After a restart the stored offsets are intact; members rejoin and resume there.
+    let broker = open(dir.path());
+    let d = broker.describe_group("s", "t", "g").unwrap();
+    assert!(d.members.is_empty());
+    let again = broker.join_group("s", "t", "g", "c", None).unwrap();
+    let stored = again.offsets.iter().filter(|o| o.offset.is_some()).count();
+    assert_eq!(stored, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_member_expires_and_its_partitions_move() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path());
+    create(&broker, 2);
+    let session = Some(Duration::from_secs(1));
+    let a = broker.join_group("s", "t", "g", "a", session).unwrap();
+    assert_eq!(a.session_timeout_ms, 1000);
+    broker.join_group("s", "t", "g", "b", session).unwrap();
+    // b keeps heartbeating, a goes silent.
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        broker.group_heartbeat("s", "t", "g", "b", &[]).unwrap();
+    }
+    let b = broker.group_heartbeat("s", "t", "g", "b", &[]).unwrap();
+    assert_eq!(b.owned, vec![0, 1]);
+    assert!(matches!(
+        broker.group_heartbeat("s", "t", "g", "a", &[]),
+        Err(BrokerError::Group(rill_broker::GroupError::NotMember(_)))
+    ));
+}
+
+fn commit(
+    member: &str,
+    generation: u64,
+    partition: u32,
+    offset: u64,
+) -> pb::CommitGroupOffsetRequest {
+    pb::CommitGroupOffsetRequest {
+        stream: "s".into(),
+        topic: "t".into(),
+        group: "g".into(),
+        member_id: member.into(),
+        generation,
+        partition,
+        offset,
+    }
+}

@@ -116,6 +116,11 @@ protocol! {
     13 => StoreOffset(StoreOffsetRequest, StoreOffsetResponse),
     14 => GetOffset(GetOffsetRequest, GetOffsetResponse),
     15 => DeleteOffset(DeleteOffsetRequest, DeleteOffsetResponse),
+    16 => JoinGroup(JoinGroupRequest, JoinGroupResponse),
+    17 => GroupHeartbeat(GroupHeartbeatRequest, GroupHeartbeatResponse),
+    18 => LeaveGroup(LeaveGroupRequest, LeaveGroupResponse),
+    19 => CommitGroupOffset(CommitGroupOffsetRequest, CommitGroupOffsetResponse),
+    20 => DescribeGroup(DescribeGroupRequest, DescribeGroupResponse),
 }
 
 /// A request: its control message and its payload (the batch of a `Produce`).

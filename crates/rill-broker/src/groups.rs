@@ -1,0 +1,270 @@
+//! Consumer groups in the broker: one [`Coordinator`] per (stream, topic, group), group
+//! offsets in the offsets store, and the requests that drive them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rill_proto::pb::{
+    CommitGroupOffsetRequest, DescribeGroupResponse, GroupAssignment, GroupMemberInfo,
+    GroupPartitionInfo, PartitionOffset,
+};
+
+use crate::names::validate_name;
+use crate::offsets::OffsetKey;
+use crate::{Broker, BrokerError, Coordinator, GroupError};
+
+/// Session timeout of a group created without one.
+pub const SESSION_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+const SESSION_TIMEOUT_MIN: Duration = Duration::from_secs(1);
+const SESSION_TIMEOUT_MAX: Duration = Duration::from_secs(300);
+
+type GroupKey = (String, String, String);
+
+/// The groups of a broker.
+#[derive(Debug, Default)]
+pub(crate) struct Groups {
+    groups: Mutex<HashMap<GroupKey, Coordinator>>,
+}
+
+impl Groups {
+    fn lock(&self) -> MutexGuard<'_, HashMap<GroupKey, Coordinator>> {
+        self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Removes members whose session expired, in every group.
+    pub(crate) fn expire(&self, now: Instant) {
+        for ((stream, topic, group), c) in self.lock().iter_mut() {
+            for member in c.expire(now) {
+                tracing::info!(
+                    stream,
+                    topic,
+                    group,
+                    member,
+                    "group member's session expired"
+                );
+            }
+        }
+    }
+
+    /// Forgets the groups of a deleted topic.
+    pub(crate) fn forget_topic(&self, stream: &str, topic: &str) {
+        self.lock()
+            .retain(|(s, t, _), _| !(s == stream && t == topic));
+    }
+}
+
+fn group_offset_key(stream: &str, topic: &str, group: &str, partition: u32) -> OffsetKey {
+    // "group:" cannot collide with a named consumer: names have no ':'.
+    OffsetKey {
+        stream: stream.to_owned(),
+        topic: topic.to_owned(),
+        partition,
+        consumer: format!("group:{group}"),
+    }
+}
+
+impl Broker {
+    fn assignment(
+        &self,
+        key: &GroupKey,
+        c: &Coordinator,
+        member: &str,
+        timeout: Duration,
+    ) -> Result<GroupAssignment, BrokerError> {
+        let view = c.view(member)?;
+        let (stream, topic, group) = key;
+        Ok(GroupAssignment {
+            member_id: member.to_owned(),
+            generation: view.generation,
+            offsets: view
+                .owned
+                .iter()
+                .map(|&p| PartitionOffset {
+                    partition: p,
+                    offset: self.offsets.get(&group_offset_key(stream, topic, group, p)),
+                })
+                .collect(),
+            owned: view.owned.into_iter().collect(),
+            revoke: view.revoke.into_iter().collect(),
+            session_timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
+        })
+    }
+
+    /// Joins (creating the group if needed) and returns the member's assignment.
+    pub fn join_group(
+        &self,
+        stream: &str,
+        topic: &str,
+        group: &str,
+        member_id: &str,
+        session_timeout: Option<Duration>,
+    ) -> Result<GroupAssignment, BrokerError> {
+        validate_name("group", group)?;
+        let member = if member_id.is_empty() {
+            format!("m-{:016x}", rand::random::<u64>())
+        } else {
+            validate_name("member", member_id)?;
+            member_id.to_owned()
+        };
+        let partitions = self.topic(stream, topic)?.config.partitions;
+        let timeout = session_timeout
+            .unwrap_or(SESSION_TIMEOUT_DEFAULT)
+            .clamp(SESSION_TIMEOUT_MIN, SESSION_TIMEOUT_MAX);
+        let key: GroupKey = (stream.to_owned(), topic.to_owned(), group.to_owned());
+        let now = Instant::now();
+        let mut groups = self.groups.lock();
+        let c = groups
+            .entry(key.clone())
+            .or_insert_with(|| Coordinator::new(partitions, timeout));
+        c.expire(now);
+        c.join(&member, now);
+        let timeout = c.session_timeout();
+        tracing::info!(
+            stream,
+            topic,
+            group,
+            member,
+            generation = c.generation(),
+            "member joined"
+        );
+        self.assignment(&key, c, &member, timeout)
+    }
+
+    /// Records a heartbeat (and revocations done) and returns the member's assignment.
+    pub fn group_heartbeat(
+        &self,
+        stream: &str,
+        topic: &str,
+        group: &str,
+        member: &str,
+        revoked: &[u32],
+    ) -> Result<GroupAssignment, BrokerError> {
+        let key: GroupKey = (stream.to_owned(), topic.to_owned(), group.to_owned());
+        let now = Instant::now();
+        let mut groups = self.groups.lock();
+        let c = groups
+            .get_mut(&key)
+            .ok_or_else(|| GroupError::NotMember(member.to_owned()))?;
+        c.expire(now);
+        c.heartbeat(member, now)?;
+        if !revoked.is_empty() {
+            c.revoked(member, revoked)?;
+        }
+        let timeout = c.session_timeout();
+        self.assignment(&key, c, member, timeout)
+    }
+
+    /// Leaves at once: the member's partitions move without waiting for a timeout.
+    pub fn leave_group(
+        &self,
+        stream: &str,
+        topic: &str,
+        group: &str,
+        member: &str,
+    ) -> Result<(), BrokerError> {
+        let key: GroupKey = (stream.to_owned(), topic.to_owned(), group.to_owned());
+        let mut groups = self.groups.lock();
+        let left = groups.get_mut(&key).is_some_and(|c| c.leave(member));
+        if !left {
+            return Err(GroupError::NotMember(member.to_owned()).into());
+        }
+        tracing::info!(stream, topic, group, member, "member left");
+        Ok(())
+    }
+
+    /// Stores the group's next offset for a partition, if the member owns it now.
+    pub async fn commit_group_offset(
+        self: &Arc<Self>,
+        request: &CommitGroupOffsetRequest,
+    ) -> Result<(), BrokerError> {
+        let CommitGroupOffsetRequest {
+            stream,
+            topic,
+            group,
+            member_id: member,
+            generation,
+            partition,
+            offset,
+        } = request;
+        let (generation, partition, offset) = (*generation, *partition, *offset);
+        {
+            let key: GroupKey = (stream.to_owned(), topic.to_owned(), group.to_owned());
+            let groups = self.groups.lock();
+            let c = groups
+                .get(&key)
+                .ok_or_else(|| GroupError::NotMember(member.to_owned()))?;
+            c.check_commit(member, generation, partition)?;
+        }
+        let end = self.partition(stream, topic, partition)?.log.next_offset();
+        if offset > end {
+            return Err(rill_storage::StorageError::OffsetBeyondEnd {
+                requested: offset,
+                next_offset: end,
+            }
+            .into());
+        }
+        let key = group_offset_key(stream, topic, group, partition);
+        let broker = Arc::clone(self);
+        tokio::task::spawn_blocking(move || broker.offsets.store(key, offset))
+            .await
+            .map_err(|e| BrokerError::Internal(format!("offset store task failed: {e}")))?
+    }
+
+    /// Members, assignment, stored offsets and lag of a group. A group with stored
+    /// offsets but no live member (after a restart) is described too.
+    pub fn describe_group(
+        &self,
+        stream: &str,
+        topic: &str,
+        group: &str,
+    ) -> Result<DescribeGroupResponse, BrokerError> {
+        let (_, partitions) = self.describe_topic(stream, topic)?;
+        let key: GroupKey = (stream.to_owned(), topic.to_owned(), group.to_owned());
+        let groups = self.groups.lock();
+        let c = groups.get(&key);
+        let stored: Vec<Option<u64>> = partitions
+            .iter()
+            .map(|p| {
+                self.offsets
+                    .get(&group_offset_key(stream, topic, group, p.partition))
+            })
+            .collect();
+        if c.is_none() && stored.iter().all(Option::is_none) {
+            return Err(BrokerError::GroupNotFound(group.to_owned()));
+        }
+        let owners = c.map(Coordinator::owners).unwrap_or_default();
+        Ok(DescribeGroupResponse {
+            generation: c.map_or(0, Coordinator::generation),
+            members: c
+                .map(|c| {
+                    c.members()
+                        .filter_map(|m| {
+                            let v = c.view(m).ok()?;
+                            Some(GroupMemberInfo {
+                                member_id: m.to_owned(),
+                                owned: v.owned.into_iter().collect(),
+                                revoke: v.revoke.into_iter().collect(),
+                            })
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            partitions: partitions
+                .iter()
+                .zip(stored)
+                .map(|(p, stored)| GroupPartitionInfo {
+                    partition: p.partition,
+                    stored_offset: stored,
+                    log_end: p.next_offset,
+                    lag: p.next_offset - stored.unwrap_or(p.first_offset).min(p.next_offset),
+                    owner: owners
+                        .get(p.partition as usize)
+                        .copied()
+                        .flatten()
+                        .map(str::to_owned),
+                })
+                .collect(),
+        })
+    }
+}
