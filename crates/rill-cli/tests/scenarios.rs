@@ -4,6 +4,7 @@
 mod common;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -83,6 +84,8 @@ over_both_transports!(
     explicit_batching,
     typed_codecs_and_decode_errors,
     avro_codec,
+    consumer_group_shares_and_moves_partitions,
+    consumer_group_resumes_from_committed_offsets,
     bad_requests_are_typed_errors,
 );
 
@@ -682,6 +685,97 @@ async fn avro_codec(client: &Client) {
         .unwrap_err();
     assert!(matches!(err, ClientError::Encode(_)), "{err}");
     assert_eq!(t.end_offset(0).await.unwrap(), 2);
+}
+
+async fn wait_for(what: &str, mut done: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    started.elapsed()
+}
+
+async fn consumer_group_shares_and_moves_partitions(client: &Client) {
+    let t = topic(client, "group", 4).await;
+    let messages: Vec<Message> = (0..40)
+        .map(|i| Message::new(format!("g{i}")).with_key(format!("k{i}")))
+        .collect();
+    t.publish_batch(messages).await.unwrap();
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let member = |name: &str| {
+        let (a, r) = (Arc::clone(&events), Arc::clone(&events));
+        let n1 = name.to_owned();
+        let n2 = name.to_owned();
+        t.consumer_group("billing")
+            .member_id(name)
+            .commit_policy(CommitPolicy::Each)
+            .session_timeout(Duration::from_secs(3))
+            .on_assigned(move |ps| a.lock().unwrap().push((n1.clone(), "assigned", ps.to_vec())))
+            .on_revoked(move |ps| r.lock().unwrap().push((n2.clone(), "revoked", ps.to_vec())))
+    };
+    let mut one = member("one").build().await.unwrap();
+    assert_eq!(one.assignment(), vec![0, 1, 2, 3]);
+    let mut two = member("two").build().await.unwrap();
+    // Cooperative: `two` gets its partitions once `one` has let them go.
+    wait_for("a balanced assignment", || {
+        one.assignment().len() == 2 && two.assignment().len() == 2
+    })
+    .await;
+    let mut mine: Vec<u32> = one.assignment();
+    mine.extend(two.assignment());
+    mine.sort_unstable();
+    assert_eq!(mine, vec![0, 1, 2, 3], "no partition twice, none missing");
+    // Together they read every record exactly once (each record is committed as it
+    // is handed out, and the partitions did not move while reading).
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 40 {
+        for c in [&mut one, &mut two] {
+            if let Ok(r) = c.next_within(Duration::from_millis(300)).await {
+                assert!(seen.insert((r.partition, r.offset)), "read twice: {r:?}");
+            }
+        }
+    }
+    // A graceful shutdown hands everything to the other member at once.
+    let started = Instant::now();
+    one.shutdown().await.unwrap();
+    wait_for("the partitions to move", || two.assignment().len() == 4).await;
+    let moved_after = started.elapsed();
+    assert!(moved_after < Duration::from_secs(3), "moved after {moved_after:?}");
+    let log = events.lock().unwrap().clone();
+    assert!(log.iter().any(|(m, e, _)| m == "one" && *e == "revoked"), "{log:?}");
+    assert!(log.iter().any(|(m, e, _)| m == "two" && *e == "assigned"), "{log:?}");
+    two.shutdown().await.unwrap();
+}
+
+async fn consumer_group_resumes_from_committed_offsets(client: &Client) {
+    let t = topic(client, "group-resume", 1).await;
+    for i in 0..10 {
+        t.publish().value(format!("v{i}")).send().await.unwrap();
+    }
+    let mut a = t
+        .consumer_group("resume")
+        .commit_policy(CommitPolicy::Disabled)
+        .build()
+        .await
+        .unwrap();
+    let mut last = None;
+    for _ in 0..5 {
+        last = Some(a.next_within(Duration::from_secs(5)).await.unwrap());
+    }
+    let last = last.unwrap();
+    a.commit(&last).await.unwrap();
+    assert_eq!(a.last_stored_offset(0), Some(4));
+    a.shutdown().await.unwrap();
+    let mut b = t.consumer_group("resume").build().await.unwrap();
+    assert_eq!(b.next_within(Duration::from_secs(5)).await.unwrap().offset, 5);
+    // A member that no longer owns a partition cannot move the group's offset.
+    let err = a.commit(&last).await.unwrap_err();
+    assert!(
+        matches!(err.code(), Some(ErrorCode::NotMember | ErrorCode::NotAssigned)),
+        "{err}"
+    );
+    b.shutdown().await.unwrap();
 }
 
 async fn bad_requests_are_typed_errors(client: &Client) {

@@ -391,6 +391,12 @@ impl Topic {
         ConsumerBuilder::new(self.clone(), name, partition)
     }
 
+    /// A member of consumer group `group` (created at its first join): the broker
+    /// assigns partitions and moves them as members join, leave or go silent.
+    pub fn consumer_group(&self, group: &str) -> crate::GroupConsumerBuilder {
+        crate::GroupConsumerBuilder::new(self.clone(), group)
+    }
+
     /// A typed view whose values are JSON.
     pub fn json<T>(&self) -> TypedTopic<T, Json> {
         TypedTopic::new(self.clone())

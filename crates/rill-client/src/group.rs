@@ -1,0 +1,602 @@
+//! Consumer groups: the broker assigns partitions to members and moves them as members
+//! join, leave or go silent; see [`Topic::consumer_group`].
+//!
+//! A background task heartbeats, takes new partitions (starting where the group last
+//! committed) and gives up revoked ones: it stores their offsets as the commit policy
+//! says, drops their buffered records and reports them, so a partition moves only after
+//! this member stopped reading it.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rill_proto::pb::{
+    CommitGroupOffsetRequest, GroupAssignment, GroupHeartbeatRequest, JoinGroupRequest,
+    LeaveGroupRequest,
+};
+use rill_proto::{ErrorCode, RequestBody, ResponseBody};
+use tokio::sync::Notify;
+
+use crate::client::{Retry, unexpected};
+use crate::commit::Committer;
+use crate::{ClientError, CommitPolicy, Record, StartAt, Topic};
+
+/// Called with the partitions a member gained or lost.
+pub type RebalanceCallback = Arc<dyn Fn(&[u32]) + Send + Sync>;
+
+/// Options of a group consumer; see [`Topic::consumer_group`].
+#[must_use = "a builder does nothing until `build` is awaited"]
+pub struct GroupConsumerBuilder {
+    topic: Topic,
+    group: String,
+    member_id: String,
+    start_at: StartAt,
+    commit_policy: CommitPolicy,
+    batch_length: u32,
+    poll_interval: Duration,
+    session_timeout: Duration,
+    max_bytes: u32,
+    on_assigned: Option<RebalanceCallback>,
+    on_revoked: Option<RebalanceCallback>,
+}
+
+impl std::fmt::Debug for GroupConsumerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupConsumerBuilder")
+            .field("group", &self.group)
+            .field("start_at", &self.start_at)
+            .field("commit_policy", &self.commit_policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GroupConsumerBuilder {
+    pub(crate) fn new(topic: Topic, group: &str) -> Self {
+        Self {
+            topic,
+            group: group.to_owned(),
+            member_id: String::new(),
+            start_at: StartAt::First,
+            commit_policy: CommitPolicy::default(),
+            batch_length: 1000,
+            poll_interval: Duration::from_millis(100),
+            session_timeout: Duration::from_secs(10),
+            max_bytes: 1 << 20,
+            on_assigned: None,
+            on_revoked: None,
+        }
+    }
+
+    /// This member's id (default: the broker picks one).
+    pub fn member_id(mut self, id: impl Into<String>) -> Self {
+        self.member_id = id.into();
+        self
+    }
+
+    /// Where a partition without a stored group offset starts (default `First`).
+    pub fn start_at(mut self, start: StartAt) -> Self {
+        self.start_at = start;
+        self
+    }
+
+    /// When offsets are stored (default [`CommitPolicy::Polling`]).
+    pub fn commit_policy(mut self, policy: CommitPolicy) -> Self {
+        self.commit_policy = policy;
+        self
+    }
+
+    /// Most records handed out per poll of a partition (default 1000).
+    pub fn batch_length(mut self, n: u32) -> Self {
+        self.batch_length = n;
+        self
+    }
+
+    /// Pause between polls that found nothing (default 100 ms).
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.poll_interval = d;
+        self
+    }
+
+    /// How long the member may be silent before the broker removes it (default 10 s;
+    /// set by the first member of the group).
+    pub fn session_timeout(mut self, d: Duration) -> Self {
+        self.session_timeout = d;
+        self
+    }
+
+    /// Called with the partitions this member gains, before any of their records.
+    pub fn on_assigned(mut self, f: impl Fn(&[u32]) + Send + Sync + 'static) -> Self {
+        self.on_assigned = Some(Arc::new(f));
+        self
+    }
+
+    /// Called with the partitions this member loses, after their offsets were stored.
+    pub fn on_revoked(mut self, f: impl Fn(&[u32]) + Send + Sync + 'static) -> Self {
+        self.on_revoked = Some(Arc::new(f));
+        self
+    }
+
+    /// Joins the group (creating it if needed) and starts heartbeating.
+    pub async fn build(self) -> Result<GroupConsumer, ClientError> {
+        if self.batch_length == 0 || self.poll_interval.is_zero() || self.session_timeout.is_zero() {
+            return Err(ClientError::InvalidArgument(
+                "batch_length, poll_interval and session_timeout must be positive".into(),
+            ));
+        }
+        self.commit_policy.validate()?;
+        let inner = Arc::new(Inner {
+            topic: self.topic,
+            group: self.group,
+            start_at: self.start_at,
+            policy: self.commit_policy,
+            batch_length: self.batch_length as usize,
+            poll_interval: self.poll_interval,
+            max_bytes: self.max_bytes,
+            on_assigned: self.on_assigned,
+            on_revoked: self.on_revoked,
+            state: Mutex::new(State {
+                member_id: self.member_id,
+                generation: 0,
+                partitions: BTreeMap::new(),
+                revoked: Vec::new(),
+                next: 0,
+                closed: false,
+            }),
+            wake: Notify::new(),
+            session_timeout: Mutex::new(self.session_timeout),
+        });
+        let assignment = inner.join().await?;
+        inner.apply(assignment).await?;
+        let heartbeat = tokio::spawn(Arc::clone(&inner).heartbeat_loop());
+        Ok(GroupConsumer {
+            inner,
+            heartbeat: Some(heartbeat),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct Partition {
+    position: u64,
+    committer: Committer,
+    buffered: VecDeque<Record>,
+}
+
+#[derive(Debug)]
+struct State {
+    member_id: String,
+    generation: u64,
+    partitions: BTreeMap<u32, Partition>,
+    /// Partitions given up since the last heartbeat, to report.
+    revoked: Vec<u32>,
+    /// Round-robin cursor over owned partitions.
+    next: usize,
+    closed: bool,
+}
+
+struct Inner {
+    topic: Topic,
+    group: String,
+    start_at: StartAt,
+    policy: CommitPolicy,
+    batch_length: usize,
+    poll_interval: Duration,
+    max_bytes: u32,
+    on_assigned: Option<RebalanceCallback>,
+    on_revoked: Option<RebalanceCallback>,
+    state: Mutex<State>,
+    /// Wakes the heartbeat task early (revocations to report, shutdown).
+    wake: Notify,
+    session_timeout: Mutex<Duration>,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn call(&self, body: RequestBody) -> Result<ResponseBody, ClientError> {
+        Ok(self.topic.client.call(body, Bytes::new(), Retry::Safe).await?.0)
+    }
+
+    async fn join(&self) -> Result<GroupAssignment, ClientError> {
+        let member_id = self.lock().member_id.clone();
+        let timeout = *self.session_timeout.lock().unwrap_or_else(|e| e.into_inner());
+        match self
+            .call(RequestBody::JoinGroup(JoinGroupRequest {
+                stream: self.topic.stream.to_string(),
+                topic: self.topic.name.to_string(),
+                group: self.group.clone(),
+                member_id,
+                session_timeout_ms: Some(u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX)),
+            }))
+            .await?
+        {
+            ResponseBody::JoinGroup(r) => r
+                .assignment
+                .ok_or_else(|| ClientError::Protocol("join answered without an assignment".into())),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Takes the partitions newly owned and gives up those to revoke.
+    async fn apply(&self, a: GroupAssignment) -> Result<(), ClientError> {
+        *self.session_timeout.lock().unwrap_or_else(|e| e.into_inner()) =
+            Duration::from_millis(u64::from(a.session_timeout_ms.max(1)));
+        // Revocations first: store what the policy says, then let go.
+        let mut stores = Vec::new();
+        let (gained, lost) = {
+            let mut st = self.lock();
+            st.member_id = a.member_id.clone();
+            st.generation = a.generation;
+            let mut lost = Vec::new();
+            for p in &a.revoke {
+                if let Some(mut part) = st.partitions.remove(p) {
+                    if let Some(consumed) = part.committer.shutdown(Instant::now()) {
+                        stores.push((*p, consumed + 1));
+                    }
+                    lost.push(*p);
+                }
+            }
+            // Partitions that vanished from `owned` (an expiry elsewhere) are dropped too.
+            let owned: Vec<u32> = st.partitions.keys().copied().collect();
+            for p in owned {
+                if !a.owned.contains(&p) {
+                    st.partitions.remove(&p);
+                    lost.push(p);
+                }
+            }
+            let gained: Vec<u32> = a
+                .owned
+                .iter()
+                .copied()
+                .filter(|p| !st.partitions.contains_key(p) && !a.revoke.contains(p))
+                .collect();
+            (gained, lost)
+        };
+        for (p, next) in stores {
+            // A refused store (we no longer own it after all) is reported, not fatal.
+            if let Err(e) = self.commit_next(p, next).await {
+                tracing::warn!(group = %self.group, partition = p, error = %e, "storing a revoked partition's offset failed");
+            }
+        }
+        if !lost.is_empty() {
+            self.lock().revoked.extend(&lost);
+            self.wake.notify_one();
+            if let Some(f) = &self.on_revoked {
+                f(&lost);
+            }
+        }
+        let mut started = Vec::new();
+        for p in gained {
+            let stored = a.offsets.iter().find(|o| o.partition == p).and_then(|o| o.offset);
+            let position = match stored {
+                Some(next) => next,
+                None => self.start_position(p).await?,
+            };
+            started.push((p, position, stored.and_then(|n| n.checked_sub(1))));
+        }
+        if !started.is_empty() {
+            let mut st = self.lock();
+            for (p, position, consumed) in &started {
+                st.partitions.insert(
+                    *p,
+                    Partition {
+                        position: *position,
+                        committer: Committer::new(self.policy, *consumed, Instant::now()),
+                        buffered: VecDeque::new(),
+                    },
+                );
+            }
+            drop(st);
+            if let Some(f) = &self.on_assigned {
+                let ps: Vec<u32> = started.iter().map(|s| s.0).collect();
+                f(&ps);
+            }
+        }
+        Ok(())
+    }
+
+    async fn start_position(&self, p: u32) -> Result<u64, ClientError> {
+        let t = &self.topic;
+        Ok(match self.start_at {
+            StartAt::First | StartAt::Next => t.first_offset(p).await?,
+            StartAt::Last => t.end_offset(p).await?.saturating_sub(1).max(t.first_offset(p).await?),
+            StartAt::Offset(n) => n,
+            StartAt::TimestampMicros(ts) => t.offset_for_time(p, ts).await?,
+        })
+    }
+
+    async fn commit_next(&self, partition: u32, next: u64) -> Result<(), ClientError> {
+        let (member_id, generation) = {
+            let st = self.lock();
+            (st.member_id.clone(), st.generation)
+        };
+        self.call(RequestBody::CommitGroupOffset(CommitGroupOffsetRequest {
+            stream: self.topic.stream.to_string(),
+            topic: self.topic.name.to_string(),
+            group: self.group.clone(),
+            member_id,
+            generation,
+            partition,
+            offset: next,
+        }))
+        .await
+        .map(drop)
+    }
+
+    /// Heartbeats every third of the session timeout (or when woken) until closed.
+    async fn heartbeat_loop(self: Arc<Self>) {
+        loop {
+            let every = *self.session_timeout.lock().unwrap_or_else(|e| e.into_inner()) / 3;
+            let _ = tokio::time::timeout(every.max(Duration::from_millis(50)), self.wake.notified()).await;
+            let (member_id, revoked, closed) = {
+                let mut st = self.lock();
+                (st.member_id.clone(), std::mem::take(&mut st.revoked), st.closed)
+            };
+            if closed {
+                return;
+            }
+            let beat = self
+                .call(RequestBody::GroupHeartbeat(GroupHeartbeatRequest {
+                    stream: self.topic.stream.to_string(),
+                    topic: self.topic.name.to_string(),
+                    group: self.group.clone(),
+                    member_id,
+                    revoked: revoked.clone(),
+                }))
+                .await;
+            let assignment = match beat {
+                Ok(ResponseBody::GroupHeartbeat(r)) => r.assignment,
+                Ok(other) => {
+                    tracing::warn!(error = %unexpected(&other), "bad heartbeat answer");
+                    None
+                }
+                Err(e) if e.code() == Some(ErrorCode::NotMember) => {
+                    // Our session expired: everything we had is someone else's now.
+                    tracing::warn!(group = %self.group, "session expired; rejoining");
+                    let lost: Vec<u32> = {
+                        let mut st = self.lock();
+                        let lost = st.partitions.keys().copied().collect();
+                        st.partitions.clear();
+                        lost
+                    };
+                    if !lost.is_empty()
+                        && let Some(f) = &self.on_revoked
+                    {
+                        f(&lost);
+                    }
+                    self.join().await.ok()
+                }
+                Err(e) => {
+                    // Report the revocations again next time.
+                    self.lock().revoked.extend(revoked);
+                    tracing::warn!(group = %self.group, error = %e, "heartbeat failed");
+                    None
+                }
+            };
+            if let Some(a) = assignment
+                && let Err(e) = self.apply(a).await
+            {
+                tracing::warn!(group = %self.group, error = %e, "applying an assignment failed");
+            }
+        }
+    }
+}
+
+/// A member of a consumer group; see [`Topic::consumer_group`].
+pub struct GroupConsumer {
+    inner: Arc<Inner>,
+    heartbeat: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for GroupConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.inner.lock();
+        f.debug_struct("GroupConsumer")
+            .field("group", &self.inner.group)
+            .field("member_id", &st.member_id)
+            .field("generation", &st.generation)
+            .field("partitions", &st.partitions.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl GroupConsumer {
+    /// This member's id.
+    pub fn member_id(&self) -> String {
+        self.inner.lock().member_id.clone()
+    }
+
+    /// The partitions this member owns now.
+    pub fn assignment(&self) -> Vec<u32> {
+        self.inner.lock().partitions.keys().copied().collect()
+    }
+
+    /// The next record of any owned partition, waiting for one. `None` after shutdown.
+    pub async fn next(&mut self) -> Option<Result<Record, ClientError>> {
+        loop {
+            // A buffered record, round-robin over partitions.
+            let handed = {
+                let mut st = self.inner.lock();
+                if st.closed {
+                    return None;
+                }
+                let keys: Vec<u32> = st.partitions.keys().copied().collect();
+                let start = st.next;
+                let found = (0..keys.len())
+                    .map(|i| keys[(start + i) % keys.len()])
+                    .find(|p| !st.partitions[p].buffered.is_empty());
+                found.map(|p| {
+                    st.next = st.next.wrapping_add(1);
+                    let part = st.partitions.get_mut(&p).expect("found above");
+                    let record = part.buffered.pop_front().expect("not empty");
+                    let store = part.committer.handed_out(record.offset, Instant::now());
+                    (record, store)
+                })
+            };
+            if let Some((record, store)) = handed {
+                if let Some(consumed) = store
+                    && let Err(e) = self.store(record.partition, consumed).await
+                {
+                    return Some(Err(e));
+                }
+                return Some(Ok(record));
+            }
+            match self.poll().await {
+                Ok(0) => tokio::time::sleep(self.inner.poll_interval).await,
+                Ok(_) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
+    /// Like [`GroupConsumer::next`], failing with [`ClientError::Timeout`] if no record
+    /// arrives within `timeout`.
+    pub async fn next_within(&mut self, timeout: Duration) -> Result<Record, ClientError> {
+        match tokio::time::timeout(timeout, self.next()).await {
+            Ok(Some(r)) => r,
+            Ok(None) => Err(ClientError::Shutdown),
+            Err(_) => Err(ClientError::Timeout(timeout)),
+        }
+    }
+
+    /// Fetches once from every owned partition; returns how many records arrived.
+    async fn poll(&mut self) -> Result<usize, ClientError> {
+        let targets: Vec<(u32, u64)> = {
+            let mut st = self.inner.lock();
+            let now = Instant::now();
+            let mut stores = Vec::new();
+            for (p, part) in &mut st.partitions {
+                if let Some(consumed) = part.committer.polling(now) {
+                    stores.push((*p, consumed));
+                }
+            }
+            drop(st);
+            for (p, consumed) in stores {
+                self.store(p, consumed).await?;
+            }
+            let st = self.inner.lock();
+            st.partitions.iter().map(|(p, part)| (*p, part.position)).collect()
+        };
+        let mut arrived = 0;
+        for (p, position) in targets {
+            let fetched = match self.inner.topic.fetch(p, position, self.inner.max_bytes, Duration::ZERO).await {
+                Ok(f) => f,
+                Err(ClientError::Server {
+                    code: ErrorCode::OffsetBeforeStart,
+                    offset: Some(start),
+                    ..
+                }) => {
+                    if let Some(part) = self.inner.lock().partitions.get_mut(&p) {
+                        part.position = start;
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let mut st = self.inner.lock();
+            // The partition may have been revoked while we fetched.
+            let Some(part) = st.partitions.get_mut(&p) else { continue };
+            if part.position != position {
+                continue;
+            }
+            let mut records: VecDeque<Record> = fetched.records.into();
+            records.truncate(self.inner.batch_length);
+            part.position = records.back().map_or(fetched.next_offset.max(position), |r| r.offset + 1);
+            arrived += records.len();
+            part.committer.polled(records.len());
+            part.buffered.extend(records);
+        }
+        Ok(arrived)
+    }
+
+    async fn store(&self, partition: u32, consumed: u64) -> Result<(), ClientError> {
+        self.inner.commit_next(partition, consumed + 1).await?;
+        if let Some(part) = self.inner.lock().partitions.get_mut(&partition) {
+            part.committer.stored(consumed);
+        }
+        Ok(())
+    }
+
+    /// Stores `record` as consumed. Refused with `NOT_ASSIGNED` if the partition moved
+    /// to another member meanwhile.
+    pub async fn commit(&self, record: &Record) -> Result<(), ClientError> {
+        self.store(record.partition, record.offset).await
+    }
+
+    /// Stores `offset` of `partition` as consumed (fenced like [`GroupConsumer::commit`]).
+    pub async fn store_offset(&self, offset: u64, partition: u32) -> Result<(), ClientError> {
+        self.store(partition, offset).await
+    }
+
+    /// The offset of the last record handed out of `partition`.
+    pub fn last_consumed_offset(&self, partition: u32) -> Option<u64> {
+        self.inner
+            .lock()
+            .partitions
+            .get(&partition)
+            .and_then(|p| p.committer.last_handed())
+    }
+
+    /// The last offset of `partition` stored as consumed, as this member knows it.
+    pub fn last_stored_offset(&self, partition: u32) -> Option<u64> {
+        self.inner
+            .lock()
+            .partitions
+            .get(&partition)
+            .and_then(|p| p.committer.last_stored())
+    }
+
+    /// Stores final offsets as the policy says and leaves the group at once, so the
+    /// partitions move to the other members without waiting for a timeout.
+    pub async fn shutdown(&mut self) -> Result<(), ClientError> {
+        let stores: Vec<(u32, u64)> = {
+            let mut st = self.inner.lock();
+            if st.closed {
+                return Ok(());
+            }
+            st.closed = true;
+            let now = Instant::now();
+            st.partitions
+                .iter_mut()
+                .filter_map(|(p, part)| part.committer.shutdown(now).map(|c| (*p, c)))
+                .collect()
+        };
+        self.inner.wake.notify_one();
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
+        let mut first_error = None;
+        for (p, consumed) in stores {
+            if let Err(e) = self.inner.commit_next(p, consumed + 1).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        let member_id = self.inner.lock().member_id.clone();
+        let left = self
+            .inner
+            .call(RequestBody::LeaveGroup(LeaveGroupRequest {
+                stream: self.inner.topic.stream.to_string(),
+                topic: self.inner.topic.name.to_string(),
+                group: self.inner.group.clone(),
+                member_id,
+            }))
+            .await;
+        if let Err(e) = left
+            && e.code() != Some(ErrorCode::NotMember)
+        {
+            first_error.get_or_insert(e);
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for GroupConsumer {
+    fn drop(&mut self) {
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
+    }
+}
