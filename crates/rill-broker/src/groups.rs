@@ -47,6 +47,10 @@ impl Groups {
         }
     }
 
+    fn keys(&self) -> Vec<GroupKey> {
+        self.lock().keys().cloned().collect()
+    }
+
     /// Forgets the groups of a deleted topic.
     pub(crate) fn forget_topic(&self, stream: &str, topic: &str) {
         self.lock()
@@ -209,6 +213,25 @@ impl Broker {
         tokio::task::spawn_blocking(move || broker.offsets.store(key, offset))
             .await
             .map_err(|e| BrokerError::Internal(format!("offset store task failed: {e}")))?
+    }
+
+    /// Lag of every live group: (stream, topic, group, partition, lag), for metrics.
+    pub fn group_lags(&self) -> Vec<(String, String, String, u32, u64)> {
+        let mut out = Vec::new();
+        for (stream, topic, group) in self.groups.keys() {
+            if let Ok(d) = self.describe_group(&stream, &topic, &group) {
+                for p in d.partitions {
+                    out.push((
+                        stream.clone(),
+                        topic.clone(),
+                        group.clone(),
+                        p.partition,
+                        p.lag,
+                    ));
+                }
+            }
+        }
+        out
     }
 
     /// Members, assignment, stored offsets and lag of a group. A group with stored

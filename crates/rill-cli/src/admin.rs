@@ -66,6 +66,50 @@ pub(crate) enum TopicCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub(crate) enum GroupCommand {
+    /// Members, assignment, stored offsets and lag per partition.
+    Describe {
+        /// STREAM/TOPIC
+        topic: String,
+        /// Group name.
+        group: String,
+    },
+}
+
+pub(crate) async fn group(command: GroupCommand, target: &Target) -> anyhow::Result<()> {
+    let client = target.client().await?;
+    match command {
+        GroupCommand::Describe { topic, group } => {
+            let handle = target::topic(&client, &topic)?;
+            let d = handle
+                .describe_group(&group)
+                .await
+                .with_context(|| format!("cannot describe group {group} of {topic}"))?;
+            println!("group\t{group}");
+            println!("topic\t{topic}");
+            println!("generation\t{}", d.generation);
+            println!("members\t{}", d.members.len());
+            for m in &d.members {
+                let owned: Vec<String> = m.owned.iter().map(u32::to_string).collect();
+                println!("member\t{}\tpartitions {}", m.member_id, owned.join(","));
+            }
+            println!("partition\towner\tstored_offset\tlog_end\tlag");
+            for p in &d.partitions {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}",
+                    p.partition,
+                    p.owner.as_deref().unwrap_or("-"),
+                    p.stored_offset.map_or("-".into(), |o| o.to_string()),
+                    p.log_end,
+                    p.lag
+                );
+            }
+        }
+    }
+    target::finish(&client).await
+}
+
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 7d, 12h, 30m)"))?;
     if d.is_zero() {

@@ -84,8 +84,8 @@ fn parse_from(s: &str) -> Result<From, String> {
 }
 
 pub(crate) async fn run(args: ConsumeArgs, target: &Target) -> anyhow::Result<()> {
-    if args.group.is_some() {
-        anyhow::bail!("consumer groups are not available yet; use --name NAME with --partition N");
+    if args.group.is_some() && args.partition.is_some() {
+        anyhow::bail!("--partition does not go with --group: the group assigns partitions");
     }
     let client = target.client().await?;
     let topic = target::topic(&client, &args.topic)?;
@@ -102,9 +102,10 @@ pub(crate) async fn run(args: ConsumeArgs, target: &Target) -> anyhow::Result<()
         None => (0..partitions).collect(),
     };
     let mut out = Output::new(args.format, args.count);
-    let result = match &args.name {
-        Some(name) => named(&topic, name, &selected, &args, &mut out).await,
-        None => anonymous(&topic, &selected, &args, &mut out).await,
+    let result = match (&args.group, &args.name) {
+        (Some(group), _) => grouped(&topic, group, &args, &mut out).await,
+        (None, Some(name)) => named(&topic, name, &selected, &args, &mut out).await,
+        (None, None) => anonymous(&topic, &selected, &args, &mut out).await,
     };
     out.flush()?;
     target::finish(&client).await?;
@@ -252,6 +253,54 @@ async fn anonymous(
         let at = reader.offsets();
         reader = topic.records("cli").from_offsets(at);
     }
+}
+
+/// A member of a consumer group. Partitions without a stored group offset start where
+/// `--from` says; offsets are stored as records are printed and at the end.
+async fn grouped(
+    topic: &Topic,
+    group: &str,
+    args: &ConsumeArgs,
+    out: &mut Output,
+) -> anyhow::Result<()> {
+    let start = match args.from.unwrap_or(From::First) {
+        From::First | From::Next => StartAt::First,
+        From::Last => StartAt::Last,
+        From::Offset(n) => StartAt::Offset(n),
+        From::Time(t) => StartAt::TimestampMicros(t),
+    };
+    let mut consumer = topic
+        .consumer_group(group)
+        .start_at(start)
+        .commit_policy(CommitPolicy::Polling)
+        .build()
+        .await?;
+    // Without --follow: stop once nothing has arrived for a while (caught up).
+    let quiet = Duration::from_millis(1500);
+    let mut result = Ok(());
+    loop {
+        match consumer.next_within(quiet).await {
+            Ok(record) => {
+                out.print(&record)?;
+                if out.done() {
+                    break;
+                }
+            }
+            Err(rill_client::ClientError::Timeout(_)) => {
+                if !args.follow {
+                    break;
+                }
+                out.flush()?;
+            }
+            Err(e) => {
+                result = Err(e.into());
+                break;
+            }
+        }
+    }
+    out.flush()?;
+    consumer.shutdown().await?;
+    result
 }
 
 /// Named consumers (one per selected partition); offsets are stored after each

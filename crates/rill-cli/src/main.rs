@@ -48,6 +48,9 @@ enum Command {
     /// Manage topics.
     #[command(subcommand)]
     Topic(admin::TopicCommand),
+    /// Inspect consumer groups.
+    #[command(subcommand)]
+    Group(admin::GroupCommand),
     /// Publish records (from arguments or standard input).
     Produce(produce::ProduceArgs),
     /// Read records.
@@ -85,6 +88,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(args, target.data_dir()).await,
         Command::Stream(c) => admin::stream(c, &target).await,
         Command::Topic(c) => admin::topic(c, &target).await,
+        Command::Group(c) => admin::group(c, &target).await,
         Command::Produce(args) => produce::run(args, &target).await,
         Command::Consume(args) => consume::run(args, &target).await,
         Command::Bench(args) => bench::run(args, &target).await,

@@ -179,6 +179,59 @@ fn produce_and_consume_round_trip(target: &[String]) {
     ));
     assert_eq!(later.trim(), "late");
 
+    // A consumer group: the first run reads everything, the next only what is new, and
+    // `group describe` shows stored offsets and lag.
+    let first = ok(&rill(
+        target,
+        &["consume", "shop/orders", "--group", "audit"],
+        None,
+    ));
+    assert_eq!(first.lines().count(), 2504);
+    let described = ok(&rill(
+        target,
+        &["group", "describe", "shop/orders", "audit"],
+        None,
+    ));
+    assert!(
+        described.contains("partition\towner\tstored_offset\tlog_end\tlag"),
+        "{described}"
+    );
+    let lags: Vec<u64> = described
+        .lines()
+        .skip_while(|l| !l.starts_with("partition\t"))
+        .skip(1)
+        .map(|l| l.rsplit('\t').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(lags, vec![0, 0, 0], "{described}");
+    ok(&rill(
+        target,
+        &["produce", "shop/orders", "--partition", "2", "later"],
+        None,
+    ));
+    let described = ok(&rill(
+        target,
+        &["group", "describe", "shop/orders", "audit"],
+        None,
+    ));
+    assert!(
+        described
+            .lines()
+            .any(|l| l.starts_with("2\t") && l.ends_with("\t1")),
+        "{described}"
+    );
+    let again = ok(&rill(
+        target,
+        &["consume", "shop/orders", "--group", "audit"],
+        None,
+    ));
+    assert_eq!(again.trim(), "later");
+    let out = rill(
+        target,
+        &["group", "describe", "shop/orders", "nobody"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+
     // Describe and list.
     let out = ok(&rill(target, &["topic", "describe", "shop/orders"], None));
     assert!(out.contains("partitions\t3"), "{out}");
@@ -272,6 +325,14 @@ fn serve_stops_cleanly_on_sigterm_and_keeps_data() {
     let target = vec!["--server".to_string(), server.url()];
     ok(&rill(&target, &["topic", "create", "s/t"], None));
     ok(&rill(&target, &["produce", "s/t", "kept"], None));
+    // /metrics reports consumer-group lag.
+    ok(&rill(&target, &["consume", "s/t", "--group", "g"], None));
+    ok(&rill(&target, &["produce", "s/t", "unread"], None));
+    let metrics = http_get(&server.http, "/metrics");
+    assert!(
+        metrics.contains("rill_group_lag{stream=\"s\",topic=\"t\",group=\"g\",partition=\"0\"} 1"),
+        "{metrics}"
+    );
     // /health answers while serving.
     let health = std::net::TcpStream::connect(&server.http).map(|mut s| {
         use std::io::Read;
@@ -289,5 +350,15 @@ fn serve_stops_cleanly_on_sigterm_and_keeps_data() {
         &["consume", "s/t"],
         None,
     ));
-    assert_eq!(out.trim(), "kept");
+    assert_eq!(out.trim(), "kept\nunread");
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body
 }

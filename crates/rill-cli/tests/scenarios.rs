@@ -690,7 +690,10 @@ async fn avro_codec(client: &Client) {
 async fn wait_for(what: &str, mut done: impl FnMut() -> bool) -> Duration {
     let started = Instant::now();
     while !done() {
-        assert!(started.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     started.elapsed()
@@ -711,7 +714,11 @@ async fn consumer_group_shares_and_moves_partitions(client: &Client) {
             .member_id(name)
             .commit_policy(CommitPolicy::Each)
             .session_timeout(Duration::from_secs(3))
-            .on_assigned(move |ps| a.lock().unwrap().push((n1.clone(), "assigned", ps.to_vec())))
+            .on_assigned(move |ps| {
+                a.lock()
+                    .unwrap()
+                    .push((n1.clone(), "assigned", ps.to_vec()))
+            })
             .on_revoked(move |ps| r.lock().unwrap().push((n2.clone(), "revoked", ps.to_vec())))
     };
     let mut one = member("one").build().await.unwrap();
@@ -741,10 +748,19 @@ async fn consumer_group_shares_and_moves_partitions(client: &Client) {
     one.shutdown().await.unwrap();
     wait_for("the partitions to move", || two.assignment().len() == 4).await;
     let moved_after = started.elapsed();
-    assert!(moved_after < Duration::from_secs(3), "moved after {moved_after:?}");
+    assert!(
+        moved_after < Duration::from_secs(3),
+        "moved after {moved_after:?}"
+    );
     let log = events.lock().unwrap().clone();
-    assert!(log.iter().any(|(m, e, _)| m == "one" && *e == "revoked"), "{log:?}");
-    assert!(log.iter().any(|(m, e, _)| m == "two" && *e == "assigned"), "{log:?}");
+    assert!(
+        log.iter().any(|(m, e, _)| m == "one" && *e == "revoked"),
+        "{log:?}"
+    );
+    assert!(
+        log.iter().any(|(m, e, _)| m == "two" && *e == "assigned"),
+        "{log:?}"
+    );
     two.shutdown().await.unwrap();
 }
 
@@ -768,11 +784,17 @@ async fn consumer_group_resumes_from_committed_offsets(client: &Client) {
     assert_eq!(a.last_stored_offset(0), Some(4));
     a.shutdown().await.unwrap();
     let mut b = t.consumer_group("resume").build().await.unwrap();
-    assert_eq!(b.next_within(Duration::from_secs(5)).await.unwrap().offset, 5);
+    assert_eq!(
+        b.next_within(Duration::from_secs(5)).await.unwrap().offset,
+        5
+    );
     // A member that no longer owns a partition cannot move the group's offset.
     let err = a.commit(&last).await.unwrap_err();
     assert!(
-        matches!(err.code(), Some(ErrorCode::NotMember | ErrorCode::NotAssigned)),
+        matches!(
+            err.code(),
+            Some(ErrorCode::NotMember | ErrorCode::NotAssigned)
+        ),
         "{err}"
     );
     b.shutdown().await.unwrap();

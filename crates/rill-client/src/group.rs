@@ -119,7 +119,8 @@ impl GroupConsumerBuilder {
 
     /// Joins the group (creating it if needed) and starts heartbeating.
     pub async fn build(self) -> Result<GroupConsumer, ClientError> {
-        if self.batch_length == 0 || self.poll_interval.is_zero() || self.session_timeout.is_zero() {
+        if self.batch_length == 0 || self.poll_interval.is_zero() || self.session_timeout.is_zero()
+        {
             return Err(ClientError::InvalidArgument(
                 "batch_length, poll_interval and session_timeout must be positive".into(),
             ));
@@ -197,12 +198,20 @@ impl Inner {
     }
 
     async fn call(&self, body: RequestBody) -> Result<ResponseBody, ClientError> {
-        Ok(self.topic.client.call(body, Bytes::new(), Retry::Safe).await?.0)
+        Ok(self
+            .topic
+            .client
+            .call(body, Bytes::new(), Retry::Safe)
+            .await?
+            .0)
     }
 
     async fn join(&self) -> Result<GroupAssignment, ClientError> {
         let member_id = self.lock().member_id.clone();
-        let timeout = *self.session_timeout.lock().unwrap_or_else(|e| e.into_inner());
+        let timeout = *self
+            .session_timeout
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         match self
             .call(RequestBody::JoinGroup(JoinGroupRequest {
                 stream: self.topic.stream.to_string(),
@@ -222,7 +231,10 @@ impl Inner {
 
     /// Takes the partitions newly owned and gives up those to revoke.
     async fn apply(&self, a: GroupAssignment) -> Result<(), ClientError> {
-        *self.session_timeout.lock().unwrap_or_else(|e| e.into_inner()) =
+        *self
+            .session_timeout
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) =
             Duration::from_millis(u64::from(a.session_timeout_ms.max(1)));
         // Revocations first: store what the policy says, then let go.
         let mut stores = Vec::new();
@@ -270,7 +282,11 @@ impl Inner {
         }
         let mut started = Vec::new();
         for p in gained {
-            let stored = a.offsets.iter().find(|o| o.partition == p).and_then(|o| o.offset);
+            let stored = a
+                .offsets
+                .iter()
+                .find(|o| o.partition == p)
+                .and_then(|o| o.offset);
             let position = match stored {
                 Some(next) => next,
                 None => self.start_position(p).await?,
@@ -302,7 +318,11 @@ impl Inner {
         let t = &self.topic;
         Ok(match self.start_at {
             StartAt::First | StartAt::Next => t.first_offset(p).await?,
-            StartAt::Last => t.end_offset(p).await?.saturating_sub(1).max(t.first_offset(p).await?),
+            StartAt::Last => t
+                .end_offset(p)
+                .await?
+                .saturating_sub(1)
+                .max(t.first_offset(p).await?),
             StartAt::Offset(n) => n,
             StartAt::TimestampMicros(ts) => t.offset_for_time(p, ts).await?,
         })
@@ -329,11 +349,21 @@ impl Inner {
     /// Heartbeats every third of the session timeout (or when woken) until closed.
     async fn heartbeat_loop(self: Arc<Self>) {
         loop {
-            let every = *self.session_timeout.lock().unwrap_or_else(|e| e.into_inner()) / 3;
-            let _ = tokio::time::timeout(every.max(Duration::from_millis(50)), self.wake.notified()).await;
+            let every = *self
+                .session_timeout
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                / 3;
+            let _ =
+                tokio::time::timeout(every.max(Duration::from_millis(50)), self.wake.notified())
+                    .await;
             let (member_id, revoked, closed) = {
                 let mut st = self.lock();
-                (st.member_id.clone(), std::mem::take(&mut st.revoked), st.closed)
+                (
+                    st.member_id.clone(),
+                    std::mem::take(&mut st.revoked),
+                    st.closed,
+                )
             };
             if closed {
                 return;
@@ -464,25 +494,32 @@ impl GroupConsumer {
 
     /// Fetches once from every owned partition; returns how many records arrived.
     async fn poll(&mut self) -> Result<usize, ClientError> {
-        let targets: Vec<(u32, u64)> = {
+        let stores: Vec<(u32, u64)> = {
             let mut st = self.inner.lock();
             let now = Instant::now();
-            let mut stores = Vec::new();
-            for (p, part) in &mut st.partitions {
-                if let Some(consumed) = part.committer.polling(now) {
-                    stores.push((*p, consumed));
-                }
-            }
-            drop(st);
-            for (p, consumed) in stores {
-                self.store(p, consumed).await?;
-            }
-            let st = self.inner.lock();
-            st.partitions.iter().map(|(p, part)| (*p, part.position)).collect()
+            st.partitions
+                .iter_mut()
+                .filter_map(|(p, part)| part.committer.polling(now).map(|c| (*p, c)))
+                .collect()
         };
+        for (p, consumed) in stores {
+            self.store(p, consumed).await?;
+        }
+        let targets: Vec<(u32, u64)> = self
+            .inner
+            .lock()
+            .partitions
+            .iter()
+            .map(|(p, part)| (*p, part.position))
+            .collect();
         let mut arrived = 0;
         for (p, position) in targets {
-            let fetched = match self.inner.topic.fetch(p, position, self.inner.max_bytes, Duration::ZERO).await {
+            let fetched = match self
+                .inner
+                .topic
+                .fetch(p, position, self.inner.max_bytes, Duration::ZERO)
+                .await
+            {
                 Ok(f) => f,
                 Err(ClientError::Server {
                     code: ErrorCode::OffsetBeforeStart,
@@ -498,13 +535,17 @@ impl GroupConsumer {
             };
             let mut st = self.inner.lock();
             // The partition may have been revoked while we fetched.
-            let Some(part) = st.partitions.get_mut(&p) else { continue };
+            let Some(part) = st.partitions.get_mut(&p) else {
+                continue;
+            };
             if part.position != position {
                 continue;
             }
             let mut records: VecDeque<Record> = fetched.records.into();
             records.truncate(self.inner.batch_length);
-            part.position = records.back().map_or(fetched.next_offset.max(position), |r| r.offset + 1);
+            part.position = records
+                .back()
+                .map_or(fetched.next_offset.max(position), |r| r.offset + 1);
             arrived += records.len();
             part.committer.polled(records.len());
             part.buffered.extend(records);

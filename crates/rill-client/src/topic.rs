@@ -391,6 +391,22 @@ impl Topic {
         ConsumerBuilder::new(self.clone(), name, partition)
     }
 
+    /// A consumer group's members, assignment, stored offsets and lag.
+    pub async fn describe_group(
+        &self,
+        group: &str,
+    ) -> Result<pb::DescribeGroupResponse, ClientError> {
+        let body = RequestBody::DescribeGroup(pb::DescribeGroupRequest {
+            stream: self.stream.to_string(),
+            topic: self.name.to_string(),
+            group: group.to_owned(),
+        });
+        match self.client.call(body, Bytes::new(), Retry::Safe).await?.0 {
+            ResponseBody::DescribeGroup(r) => Ok(r),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// A member of consumer group `group` (created at its first join): the broker
     /// assigns partitions and moves them as members join, leave or go silent.
     pub fn consumer_group(&self, group: &str) -> crate::GroupConsumerBuilder {

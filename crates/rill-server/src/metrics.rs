@@ -96,6 +96,8 @@ pub struct Metrics {
     /// One slot per `Kind::ALL` entry, then one for unknown kinds.
     kinds: Box<[KindMetrics]>,
     topics: RwLock<BTreeMap<String, BTreeMap<String, Arc<TopicMetrics>>>>,
+    /// The broker, for gauges it knows (consumer-group lag).
+    broker: std::sync::OnceLock<Arc<rill_broker::Broker>>,
 }
 
 impl Default for Metrics {
@@ -119,6 +121,7 @@ impl Metrics {
                 })
                 .collect(),
             topics: RwLock::new(BTreeMap::new()),
+            broker: std::sync::OnceLock::new(),
         }
     }
 
@@ -209,6 +212,11 @@ impl Metrics {
         Some(Arc::clone(t))
     }
 
+    /// Lets `render` report the broker's consumer-group lag.
+    pub fn attach_broker(&self, broker: Arc<rill_broker::Broker>) {
+        let _ = self.broker.set(broker);
+    }
+
     /// Every metric in the Prometheus text exposition format, version 0.0.4.
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(16 << 10);
@@ -246,6 +254,9 @@ impl Metrics {
         self.render_requests(&mut out);
         self.render_topics(&mut out);
         render_fsync(&mut out);
+        if let Some(broker) = self.broker.get() {
+            render_group_lag(&mut out, broker);
+        }
         out
     }
 
@@ -390,6 +401,25 @@ fn escape(value: &str) -> String {
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+/// Records not yet consumed by each consumer group, per partition.
+fn render_group_lag(out: &mut String, broker: &rill_broker::Broker) {
+    header(
+        out,
+        "rill_group_lag",
+        "gauge",
+        "Records after a consumer group's stored offset, per partition.",
+    );
+    for (stream, topic, group, partition, lag) in broker.group_lags() {
+        let labels = format!(
+            "stream=\"{}\",topic=\"{}\",group=\"{}\",partition=\"{partition}\"",
+            escape(&stream),
+            escape(&topic),
+            escape(&group)
+        );
+        line(out, "rill_group_lag", &labels, lag);
+    }
 }
 
 /// The log engine's process-wide fsync latency histogram.

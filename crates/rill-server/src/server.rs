@@ -52,6 +52,8 @@ impl Server {
             None => None,
         };
         let http_addr = http.as_ref().map(TcpListener::local_addr).transpose()?;
+        let metrics = Arc::new(Metrics::new());
+        metrics.attach_broker(Arc::clone(&broker));
         Ok(Server {
             config,
             broker,
@@ -59,7 +61,7 @@ impl Server {
             http,
             local_addr,
             http_addr,
-            metrics: Arc::new(Metrics::new()),
+            metrics,
         })
     }
 
