@@ -291,3 +291,73 @@ impl Broker {
         })
     }
 }
+
+/// The consumer-group members that joined over one client connection, so a dropped
+/// connection removes them at once instead of after their session timeout.
+#[derive(Debug, Default)]
+pub struct Session {
+    members: Mutex<std::collections::BTreeSet<(String, String, String, String)>>,
+}
+
+impl Broker {
+    /// Like [`Broker::handle`], remembering group members joined through `session`.
+    pub async fn handle_in(
+        self: &Arc<Self>,
+        session: &Session,
+        request: rill_proto::Request,
+    ) -> rill_proto::Response {
+        use rill_proto::{RequestBody, Response, ResponseBody};
+        let joined = match &request.body {
+            RequestBody::JoinGroup(r) => Some((r.stream.clone(), r.topic.clone(), r.group.clone())),
+            RequestBody::LeaveGroup(r) => {
+                let key = (
+                    r.stream.clone(),
+                    r.topic.clone(),
+                    r.group.clone(),
+                    r.member_id.clone(),
+                );
+                session
+                    .members
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&key);
+                None
+            }
+            _ => None,
+        };
+        let response = self.handle(request).await;
+        if let (
+            Some((stream, topic, group)),
+            Response::Ok {
+                body: ResponseBody::JoinGroup(j),
+                ..
+            },
+        ) = (joined, &response)
+            && let Some(a) = &j.assignment
+        {
+            session
+                .members
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert((stream, topic, group, a.member_id.clone()));
+        }
+        response
+    }
+
+    /// The connection of `session` closed: its group members leave now.
+    pub fn end_session(&self, session: &Session) {
+        let members =
+            std::mem::take(&mut *session.members.lock().unwrap_or_else(|e| e.into_inner()));
+        for (stream, topic, group, member) in members {
+            if self.leave_group(&stream, &topic, &group, &member).is_ok() {
+                tracing::info!(
+                    stream,
+                    topic,
+                    group,
+                    member,
+                    "member left with its connection"
+                );
+            }
+        }
+    }
+}

@@ -23,7 +23,7 @@ pub use catalog::{
 };
 pub use error::BrokerError;
 pub use group::{Coordinator, GroupError, MemberView};
-pub use groups::SESSION_TIMEOUT_DEFAULT;
+pub use groups::{SESSION_TIMEOUT_DEFAULT, Session};
 pub use handler::error_response;
 pub use names::{NAME_LEN_MAX, validate_name};
 pub use offsets::{OffsetKey, OffsetStore};

@@ -36,6 +36,10 @@ pub(crate) struct ConsumeArgs {
     /// How to print records.
     #[arg(long, value_enum, default_value_t = Format::Value)]
     format: Format,
+    /// With --group: how long this member may be silent before the broker moves its
+    /// partitions (e.g. 10s; set by the group's first member).
+    #[arg(long, value_parser = crate::admin::parse_duration, requires = "group")]
+    session_timeout: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,8 +259,13 @@ async fn anonymous(
     }
 }
 
+/// Records printed but not yet stored, per partition, flushed and stored together.
+const COMMIT_EVERY_RECORDS: usize = 100;
+
 /// A member of a consumer group. Partitions without a stored group offset start where
-/// `--from` says; offsets are stored as records are printed and at the end.
+/// `--from` says. Offsets are stored only after the records were flushed to stdout
+/// (every 100 records, when the stream goes quiet, and at the end), so a crash re-prints
+/// rather than loses.
 async fn grouped(
     topic: &Topic,
     group: &str,
@@ -269,28 +278,39 @@ async fn grouped(
         From::Offset(n) => StartAt::Offset(n),
         From::Time(t) => StartAt::TimestampMicros(t),
     };
-    let mut consumer = topic
+    let mut builder = topic
         .consumer_group(group)
         .start_at(start)
-        .commit_policy(CommitPolicy::Polling)
-        .build()
-        .await?;
+        .commit_policy(CommitPolicy::Disabled);
+    if let Some(d) = args.session_timeout {
+        builder = builder.session_timeout(d);
+    }
+    let mut consumer = builder.build().await?;
     // Without --follow: stop once nothing has arrived for a while (caught up).
     let quiet = Duration::from_millis(1500);
+    let mut printed: std::collections::BTreeMap<u32, u64> = Default::default();
+    let mut since_store = 0usize;
     let mut result = Ok(());
     loop {
         match consumer.next_within(quiet).await {
             Ok(record) => {
                 out.print(&record)?;
+                printed.insert(record.partition, record.offset);
+                since_store += 1;
                 if out.done() {
                     break;
                 }
+                if since_store >= COMMIT_EVERY_RECORDS {
+                    store_printed(&consumer, out, &mut printed).await;
+                    since_store = 0;
+                }
             }
             Err(rill_client::ClientError::Timeout(_)) => {
+                store_printed(&consumer, out, &mut printed).await;
+                since_store = 0;
                 if !args.follow {
                     break;
                 }
-                out.flush()?;
             }
             Err(e) => {
                 result = Err(e.into());
@@ -298,9 +318,27 @@ async fn grouped(
             }
         }
     }
-    out.flush()?;
+    store_printed(&consumer, out, &mut printed).await;
     consumer.shutdown().await?;
     result
+}
+
+/// Flushes stdout, then stores each partition's last printed offset. A partition that
+/// moved to another member meanwhile is refused by the broker; that member re-reads
+/// from the group's last stored offset (at least once).
+async fn store_printed(
+    consumer: &rill_client::GroupConsumer,
+    out: &mut Output,
+    printed: &mut std::collections::BTreeMap<u32, u64>,
+) {
+    if out.flush().is_err() {
+        return;
+    }
+    for (partition, offset) in std::mem::take(printed) {
+        if let Err(e) = consumer.store_offset(offset, partition).await {
+            tracing::info!(partition, error = %e, "offset not stored (the partition moved)");
+        }
+    }
 }
 
 /// Named consumers (one per selected partition); offsets are stored after each
@@ -327,7 +365,8 @@ async fn named(
             .consumer(name, p)
             .start_at(start)
             .allow_replay()
-            .commit_policy(CommitPolicy::Polling)
+            // Stored explicitly, after the printed records were flushed.
+            .commit_policy(CommitPolicy::Disabled)
             .max_wait(wait)
             .build()
             .await?;
@@ -338,6 +377,7 @@ async fn named(
         let mut progressed = false;
         for (consumer, end) in &mut consumers {
             // Drain what this partition has, then move on.
+            let mut since_store = 0usize;
             loop {
                 let caught_up = consumer
                     .last_consumed_offset(consumer.partition())
@@ -349,8 +389,13 @@ async fn named(
                     Ok(record) => {
                         progressed = true;
                         out.print(&record)?;
+                        since_store += 1;
                         if out.done() {
                             break 'outer;
+                        }
+                        if since_store >= COMMIT_EVERY_RECORDS {
+                            store_named(consumer, out).await?;
+                            since_store = 0;
                         }
                     }
                     Err(rill_client::ClientError::Timeout(_)) => break,
@@ -360,6 +405,7 @@ async fn named(
                     }
                 }
             }
+            store_named(consumer, out).await?;
         }
         if !args.follow {
             // Stop when every partition reached the end it had when we started, or
@@ -375,9 +421,21 @@ async fn named(
         }
         out.flush()?;
     }
-    out.flush()?;
     for (mut consumer, _) in consumers {
+        store_named(&mut consumer, out).await?;
         consumer.shutdown().await?;
     }
     result
+}
+
+/// Flushes stdout, then stores the consumer's last printed offset, if it moved.
+async fn store_named(consumer: &mut rill_client::Consumer, out: &mut Output) -> anyhow::Result<()> {
+    out.flush()?;
+    let p = consumer.partition();
+    if let Some(last) = consumer.last_consumed_offset(p)
+        && consumer.last_stored_offset(p) != Some(last)
+    {
+        consumer.store_offset(last, p).await?;
+    }
+    Ok(())
 }

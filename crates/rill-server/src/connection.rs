@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use rill_broker::Broker;
+use rill_broker::{Broker, Session};
 use rill_format::BatchHeader;
 use rill_proto::{
     EncodedFrame, ErrorCode, Frame, FrameDecoder, Kind, ProtoError, Request, RequestBody, Response,
@@ -110,9 +110,11 @@ pub(crate) async fn serve(
         in_flight: Arc::new(Semaphore::new(ctx.max_in_flight)),
         tasks: JoinSet::new(),
         tx,
-        ctx,
+        ctx: Arc::clone(&ctx),
         peer,
+        session: Arc::new(Session::default()),
     };
+    let session = Arc::clone(&reader.session);
     let read_side = async {
         let end = reader.read_loop(&mut phase).await;
         reader.drain(&mut phase).await;
@@ -135,6 +137,8 @@ pub(crate) async fn serve(
         }
         End::Eof | End::Shutdown | End::Idle | End::WriterGone => {}
     }
+    // Group members that joined over this connection leave with it.
+    ctx.broker.end_session(&session);
     tracing::debug!(%peer, reason = ?end, "connection closed");
 }
 
@@ -158,6 +162,8 @@ struct Reader {
     tx: mpsc::UnboundedSender<Outgoing>,
     ctx: Arc<Context>,
     peer: SocketAddr,
+    /// Group members that joined over this connection.
+    session: Arc<Session>,
 }
 
 impl Reader {
@@ -229,8 +235,12 @@ impl Reader {
         match Request::decode(frame) {
             Ok(request) => {
                 let reply = Reply::new(self.tx.clone(), correlation_id, raw_kind, permit);
-                self.tasks
-                    .spawn(handle(Arc::clone(&self.ctx), request, reply));
+                self.tasks.spawn(handle(
+                    Arc::clone(&self.ctx),
+                    Arc::clone(&self.session),
+                    request,
+                    reply,
+                ));
                 true
             }
             Err(e) => {
@@ -299,7 +309,7 @@ async fn reached(phase: &mut watch::Receiver<Phase>, at_least: Phase) {
 }
 
 /// One request: ask the broker, record metrics, queue the reply.
-async fn handle(ctx: Arc<Context>, request: Request, reply: Reply) {
+async fn handle(ctx: Arc<Context>, session: Arc<Session>, request: Request, reply: Reply) {
     let kind = request.body.kind();
     // Per-topic traffic, taken before the request moves into the broker.
     let topic = match &request.body {
@@ -313,7 +323,7 @@ async fn handle(ctx: Arc<Context>, request: Request, reply: Reply) {
         _ => None,
     };
     let started = Instant::now();
-    let response = ctx.broker.handle(request).await;
+    let response = ctx.broker.handle_in(&session, request).await;
     let elapsed = started.elapsed();
     let metrics = &ctx.metrics;
     metrics.request(kind, elapsed, matches!(response, Response::Err { .. }));
