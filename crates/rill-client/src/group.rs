@@ -249,6 +249,12 @@ impl Inner {
                         stores.push((*p, consumed + 1));
                     }
                     lost.push(*p);
+                } else if !st.revoked.contains(p) {
+                    // Owned on paper but never taken up here (it was already being
+                    // revoked when we got it): nothing to stop, but the broker waits for
+                    // the word.
+                    st.revoked.push(*p);
+                    self.wake.notify_one();
                 }
             }
             // Partitions that vanished from `owned` (an expiry elsewhere) are dropped too.
