@@ -18,10 +18,13 @@ use rill_client::{Client, Message, TopicOptions};
 const KEYS: usize = 1000;
 const SESSION: &str = "2s";
 
-/// One member process and the records it printed: (partition, offset, key, seq).
+/// A printed record: (partition, offset, key, sequence number within the key).
+type Seen = (u32, u64, String, u64);
+
+/// One member process and the records it printed.
 struct Member {
     child: Child,
-    seen: Arc<Mutex<Vec<(u32, u64, String, u64)>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
 }
 
 impl Member {
@@ -37,7 +40,7 @@ impl Member {
             .spawn()
             .expect("spawn a member");
         let stdout = child.stdout.take().unwrap();
-        let seen: Arc<Mutex<Vec<(u32, u64, String, u64)>>> = Arc::default();
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
         let sink = Arc::clone(&seen);
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -55,7 +58,7 @@ impl Member {
         Self { child, seen }
     }
 
-    fn records(&self) -> Vec<(u32, u64, String, u64)> {
+    fn records(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
 }
