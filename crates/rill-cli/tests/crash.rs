@@ -9,11 +9,10 @@
 
 mod common;
 
+use common::{FixedServer, free_port};
+
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -39,88 +38,6 @@ const FAILED_SENDS_MAX: usize = 3;
 const PRODUCE_DEADLINE: Duration = Duration::from_secs(90);
 /// A send slower than this waited out a restart (the pause alone is 200 ms or more).
 const SLOW_SEND: Duration = Duration::from_millis(150);
-
-/// `rill serve` on a fixed port, so a restarted server is found by the same client.
-struct FixedServer {
-    child: Child,
-}
-
-impl FixedServer {
-    /// Starts `rill serve` on `127.0.0.1:port` and waits until it listens. Retries a
-    /// start that fails (say the port is briefly unavailable) for up to 20 s.
-    fn start(data: &Path, port: u16) -> Self {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            match Self::try_start(data, port) {
-                Ok(server) => return server,
-                Err(why) if Instant::now() < deadline => {
-                    eprintln!("[crash] server start failed ({why}); retrying");
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                Err(why) => panic!("rill serve did not start on port {port}: {why}"),
-            }
-        }
-    }
-
-    fn try_start(data: &Path, port: u16) -> Result<Self, String> {
-        let mut child = Command::new(common::rill_bin())
-            .arg("serve")
-            .arg("--data")
-            .arg(data)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--http", "127.0.0.1:0"])
-            .env("RILL_LOG", "warn")
-            .env_remove("RILL_SERVER")
-            .env_remove("RILL_LISTEN")
-            .env_remove("RILL_HTTP")
-            .env_remove("RILL_CONFIG")
-            .env_remove("RILL_DATA")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("spawn: {e}"))?;
-        let stderr = child.stderr.take().expect("piped stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if !sent && line.starts_with("rill listening on ") {
-                    let _ = tx.send(line);
-                    sent = true;
-                } else {
-                    // Keep draining (a full pipe would block the server) and show it.
-                    eprintln!("[server] {line}");
-                }
-            }
-        });
-        match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(_) => Ok(Self { child }),
-            Err(_) => {
-                let _ = child.kill();
-                let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-                Err(format!("it exited ({status}) without listening"))
-            }
-        }
-    }
-
-    /// SIGKILL, and wait until the process is gone (its data-directory lock with it).
-    fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for FixedServer {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
-/// A port that was free a moment ago.
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a probe listener");
-    listener.local_addr().unwrap().port()
-}
 
 fn record_value(key: u64, seq: u64) -> String {
     format!("k{key}:{seq}")

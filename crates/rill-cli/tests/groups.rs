@@ -264,3 +264,78 @@ async fn members_die_and_join_without_skipping_or_reordering() {
         let _ = m.child.wait();
     }
 }
+
+/// The server restarts under a group member: the stored group offsets are intact, the
+/// member rejoins by itself and resumes where the group left off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_rejoins_after_a_server_restart_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = common::free_port();
+    let url = format!("rill://127.0.0.1:{port}");
+    let mut server = {
+        let data = data.clone();
+        tokio::task::spawn_blocking(move || common::FixedServer::start(&data, port))
+            .await
+            .unwrap()
+    };
+    let client = Client::connect(&url).await.unwrap();
+    let topic = client.stream("grp").topic("r");
+    topic
+        .create_with(&TopicOptions::partitions(2), false)
+        .await
+        .unwrap();
+    for i in 0..20 {
+        topic
+            .publish()
+            .value(format!("before-{i}"))
+            .partition(i % 2)
+            .send()
+            .await
+            .unwrap();
+    }
+    let mut member = topic
+        .consumer_group("g")
+        .commit_policy(rill_client::CommitPolicy::Each)
+        .session_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let mut read = BTreeSet::new();
+    while read.len() < 20 {
+        let r = member.next_within(Duration::from_secs(10)).await.unwrap();
+        read.insert((r.partition, r.offset));
+    }
+    server.kill9();
+    let mut server = {
+        let data = data.clone();
+        tokio::task::spawn_blocking(move || common::FixedServer::start(&data, port))
+            .await
+            .unwrap()
+    };
+    // The offsets survived: describe shows no lag.
+    let d = topic.describe_group("g").await.unwrap();
+    assert!(d.partitions.iter().all(|p| p.lag == 0), "{d:?}");
+    for i in 0..10 {
+        topic
+            .publish()
+            .value(format!("after-{i}"))
+            .partition(i % 2)
+            .send()
+            .await
+            .unwrap();
+    }
+    // The member rejoins on its own and reads only the new records.
+    let mut after = Vec::new();
+    while after.len() < 10 {
+        let r = member.next_within(Duration::from_secs(20)).await.unwrap();
+        let value = String::from_utf8(r.value.to_vec()).unwrap();
+        assert!(
+            value.starts_with("after-"),
+            "re-read {value} after the restart"
+        );
+        after.push(value);
+    }
+    member.shutdown().await.unwrap();
+    server.kill9();
+}

@@ -474,7 +474,7 @@ impl GroupConsumer {
             };
             if let Some((record, store)) = handed {
                 if let Some(consumed) = store
-                    && let Err(e) = self.store(record.partition, consumed).await
+                    && let Err(e) = self.auto_store(record.partition, consumed).await
                 {
                     return Some(Err(e));
                 }
@@ -509,7 +509,7 @@ impl GroupConsumer {
                 .collect()
         };
         for (p, consumed) in stores {
-            self.store(p, consumed).await?;
+            self.auto_store(p, consumed).await?;
         }
         let targets: Vec<(u32, u64)> = self
             .inner
@@ -557,6 +557,26 @@ impl GroupConsumer {
             part.buffered.extend(records);
         }
         Ok(arrived)
+    }
+
+    /// A store the commit policy asked for. If the broker says this member no longer
+    /// owns the partition (or is no longer in the group, as after a server restart),
+    /// the assignment is stale: the heartbeat task is woken to catch up (rejoining if
+    /// needed) and reading goes on; the next owner re-reads from the group's offset.
+    async fn auto_store(&self, partition: u32, consumed: u64) -> Result<(), ClientError> {
+        match self.store(partition, consumed).await {
+            Err(e)
+                if matches!(
+                    e.code(),
+                    Some(ErrorCode::NotMember | ErrorCode::NotAssigned)
+                ) =>
+            {
+                tracing::info!(group = %self.inner.group, partition, error = %e, "automatic store refused; refreshing the assignment");
+                self.inner.wake.notify_one();
+                Ok(())
+            }
+            other => other,
+        }
     }
 
     async fn store(&self, partition: u32, consumed: u64) -> Result<(), ClientError> {
