@@ -798,6 +798,26 @@ async fn consumer_group_resumes_from_committed_offsets(client: &Client) {
         "{err}"
     );
     b.shutdown().await.unwrap();
+    // allow_replay starts at `start_at` even where the group stored an offset; a member
+    // built with auto_join(false) reads nothing until it joins.
+    let mut c = t
+        .consumer_group("resume")
+        .start_at(StartAt::First)
+        .allow_replay()
+        .auto_join(false)
+        .build()
+        .await
+        .unwrap();
+    assert!(matches!(
+        c.next().await,
+        Some(Err(ClientError::InvalidArgument(_)))
+    ));
+    c.join().await.unwrap();
+    assert_eq!(
+        c.next_within(Duration::from_secs(5)).await.unwrap().offset,
+        0
+    );
+    c.shutdown().await.unwrap();
 }
 
 async fn bad_requests_are_typed_errors(client: &Client) {

@@ -22,6 +22,9 @@ use crate::client::{Retry, unexpected};
 use crate::commit::Committer;
 use crate::{ClientError, CommitPolicy, Record, StartAt, Topic};
 
+/// Longest pause between two heartbeats of a member.
+const HEARTBEAT_MAX: Duration = Duration::from_millis(250);
+
 /// Called with the partitions a member gained or lost.
 pub type RebalanceCallback = Arc<dyn Fn(&[u32]) + Send + Sync>;
 
@@ -32,6 +35,8 @@ pub struct GroupConsumerBuilder {
     group: String,
     member_id: String,
     start_at: StartAt,
+    allow_replay: bool,
+    auto_join: bool,
     commit_policy: CommitPolicy,
     batch_length: u32,
     poll_interval: Duration,
@@ -58,6 +63,8 @@ impl GroupConsumerBuilder {
             group: group.to_owned(),
             member_id: String::new(),
             start_at: StartAt::First,
+            allow_replay: false,
+            auto_join: true,
             commit_policy: CommitPolicy::default(),
             batch_length: 1000,
             poll_interval: Duration::from_millis(100),
@@ -77,6 +84,21 @@ impl GroupConsumerBuilder {
     /// Where a partition without a stored group offset starts (default `First`).
     pub fn start_at(mut self, start: StartAt) -> Self {
         self.start_at = start;
+        self
+    }
+
+    /// Start every partition this member gets where `start_at` says, even one with a
+    /// stored group offset (re-reading what the group consumed). Without it, `start_at`
+    /// only applies to partitions without a stored offset.
+    pub fn allow_replay(mut self) -> Self {
+        self.allow_replay = true;
+        self
+    }
+
+    /// Join the group in `build` (default on). Off: call [`GroupConsumer::join`] later.
+    /// A group is created by its first join either way.
+    pub fn auto_join(mut self, on: bool) -> Self {
+        self.auto_join = on;
         self
     }
 
@@ -117,7 +139,8 @@ impl GroupConsumerBuilder {
         self
     }
 
-    /// Joins the group (creating it if needed) and starts heartbeating.
+    /// Joins the group (creating it if needed) and starts heartbeating, unless
+    /// `auto_join(false)`.
     pub async fn build(self) -> Result<GroupConsumer, ClientError> {
         if self.batch_length == 0 || self.poll_interval.is_zero() || self.session_timeout.is_zero()
         {
@@ -130,6 +153,7 @@ impl GroupConsumerBuilder {
             topic: self.topic,
             group: self.group,
             start_at: self.start_at,
+            allow_replay: self.allow_replay,
             policy: self.commit_policy,
             batch_length: self.batch_length as usize,
             poll_interval: self.poll_interval,
@@ -147,13 +171,14 @@ impl GroupConsumerBuilder {
             wake: Notify::new(),
             session_timeout: Mutex::new(self.session_timeout),
         });
-        let assignment = inner.join().await?;
-        inner.apply(assignment).await?;
-        let heartbeat = tokio::spawn(Arc::clone(&inner).heartbeat_loop());
-        Ok(GroupConsumer {
+        let mut consumer = GroupConsumer {
             inner,
-            heartbeat: Some(heartbeat),
-        })
+            heartbeat: None,
+        };
+        if self.auto_join {
+            consumer.join().await?;
+        }
+        Ok(consumer)
     }
 }
 
@@ -180,6 +205,7 @@ struct Inner {
     topic: Topic,
     group: String,
     start_at: StartAt,
+    allow_replay: bool,
     policy: CommitPolicy,
     batch_length: usize,
     poll_interval: Duration,
@@ -294,8 +320,8 @@ impl Inner {
                 .find(|o| o.partition == p)
                 .and_then(|o| o.offset);
             let position = match stored {
-                Some(next) => next,
-                None => self.start_position(p).await?,
+                Some(next) if !self.allow_replay => next,
+                _ => self.start_position(p).await?,
             };
             started.push((p, position, stored.and_then(|n| n.checked_sub(1))));
         }
@@ -352,17 +378,17 @@ impl Inner {
         .map(drop)
     }
 
-    /// Heartbeats every third of the session timeout (or when woken) until closed.
+    /// Heartbeats every 250 ms (or a third of the session timeout, if shorter), or when
+    /// woken, until closed. Heartbeats are how a member learns of a rebalance, so their
+    /// period bounds how long a moved partition waits for its new owner.
     async fn heartbeat_loop(self: Arc<Self>) {
         loop {
-            let every = *self
+            let session = *self
                 .session_timeout
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                / 3;
-            let _ =
-                tokio::time::timeout(every.max(Duration::from_millis(50)), self.wake.notified())
-                    .await;
+                .unwrap_or_else(|e| e.into_inner());
+            let every = (session / 3).clamp(Duration::from_millis(50), HEARTBEAT_MAX);
+            let _ = tokio::time::timeout(every, self.wake.notified()).await;
             let (member_id, revoked, closed) = {
                 let mut st = self.lock();
                 (
@@ -440,6 +466,18 @@ impl std::fmt::Debug for GroupConsumer {
 }
 
 impl GroupConsumer {
+    /// Joins the group (creating it at the first join) and starts heartbeating; done by
+    /// `build` unless `auto_join(false)`. Joining again is a no-op.
+    pub async fn join(&mut self) -> Result<(), ClientError> {
+        if self.heartbeat.is_some() {
+            return Ok(());
+        }
+        let assignment = self.inner.join().await?;
+        self.inner.apply(assignment).await?;
+        self.heartbeat = Some(tokio::spawn(Arc::clone(&self.inner).heartbeat_loop()));
+        Ok(())
+    }
+
     /// This member's id.
     pub fn member_id(&self) -> String {
         self.inner.lock().member_id.clone()
@@ -452,6 +490,11 @@ impl GroupConsumer {
 
     /// The next record of any owned partition, waiting for one. `None` after shutdown.
     pub async fn next(&mut self) -> Option<Result<Record, ClientError>> {
+        if self.heartbeat.is_none() && !self.inner.lock().closed {
+            return Some(Err(ClientError::InvalidArgument(
+                "the consumer has not joined its group: call join() first".into(),
+            )));
+        }
         loop {
             // A buffered record, round-robin over partitions.
             let handed = {
