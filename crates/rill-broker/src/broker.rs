@@ -594,7 +594,19 @@ impl Broker {
     ) -> Result<(), BrokerError> {
         self.check_running()?;
         let key = self.offset_key(stream, topic, partition, consumer)?;
-        let end = self.partition(stream, topic, partition)?.log.next_offset();
+        self.store_offset_key(key, offset).await
+    }
+
+    /// Stores an offset durably, refusing one beyond the partition's end.
+    pub(crate) async fn store_offset_key(
+        self: &Arc<Self>,
+        key: OffsetKey,
+        offset: u64,
+    ) -> Result<(), BrokerError> {
+        let end = self
+            .partition(&key.stream, &key.topic, key.partition)?
+            .log
+            .next_offset();
         if offset > end {
             return Err(rill_storage::StorageError::OffsetBeyondEnd {
                 requested: offset,

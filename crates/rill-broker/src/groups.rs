@@ -200,19 +200,8 @@ impl Broker {
                 .ok_or_else(|| GroupError::NotMember(member.to_owned()))?;
             c.check_commit(member, generation, partition)?;
         }
-        let end = self.partition(stream, topic, partition)?.log.next_offset();
-        if offset > end {
-            return Err(rill_storage::StorageError::OffsetBeyondEnd {
-                requested: offset,
-                next_offset: end,
-            }
-            .into());
-        }
-        let key = group_offset_key(stream, topic, group, partition);
-        let broker = Arc::clone(self);
-        tokio::task::spawn_blocking(move || broker.offsets.store(key, offset))
+        self.store_offset_key(group_offset_key(stream, topic, group, partition), offset)
             .await
-            .map_err(|e| BrokerError::Internal(format!("offset store task failed: {e}")))?
     }
 
     /// Lag of every live group: (stream, topic, group, partition, lag), for metrics.
