@@ -137,6 +137,61 @@ fn produce_and_consume_round_trip(target: &[String]) {
     let a = records.iter().find(|r| r["value"] == "1").unwrap();
     assert_eq!(a["key"], "a");
 
+    // --from: an offset, the last record, a time.
+    let out = ok(&rill(
+        target,
+        &[
+            "consume",
+            "shop/orders",
+            "--partition",
+            "0",
+            "--from",
+            "offset:5",
+            "--format",
+            "json",
+        ],
+        None,
+    ));
+    let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(first["offset"], 5);
+    let out = ok(&rill(
+        target,
+        &[
+            "consume",
+            "shop/orders",
+            "--partition",
+            "0",
+            "--from",
+            "last",
+        ],
+        None,
+    ));
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let out = ok(&rill(
+        target,
+        &[
+            "consume",
+            "shop/orders",
+            "--from",
+            "time:2000-01-01T00:00:00Z",
+            "--count",
+            "3",
+        ],
+        None,
+    ));
+    assert_eq!(out.lines().count(), 3);
+    let out = ok(&rill(
+        target,
+        &[
+            "consume",
+            "shop/orders",
+            "--from",
+            "time:2999-01-01T00:00:00Z",
+        ],
+        None,
+    ));
+    assert_eq!(out.lines().count(), 0, "nothing is that recent: {out}");
+
     // --count and --partition.
     let out = ok(&rill(
         target,
