@@ -81,6 +81,9 @@ pub(crate) async fn run(args: ProduceArgs, target: &Target) -> anyhow::Result<()
         None => {
             let stdin = std::io::stdin();
             let mut lines = stdin.lock().lines();
+            // Progress on a terminal only: scripts read the one final line.
+            let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let mut shown = Instant::now();
             loop {
                 let mut batch = Vec::with_capacity(LINES_PER_BATCH);
                 for line in lines.by_ref().take(LINES_PER_BATCH) {
@@ -91,6 +94,13 @@ pub(crate) async fn run(args: ProduceArgs, target: &Target) -> anyhow::Result<()
                 }
                 sent += batch.len() as u64;
                 producer.send_batch(batch).await?;
+                if progress && shown.elapsed().as_secs() >= 1 {
+                    shown = Instant::now();
+                    eprint!("\r{sent} records sent…");
+                }
+            }
+            if progress && sent >= LINES_PER_BATCH as u64 {
+                eprint!("\r");
             }
         }
     }
