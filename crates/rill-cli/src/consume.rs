@@ -26,7 +26,7 @@ pub(crate) struct ConsumeArgs {
     partition: Option<u32>,
     /// first | last | next | offset:N | time:RFC3339 (default: first, or next with --name)
     #[arg(long, value_parser = parse_from)]
-    from: Option<From>,
+    from: Option<StartAt>,
     /// Stop after this many records.
     #[arg(long)]
     count: Option<u64>,
@@ -42,15 +42,6 @@ pub(crate) struct ConsumeArgs {
     session_timeout: Option<Duration>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum From {
-    First,
-    Last,
-    Next,
-    Offset(u64),
-    Time(i64),
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Format {
     /// Each value as a line.
@@ -59,16 +50,16 @@ enum Format {
     Json,
 }
 
-fn parse_from(s: &str) -> Result<From, String> {
+fn parse_from(s: &str) -> Result<StartAt, String> {
     match s {
-        "first" => Ok(From::First),
-        "last" => Ok(From::Last),
-        "next" => Ok(From::Next),
+        "first" => Ok(StartAt::First),
+        "last" => Ok(StartAt::Last),
+        "next" => Ok(StartAt::Next),
         _ => {
             if let Some(n) = s.strip_prefix("offset:") {
                 return n
                     .parse()
-                    .map(From::Offset)
+                    .map(StartAt::Offset)
                     .map_err(|_| format!("bad offset {n:?}"));
             }
             if let Some(t) = s.strip_prefix("time:") {
@@ -79,7 +70,7 @@ fn parse_from(s: &str) -> Result<From, String> {
                     .map_err(|_| "time before 1970".to_owned())?
                     .as_micros();
                 return i64::try_from(us)
-                    .map(From::Time)
+                    .map(StartAt::TimestampMicros)
                     .map_err(|_| "time too large".into());
             }
             Err("expected first, last, next, offset:N or time:RFC3339".into())
@@ -221,7 +212,7 @@ async fn anonymous(
     args: &ConsumeArgs,
     out: &mut Output,
 ) -> anyhow::Result<()> {
-    let from = args.from.unwrap_or(From::First);
+    let from = args.from.unwrap_or(StartAt::First);
     let mut offsets = Offsets::default();
     let all = topic.partitions().await?;
     for p in 0..all {
@@ -229,15 +220,7 @@ async fn anonymous(
             // Unselected partitions start at their end, so the cursor skips them.
             topic.end_offset(p).await?
         } else {
-            match from {
-                From::First | From::Next => topic.first_offset(p).await?,
-                From::Last => {
-                    let end = topic.end_offset(p).await?;
-                    end.saturating_sub(1).max(topic.first_offset(p).await?)
-                }
-                From::Offset(n) => n,
-                From::Time(t) => topic.offset_for_time(p, t).await?,
-            }
+            topic.offset_for(p, from).await?
         };
         offsets.0.insert(p, start);
     }
@@ -272,12 +255,8 @@ async fn grouped(
     args: &ConsumeArgs,
     out: &mut Output,
 ) -> anyhow::Result<()> {
-    let start = match args.from.unwrap_or(From::First) {
-        From::First | From::Next => StartAt::First,
-        From::Last => StartAt::Last,
-        From::Offset(n) => StartAt::Offset(n),
-        From::Time(t) => StartAt::TimestampMicros(t),
-    };
+    // Applies to partitions without a stored group offset (`next` resolves as `first`).
+    let start = args.from.unwrap_or(StartAt::First);
     let mut builder = topic
         .consumer_group(group)
         .start_at(start)
@@ -350,13 +329,7 @@ async fn named(
     args: &ConsumeArgs,
     out: &mut Output,
 ) -> anyhow::Result<()> {
-    let start = match args.from.unwrap_or(From::Next) {
-        From::First => StartAt::First,
-        From::Last => StartAt::Last,
-        From::Next => StartAt::Next,
-        From::Offset(n) => StartAt::Offset(n),
-        From::Time(t) => StartAt::TimestampMicros(t),
-    };
+    let start = args.from.unwrap_or(StartAt::Next);
     let wait = Duration::from_millis(200);
     let mut consumers = Vec::new();
     for &p in partitions {

@@ -138,18 +138,9 @@ impl ConsumerBuilder {
         let stored = consumer.fetch_stored().await?;
         consumer.committer = Committer::new(self.commit_policy, stored, Instant::now());
         let (topic, p) = (&consumer.topic, consumer.partition);
-        let resolved = match self.start_at {
-            StartAt::First => topic.first_offset(p).await?,
-            StartAt::Last => {
-                let end = topic.end_offset(p).await?;
-                end.saturating_sub(1).max(topic.first_offset(p).await?)
-            }
-            StartAt::Next => match stored {
-                Some(consumed) => consumed + 1,
-                None => topic.first_offset(p).await?,
-            },
-            StartAt::Offset(n) => n,
-            StartAt::TimestampMicros(t) => topic.offset_for_time(p, t).await?,
+        let resolved = match (self.start_at, stored) {
+            (StartAt::Next, Some(consumed)) => consumed + 1,
+            (start, _) => topic.offset_for(p, start).await?,
         };
         consumer.position = match stored {
             Some(consumed) if !self.allow_replay => resolved.max(consumed + 1),

@@ -321,7 +321,7 @@ impl Inner {
                 .and_then(|o| o.offset);
             let position = match stored {
                 Some(next) if !self.allow_replay => next,
-                _ => self.start_position(p).await?,
+                _ => self.topic.offset_for(p, self.start_at).await?,
             };
             started.push((p, position, stored.and_then(|n| n.checked_sub(1))));
         }
@@ -344,20 +344,6 @@ impl Inner {
             }
         }
         Ok(())
-    }
-
-    async fn start_position(&self, p: u32) -> Result<u64, ClientError> {
-        let t = &self.topic;
-        Ok(match self.start_at {
-            StartAt::First | StartAt::Next => t.first_offset(p).await?,
-            StartAt::Last => t
-                .end_offset(p)
-                .await?
-                .saturating_sub(1)
-                .max(t.first_offset(p).await?),
-            StartAt::Offset(n) => n,
-            StartAt::TimestampMicros(ts) => t.offset_for_time(p, ts).await?,
-        })
     }
 
     async fn commit_next(&self, partition: u32, next: u64) -> Result<(), ClientError> {

@@ -206,6 +206,26 @@ impl Topic {
             .await
     }
 
+    /// Where reading `partition` from `start` begins. `Next` means "after a stored
+    /// offset", which a topic alone does not have: it resolves like `First`.
+    pub async fn offset_for(
+        &self,
+        partition: u32,
+        start: crate::StartAt,
+    ) -> Result<u64, ClientError> {
+        use crate::StartAt;
+        Ok(match start {
+            StartAt::First | StartAt::Next => self.first_offset(partition).await?,
+            StartAt::Last => {
+                let end = self.end_offset(partition).await?;
+                end.saturating_sub(1)
+                    .max(self.first_offset(partition).await?)
+            }
+            StartAt::Offset(n) => n,
+            StartAt::TimestampMicros(ts) => self.offset_for_time(partition, ts).await?,
+        })
+    }
+
     async fn resolve(
         &self,
         partition: u32,
