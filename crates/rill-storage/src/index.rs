@@ -208,8 +208,4 @@ impl SegmentIndex {
             .sync_data()
             .map_err(io_err("sync time index", &self.time_path))
     }
-
-    pub(crate) fn paths(&self) -> [&Path; 2] {
-        [&self.offset_path, &self.time_path]
-    }
 }

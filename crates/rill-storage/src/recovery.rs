@@ -11,7 +11,10 @@ use crate::index::SegmentIndex;
 use crate::io::Io;
 use crate::log::{Writer, corrupt, create_segment};
 use crate::recovery_point::RecoveryPoint;
-use crate::segment::{Found, IndexCadence, ScanStop, Scanner, Segment, entry_for, parse_log_name};
+use crate::segment::{
+    Found, IndexCadence, ScanStop, Scanner, Segment, entry_for, parse_log_name,
+    remove_segment_files,
+};
 
 pub(crate) struct Recovered {
     pub(crate) segments: Vec<Arc<Segment>>,
@@ -311,18 +314,6 @@ fn validate_segment(
     }
     Ok(scan_tail(segment, config, len, 0, base, max_ts_before)?
         .expect("a scan from the start always fits"))
-}
-
-fn remove_segment_files(io: &dyn Io, dir: &Path, base: u64) -> Result<(), StorageError> {
-    let (index, time_index) = crate::index::index_paths(dir, base);
-    for path in [crate::segment::log_path(dir, base), index, time_index] {
-        match io.remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err("remove segment file", &path)(e)),
-        }
-    }
-    Ok(())
 }
 
 /// Whether the last index entry below `position` points at a batch header with the

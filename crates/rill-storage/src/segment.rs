@@ -98,14 +98,6 @@ impl Segment {
         self.has_timestamp.store(1, Ordering::Release);
     }
 
-    /// Files of this segment, the `.log` first.
-    pub(crate) fn file_paths(&self) -> Vec<PathBuf> {
-        let index = self.index();
-        let mut paths = vec![self.path.clone()];
-        paths.extend(index.paths().iter().map(|p| p.to_path_buf()));
-        paths
-    }
-
     /// Position of the last index entry at or before `offset` (0 if none).
     pub(crate) fn index_floor(&self, offset: u64) -> u64 {
         let rel = offset.saturating_sub(self.base_offset);
@@ -115,15 +107,22 @@ impl Segment {
     }
 
     pub(crate) fn remove_files(&self, io: &dyn Io) -> Result<(), StorageError> {
-        for path in self.file_paths() {
-            match io.remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io_err("remove segment file", &path)(e)),
-            }
-        }
-        Ok(())
+        let dir = self.path.parent().unwrap_or_else(|| Path::new("."));
+        remove_segment_files(io, dir, self.base_offset)
     }
+}
+
+/// Deletes a segment's `.log` and index files; files already gone are fine.
+pub(crate) fn remove_segment_files(io: &dyn Io, dir: &Path, base: u64) -> Result<(), StorageError> {
+    let (index, time_index) = crate::index::index_paths(dir, base);
+    for path in [log_path(dir, base), index, time_index] {
+        match io.remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("remove segment file", &path)(e)),
+        }
+    }
+    Ok(())
 }
 
 /// Why a scan stopped before the end of its range.
