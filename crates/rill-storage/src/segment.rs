@@ -2,7 +2,7 @@
 //! scanner that walks batches in a byte range of it.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use rill_format::{BATCH_HEADER_LEN, BatchHeader, BatchView, FormatError};
@@ -42,7 +42,7 @@ pub(crate) struct Segment {
     next_offset: AtomicU64,
     /// Largest record timestamp written to this segment; `None` while empty.
     max_timestamp_us: AtomicI64,
-    has_timestamp: AtomicU64,
+    has_timestamp: AtomicBool,
 }
 
 impl Segment {
@@ -60,7 +60,7 @@ impl Segment {
             visible_len: AtomicU64::new(0),
             next_offset: AtomicU64::new(base_offset),
             max_timestamp_us: AtomicI64::new(i64::MIN),
-            has_timestamp: AtomicU64::new(0),
+            has_timestamp: AtomicBool::new(false),
         }
     }
 
@@ -89,13 +89,14 @@ impl Segment {
     }
 
     pub(crate) fn max_timestamp_us(&self) -> Option<i64> {
-        (self.has_timestamp.load(Ordering::Acquire) != 0)
+        self.has_timestamp
+            .load(Ordering::Acquire)
             .then(|| self.max_timestamp_us.load(Ordering::Acquire))
     }
 
     pub(crate) fn observe_timestamp(&self, max_ts: i64) {
         self.max_timestamp_us.fetch_max(max_ts, Ordering::AcqRel);
-        self.has_timestamp.store(1, Ordering::Release);
+        self.has_timestamp.store(true, Ordering::Release);
     }
 
     /// Position of the last index entry at or before `offset` (0 if none).
