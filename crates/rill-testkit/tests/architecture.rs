@@ -20,6 +20,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("rill-cli", &["rill-client", "rill-server", "rill-broker"]),
     ("rill", &["rill-client"]),
     ("rill-testkit", &["rill-format", "rill-storage"]),
+    // The peer harness drives Rill only through the `rill` binary.
+    ("rill-peers", &[]),
 ];
 
 fn metadata() -> serde_json::Value {

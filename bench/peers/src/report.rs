@@ -1,0 +1,1 @@
+//! The comparison report: a text table, JSON, and an SVG chart.
