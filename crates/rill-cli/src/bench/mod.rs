@@ -96,6 +96,16 @@ pub(crate) struct BenchArgs {
     /// Keep the bench topic instead of deleting it at the end.
     #[arg(long)]
     keep: bool,
+    /// Publish at this many records/s in all (spread evenly over the producers)
+    /// instead of as fast as acknowledged; latency is then measured per record from its
+    /// intended send time, so a stall is charged to every record it delayed (produce,
+    /// e2e).
+    #[arg(long, value_name = "RECORDS_PER_S", value_parser = between(1, 1_000_000_000))]
+    rate: Option<u64>,
+    /// Give every record a key (10,000 distinct keys) and route by it, instead of
+    /// sending each request to one partition round-robin.
+    #[arg(long)]
+    keyed: bool,
     /// Client API for publishing.
     #[arg(long, value_enum, default_value_t = Api::Producer)]
     api: Api,
@@ -135,6 +145,9 @@ pub(super) struct Plan {
     durability: Durability,
     keep: bool,
     pub(super) api: Api,
+    /// Records/s in all, or `None` for as fast as acknowledged.
+    pub(super) rate: Option<u64>,
+    pub(super) keyed: bool,
     json: bool,
     /// One value of `--size` bytes, reused by every record.
     pub(super) value: Bytes,
@@ -147,6 +160,12 @@ impl Plan {
             return Err(format!(
                 "e2e needs --size of at least 8 bytes (each value carries its send time), got {size}"
             ));
+        }
+        if args.workload == Workload::Consume && args.rate.is_some() {
+            return Err(
+                "--rate applies to publishing (produce, e2e); consume reads as fast as it can"
+                    .to_owned(),
+            );
         }
         let request = args.batch * (size + RECORD_OVERHEAD);
         if request > REQUEST_BYTES_MAX {
@@ -170,6 +189,8 @@ impl Plan {
             durability: args.durability,
             keep: args.keep,
             api: args.api,
+            rate: args.rate,
+            keyed: args.keyed,
             json: args.json,
             value: Bytes::from(value),
         })
@@ -255,6 +276,8 @@ pub(crate) async fn run(args: BenchArgs, target: &Target) -> anyhow::Result<()> 
             ),
         ),
         ("warmup", json!(plan.warmup)),
+        ("rate", json!(plan.rate)),
+        ("keyed", json!(plan.keyed)),
         ("topic", json!(format!("{STREAM}/{name}"))),
     ]);
     if plan.workload == Workload::Produce {
@@ -400,7 +423,11 @@ async fn produce(topic: &Topic, plan: &Arc<Plan>) -> anyhow::Result<Report> {
         bytes,
         seconds,
         latency: latency.summary(),
-        latency_kind: "per produce request",
+        latency_kind: if plan.rate.is_some() {
+            "per record, acknowledgement minus intended send time"
+        } else {
+            "per produce request"
+        },
         produce_latency: None,
         settings: Vec::new(),
     })
@@ -495,7 +522,11 @@ async fn e2e(topic: &Topic, plan: &Arc<Plan>) -> anyhow::Result<Report> {
         bytes,
         seconds: elapsed.as_secs_f64(),
         latency: latency.summary(),
-        latency_kind: "publish to receive, per record",
+        latency_kind: if plan.rate.is_some() {
+            "intended send to receive, per record"
+        } else {
+            "publish to receive, per record"
+        },
         produce_latency: Some(produce_latency.summary()),
         settings: Vec::new(),
     })

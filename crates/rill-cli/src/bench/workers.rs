@@ -79,15 +79,21 @@ impl Sender {
                     .topic(topic.name()),
             )),
             Api::Producer => {
-                let mut producers = Vec::with_capacity(plan.partitions as usize);
-                for p in 0..plan.partitions {
+                // Keyed records are routed by key, so one producer serves every partition.
+                let routes: Vec<Routing> = if plan.keyed {
+                    vec![Routing::Balanced]
+                } else {
+                    (0..plan.partitions).map(Routing::Partition).collect()
+                };
+                let mut producers = Vec::with_capacity(routes.len());
+                for routing in routes {
                     producers.push(
                         topic
                             .producer()
                             .batch_length(plan.batch)
                             .max_batch_bytes(plan.request_bytes())
                             .idempotence(false)
-                            .routing(Routing::Partition(p))
+                            .routing(routing)
                             .build()
                             .await
                             .context("cannot build a producer")?,
@@ -101,8 +107,10 @@ impl Sender {
     async fn send(&self, partition: u32, messages: Vec<Message>) -> anyhow::Result<()> {
         match self {
             Self::Producers(producers) => {
+                // One producer (keyed) or one per partition.
                 let producer = producers
                     .get(partition as usize)
+                    .or_else(|| producers.first().filter(|_| producers.len() == 1))
                     .context("no producer for the partition")?;
                 producer.send_batch(messages).await?;
             }
@@ -168,24 +176,51 @@ async fn producer(
     let template: Vec<Message> = (0..plan.batch)
         .map(|_| Message::new(value.clone()))
         .collect();
+    let keys = plan.keyed.then(|| Keys::new(index as u64));
     let mut stamper = stamp.then(|| Stamper::new(value.clone(), plan.batch));
+    // At a fixed rate: this task's share, and when it started.
+    let schedule = plan
+        .rate
+        .map(|rate| Schedule::new(rate as f64 / plan.producers as f64));
     let mut latency = Latency::new();
     let mut partition = index as u32 % plan.partitions;
-    let mut left = records;
-    while left > 0 {
-        let n = left.min(plan.batch as u64) as usize;
-        let messages = match stamper.as_mut() {
-            Some(s) => s.messages(n),
-            None => template[..n].to_vec(),
+    let mut sent = 0u64;
+    while sent < records {
+        let left = records - sent;
+        let n = match &schedule {
+            None => left.min(plan.batch as u64),
+            Some(s) => s.due(sent, left.min(plan.batch as u64)).await?,
         };
+        let count = n as usize;
+        let mut messages = match (stamper.as_mut(), &schedule) {
+            (Some(st), Some(s)) => st.messages(count, |k| s.intended_us(sent + k as u64)),
+            (Some(st), None) => {
+                let now = now_us();
+                st.messages(count, |_| now)
+            }
+            (None, _) => template[..count].to_vec(),
+        };
+        if let Some(keys) = &keys {
+            for (k, m) in messages.iter_mut().enumerate() {
+                m.key = Some(keys.key(sent + k as u64));
+            }
+        }
         let started = Instant::now();
         tokio::time::timeout(STALL, sender.send(partition, messages))
             .await
             .map_err(|_| anyhow::anyhow!("a produce request got no answer in {STALL:?}"))?
             .with_context(|| format!("publishing to partition {partition}"))?;
-        latency.record(started.elapsed());
-        progress.add(n as u64);
-        left -= n as u64;
+        let acked = Instant::now();
+        match &schedule {
+            None => latency.record(acked - started),
+            Some(s) => {
+                for k in sent..sent + n {
+                    latency.record(acked.saturating_duration_since(s.intended(k)));
+                }
+            }
+        }
+        progress.add(n);
+        sent += n;
         partition = (partition + 1) % plan.partitions;
     }
     sender.shutdown().await?;
@@ -196,6 +231,101 @@ async fn producer(
         bytes: records * plan.value.len() as u64,
         last_receive: None,
     })
+}
+
+/// Intended send times at a fixed rate: record `i` is due `i / rate` seconds after the
+/// start, whatever happened to the records before it (no coordinated omission).
+#[derive(Debug)]
+struct Schedule {
+    per_second: f64,
+    start: Instant,
+    start_us: u64,
+}
+
+impl Schedule {
+    fn new(per_second: f64) -> Self {
+        Self {
+            per_second: per_second.max(1e-9),
+            start: Instant::now(),
+            start_us: now_us(),
+        }
+    }
+
+    fn offset(&self, i: u64) -> Duration {
+        Duration::from_secs_f64(i as f64 / self.per_second)
+    }
+
+    /// When record `i` is due.
+    fn intended(&self, i: u64) -> Instant {
+        self.start + self.offset(i)
+    }
+
+    /// When record `i` is due, in µs since the Unix epoch (the value stamp for e2e).
+    fn intended_us(&self, i: u64) -> u64 {
+        self.start_us + u64::try_from(self.offset(i).as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// How many records, from record `next` on, are due at `now` (at most `max`).
+    fn due_at(&self, next: u64, max: u64, now: Instant) -> u64 {
+        let elapsed = now.saturating_duration_since(self.start).as_secs_f64();
+        // Records 0..=floor(elapsed × rate) are due.
+        let due_total = (elapsed * self.per_second).floor() as u64 + 1;
+        due_total.saturating_sub(next).min(max)
+    }
+
+    /// Waits until record `next` is due, then returns how many are due (1..=max).
+    async fn due(&self, next: u64, max: u64) -> anyhow::Result<u64> {
+        pause_until(self.intended(next)).await?;
+        Ok(self.due_at(next, max, Instant::now()).max(1))
+    }
+}
+
+/// Sleeps until `deadline` with the OS timer (tens of µs late), not tokio's (which
+/// rounds up to the next millisecond, and would add up to 1 ms to every fixed-rate
+/// latency): the sleep runs on a blocking-pool thread, so no runtime worker is held.
+pub(super) async fn pause_until(deadline: Instant) -> anyhow::Result<()> {
+    let wait = deadline.saturating_duration_since(Instant::now());
+    if wait.is_zero() {
+        return Ok(());
+    }
+    if wait > Duration::from_millis(5) {
+        // The coarse part on tokio's timer, the last few ms on the OS's.
+        tokio::time::sleep_until((deadline - Duration::from_millis(3)).into()).await;
+    }
+    tokio::task::spawn_blocking(move || {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+    })
+    .await
+    .context("the pacing thread failed")
+}
+
+/// Keys of keyed runs: record `i` of producer `j` has `k{(j × 7919 + i) mod 10000}`,
+/// five digits (the peer harness uses the same keys).
+#[derive(Debug)]
+struct Keys {
+    producer: u64,
+    /// Every key, built once.
+    all: Vec<Bytes>,
+}
+
+/// Distinct keys in keyed runs.
+const KEYS: u64 = 10_000;
+
+impl Keys {
+    fn new(producer: u64) -> Self {
+        Self {
+            producer,
+            all: (0..KEYS).map(|k| Bytes::from(format!("k{k:05}"))).collect(),
+        }
+    }
+
+    fn key(&self, i: u64) -> Bytes {
+        let k = (self.producer.wrapping_mul(7919).wrapping_add(i)) % KEYS;
+        self.all[k as usize].clone()
+    }
 }
 
 /// Values for e2e: `batch` copies of the template in one buffer, reused from batch to
@@ -217,8 +347,9 @@ impl Stamper {
         }
     }
 
-    /// `n` (at most `batch`) messages whose values start with the current time.
-    fn messages(&mut self, n: usize) -> Vec<Message> {
+    /// `n` (at most `batch`) messages whose values start with `stamp(k)` for message
+    /// `k` (µs since the Unix epoch).
+    fn messages(&mut self, n: usize, stamp: impl Fn(usize) -> u64) -> Vec<Message> {
         let size = self.template.len();
         let mut buf = match self.last.take().map(Bytes::try_into_mut) {
             Some(Ok(buf)) if buf.len() >= n * size => buf,
@@ -230,9 +361,8 @@ impl Stamper {
                 buf
             }
         };
-        let now = now_us().to_le_bytes();
         for i in 0..n {
-            buf[i * size..i * size + now.len()].copy_from_slice(&now);
+            buf[i * size..i * size + 8].copy_from_slice(&stamp(i).to_le_bytes());
         }
         let all = buf.freeze();
         let messages = (0..n)
@@ -477,11 +607,38 @@ mod tests {
     }
 
     #[test]
+    fn schedule_spreads_records_at_the_rate() {
+        let s = Schedule::new(1000.0); // one record per ms
+        assert_eq!(s.intended(0), s.start);
+        assert_eq!(s.intended(1500) - s.start, Duration::from_millis(1500));
+        assert_eq!(s.intended_us(2000) - s.start_us, 2_000_000);
+        // At the start, record 0 is due; 10.5 ms in, records 0..=10.
+        assert_eq!(s.due_at(0, 100, s.start), 1);
+        let later = s.start + Duration::from_micros(10_500);
+        assert_eq!(s.due_at(0, 100, later), 11);
+        assert_eq!(s.due_at(4, 100, later), 7);
+        assert_eq!(s.due_at(0, 5, later), 5, "capped at the batch");
+        assert_eq!(s.due_at(20, 100, later), 0, "nothing due yet");
+        // Behind schedule by a second: everything due at once, up to the batch.
+        assert_eq!(s.due_at(0, 1000, s.start + Duration::from_secs(2)), 1000);
+    }
+
+    #[test]
+    fn keys_cycle_over_ten_thousand() {
+        let a = Keys::new(0);
+        assert_eq!(&a.key(0)[..], b"k00000");
+        assert_eq!(&a.key(10_001)[..], b"k00001");
+        let b = Keys::new(1);
+        assert_eq!(&b.key(2)[..], b"k07921");
+    }
+
+    #[test]
     fn stamped_values_carry_the_time_and_reuse_the_buffer() {
         let template = Bytes::from((0..20u8).collect::<Vec<u8>>());
         let mut stamper = Stamper::new(template.clone(), 4);
         let before = now_us();
-        let first = stamper.messages(3);
+        let now = now_us();
+        let first = stamper.messages(3, |_| now);
         let first_ptr = first[0].value.as_ptr();
         assert_eq!(first.len(), 3);
         for m in &first {
@@ -491,14 +648,14 @@ mod tests {
             assert_eq!(&m.value[8..], &template[8..]);
         }
         // Still referenced: a new buffer, the old values untouched.
-        let second = stamper.messages(4);
+        let second = stamper.messages(4, |k| k as u64);
         assert_ne!(second[0].value.as_ptr(), first_ptr);
         assert_eq!(&first[2].value[8..], &template[8..]);
         drop(first);
         let second_ptr = second[0].value.as_ptr();
         drop(second);
         // Released: the buffer is reused.
-        let third = stamper.messages(2);
+        let third = stamper.messages(2, |_| 0);
         assert_eq!(third[0].value.as_ptr(), second_ptr);
         assert_eq!(&third[1].value[8..], &template[8..]);
     }
