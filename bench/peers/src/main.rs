@@ -6,6 +6,7 @@
 #![allow(clippy::print_stdout)] // A command-line tool: its report goes to stdout.
 
 mod compare;
+mod drive;
 mod measure;
 mod nats_js;
 mod redis_streams;
