@@ -11,8 +11,10 @@ pub enum Durability {
     /// one sync (group commit). Survives process crashes and power loss.
     #[default]
     Always,
-    /// Acknowledge after the write to the page cache; sync at most this long after.
-    /// Survives a process crash; a power loss may lose up to the interval.
+    /// Acknowledge after the write to the page cache; a background timer
+    /// ([`Flusher`](crate::Flusher)) syncs unsynced data once it is this old, so appends
+    /// never wait for an fsync (like Redis `appendfsync everysec`). Survives a process
+    /// crash; a power loss may lose up to the interval plus the flusher's tick.
     Interval(Duration),
     /// Acknowledge after the write to the page cache; sync only on segment roll and
     /// close. Survives a process crash; a power loss may lose any unsynced tail.

@@ -24,6 +24,8 @@ struct Plan {
     /// Counts, for assertions.
     syncs: u64,
     writes: u64,
+    /// Write-behind hints: (position, length) of each.
+    writebacks: Vec<(u64, u64)>,
 }
 
 /// A handle to change the faults of a [`FaultyIo`] while it is in use.
@@ -64,6 +66,11 @@ impl Faults {
     /// Number of `sync_data` calls seen on affected files.
     pub fn sync_count(&self) -> u64 {
         self.plan().syncs
+    }
+
+    /// The write-behind hints seen on affected files: (position, length) of each.
+    pub fn writebacks(&self) -> Vec<(u64, u64)> {
+        self.plan().writebacks.clone()
     }
 
     /// Number of writes seen on affected files.
@@ -182,5 +189,12 @@ impl IoFile for FaultyFile {
 
     fn size(&self) -> io::Result<u64> {
         self.inner.size()
+    }
+
+    fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {
+        if self.affected {
+            self.faults.plan().writebacks.push((pos, len));
+        }
+        self.inner.start_writeback(pos, len)
     }
 }

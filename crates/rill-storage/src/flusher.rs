@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use crate::PartitionLog;
 
-/// Calls [`PartitionLog::sync_if_due`] on registered logs every `tick`.
+/// Calls [`PartitionLog::write_behind`] and [`PartitionLog::sync_if_due`] on registered
+/// logs every `tick`.
 ///
 /// Logs are held weakly: a dropped log is forgotten. Dropping the flusher stops the
 /// thread.
@@ -39,6 +40,7 @@ impl Flusher {
                         logs.iter().filter_map(Weak::upgrade).collect()
                     };
                     for log in live {
+                        log.write_behind();
                         if let Err(e) = log.sync_if_due() {
                             tracing::error!(dir = %log.dir().display(), error = %e, "interval sync failed");
                         }

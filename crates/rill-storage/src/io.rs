@@ -34,6 +34,14 @@ pub trait IoFile: Send + Sync + fmt::Debug {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Current length in bytes.
     fn size(&self) -> io::Result<u64>;
+    /// Starts writing `len` bytes at `pos` back to the device, without waiting and
+    /// without syncing metadata (`sync_file_range(SYNC_FILE_RANGE_WRITE)` on Linux; a
+    /// no-op elsewhere). A hint that spreads writeback out, so the next
+    /// [`Self::sync_data`] has little left to do; it promises no durability.
+    fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {
+        let _ = (pos, len);
+        Ok(())
+    }
 
     /// Reads exactly `buf.len()` bytes at `pos`, failing with `UnexpectedEof` if the file
     /// ends first.
@@ -105,6 +113,10 @@ impl IoFile for StdFile {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
+    }
+
+    fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {
+        crate::sys::start_writeback(&self.0, pos, len)
     }
 
     fn size(&self) -> io::Result<u64> {

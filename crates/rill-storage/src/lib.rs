@@ -45,6 +45,7 @@ mod recovery;
 mod recovery_point;
 mod segment;
 mod stats;
+mod sys;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Durability, LogConfig};

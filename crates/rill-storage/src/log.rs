@@ -99,7 +99,16 @@ pub struct PartitionLog {
     /// moves while this is zero: it may only name data with everything before it durable.
     seals_pending: Arc<std::sync::atomic::AtomicUsize>,
     seal_threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Write-behind under `interval`: the segment (base offset) and position up to
+    /// which writeback was started.
+    written_back: Mutex<(u64, u64)>,
 }
+
+/// Write-behind starts writeback once at least this much is new (whole pages).
+const WRITE_BEHIND_BYTES: u64 = 1 << 20;
+/// Page size assumed for write-behind ranges (a partial tail page is left alone: it
+/// is still being appended to).
+const PAGE: u64 = 4096;
 
 #[derive(Debug)]
 pub(crate) struct Writer {
@@ -179,6 +188,7 @@ impl PartitionLog {
             poison: Arc::new(OnceLock::new()),
             seals_pending: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             seal_threads: Mutex::new(Vec::new()),
+            written_back: Mutex::new((u64::MAX, 0)),
         })
     }
 
@@ -363,13 +373,15 @@ impl PartitionLog {
     }
 
     /// Returns once the write behind `ticket` satisfies the durability policy: synced
-    /// under `always` (sharing the sync with concurrent appends); under `interval`,
-    /// after a sync if one is due.
+    /// under `always` (sharing the sync with concurrent appends). Under `interval` it
+    /// returns at once: the sync is the job of whoever calls [`Self::sync_if_due`] on a
+    /// timer (the broker's [`Flusher`](crate::Flusher)), so an append never waits for
+    /// an fsync it did not ask for. (Syncing inline here made the append that crossed
+    /// the interval wait for the whole fsync, 10+ ms, and every append behind it.)
     pub fn wait_durable(&self, ticket: DurableTicket) -> Result<(), StorageError> {
         match self.config.durability {
             Durability::Always => self.sync_through(ticket.0),
-            Durability::Interval(_) => self.sync_if_due().map(drop),
-            Durability::Never => Ok(()),
+            Durability::Interval(_) | Durability::Never => Ok(()),
         }
     }
 
@@ -603,6 +615,32 @@ impl PartitionLog {
             self.sync_through(seq)?;
         }
         Ok(due)
+    }
+
+    /// Under [`Durability::Interval`], starts (does not wait for) writeback of the whole
+    /// pages of the active segment written since the last call, once there is at least
+    /// 1 MiB of them. Call it often, from the same timer as [`Self::sync_if_due`]: the
+    /// periodic sync then finds little left to write, and appends do not stall behind a
+    /// second's worth of writeback. It is a hint: failures are logged, not returned, and
+    /// durability still comes only from the sync.
+    pub fn write_behind(&self) {
+        if !matches!(self.config.durability, Durability::Interval(_)) {
+            return;
+        }
+        let Some(latest) = self.commit.lock().latest.clone() else {
+            return;
+        };
+        let mut done = self.written_back.lock().unwrap_or_else(|e| e.into_inner());
+        let base = latest.segment.base_offset;
+        let from = if done.0 == base { done.1 } else { 0 };
+        let to = latest.len - latest.len % PAGE;
+        if to < from + WRITE_BEHIND_BYTES {
+            return;
+        }
+        if let Err(e) = latest.segment.log.start_writeback(from, to - from) {
+            tracing::debug!(segment = %latest.segment.path.display(), error = %e, "write-behind hint failed");
+        }
+        *done = (base, to);
     }
 
     /// Reads whole batches starting with the one that holds `from`, up to `max_bytes`

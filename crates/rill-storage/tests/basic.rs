@@ -406,8 +406,17 @@ fn interval_durability_syncs_when_due() {
     };
     let log = PartitionLog::open_with(dir.path(), config, Arc::new(io), clock.clone()).unwrap();
     log.append(&batch("a", 1, 1)).unwrap();
+    assert_eq!(
+        faults.sync_count(),
+        0,
+        "an append never syncs inline under interval"
+    );
+    assert!(
+        log.sync_if_due().unwrap(),
+        "the first unsynced write is due at once"
+    );
     let after_first = faults.sync_count();
-    assert_eq!(after_first, 1, "the first unsynced write is due at once");
+    assert_eq!(after_first, 1);
     log.append(&batch("b", 1, 1)).unwrap();
     assert!(!log.sync_if_due().unwrap());
     assert_eq!(faults.sync_count(), after_first);
@@ -415,4 +424,50 @@ fn interval_durability_syncs_when_due() {
     assert!(log.sync_if_due().unwrap());
     assert_eq!(faults.sync_count(), after_first + 1);
     assert!(!log.sync_if_due().unwrap(), "nothing new to sync");
+}
+
+#[test]
+fn write_behind_hints_whole_pages_once_a_mib_is_new() {
+    let dir = tempfile::tempdir().unwrap();
+    let (io, faults) = rill_storage::fault::FaultyIo::new();
+    faults.only_files_ending_with(".log");
+    let config = LogConfig {
+        durability: Durability::Interval(std::time::Duration::from_secs(1)),
+        ..LogConfig::default()
+    };
+    let log = PartitionLog::open_with(
+        dir.path(),
+        config,
+        Arc::new(io),
+        Arc::new(ManualClock::new(1_000_000)),
+    )
+    .unwrap();
+    // 600 KiB: not enough to start writeback.
+    for i in 0..6 {
+        log.append(&batch(&format!("a{i}"), 100, 1000)).unwrap();
+    }
+    log.write_behind();
+    assert!(faults.writebacks().is_empty());
+    for i in 0..6 {
+        log.append(&batch(&format!("b{i}"), 100, 1000)).unwrap();
+    }
+    log.write_behind();
+    let hints = faults.writebacks();
+    assert_eq!(hints.len(), 1, "{hints:?}");
+    let (pos, len) = hints[0];
+    assert_eq!(pos, 0);
+    assert_eq!(len % 4096, 0, "whole pages only");
+    assert!(len >= 1 << 20, "{len}");
+    // The next hint starts where this one ended.
+    for i in 0..12 {
+        log.append(&batch(&format!("c{i}"), 100, 1000)).unwrap();
+    }
+    log.write_behind();
+    let hints = faults.writebacks();
+    assert_eq!(hints.len(), 2, "{hints:?}");
+    assert_eq!(hints[1].0, pos + len);
+    // A hint changes nothing a reader or a reopen sees.
+    drop(log);
+    let log = PartitionLog::open(dir.path(), LogConfig::default()).unwrap();
+    assert_eq!(log.next_offset(), 24 * 100);
 }
