@@ -31,10 +31,6 @@ impl Latency {
         self.0.saturating_record(us.max(1));
     }
 
-    pub(crate) fn record_n_us(&mut self, us: u64, n: u64) {
-        self.0.saturating_record_n(us.max(1), n);
-    }
-
     pub(crate) fn record(&mut self, d: Duration) {
         self.record_us(u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
     }
@@ -42,10 +38,6 @@ impl Latency {
     pub(crate) fn merge(&mut self, other: &Self) {
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.0.add(&other.0);
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 
     pub(crate) fn summary(&self) -> LatencySummary {
