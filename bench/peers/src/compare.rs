@@ -55,6 +55,11 @@ pub(crate) struct CompareArgs {
     /// The `rill` binary (`rill serve` and `rill bench`).
     #[arg(long, default_value = "target/release/rill")]
     rill: PathBuf,
+    /// Skip the uncounted warm-up pass (the first workload once on each system) that
+    /// runs before the rounds: the first writes into cold memory are several times
+    /// slower, and would otherwise land in the first round of the first workload.
+    #[arg(long)]
+    no_warmup: bool,
     /// Directory for latest.json, latest.md and latest.svg.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -84,7 +89,7 @@ fn select(set: Set, only: &[String]) -> anyhow::Result<Vec<Workload>> {
 }
 
 /// The `rill` binary as an absolute path, or a clear error when it is not built.
-fn rill_binary(path: &Path) -> anyhow::Result<PathBuf> {
+pub(crate) fn rill_binary(path: &Path) -> anyhow::Result<PathBuf> {
     if !path.is_file() {
         bail!(
             "no rill binary at {}; build it with `cargo build --release -p rill-cli` \
@@ -155,6 +160,19 @@ pub(crate) async fn run(args: CompareArgs) -> anyhow::Result<()> {
         systems.len(),
         args.rounds
     );
+
+    if !args.no_warmup
+        && let Some(w) = workloads.first()
+    {
+        eprintln!("\nwarm-up (not counted): {} once on each system", w.name);
+        for s in systems.iter().filter(|s| s.setting(w.durability).is_some()) {
+            match tokio::time::timeout(RUN_TIMEOUT, s.run(&ctx, w)).await {
+                Ok(Ok(r)) => eprintln!("  {:<5} {}", s.name(), headline(&r)),
+                Ok(Err(e)) => eprintln!("  {:<5} warm-up failed (ignored): {e:#}", s.name()),
+                Err(_) => eprintln!("  {:<5} warm-up timed out (ignored)", s.name()),
+            }
+        }
+    }
 
     let mut done = 0;
     let mut reports = Vec::new();

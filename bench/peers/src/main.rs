@@ -143,7 +143,9 @@ async fn run_one(system: System, name: &str, smoke: bool, rill: PathBuf) -> anyh
         );
     };
     eprintln!("{}: {} ({setting})", system.name(), w.describe());
-    let ctx = Ctx { rill_bin: rill };
+    let ctx = Ctx {
+        rill_bin: compare::rill_binary(&rill)?,
+    };
     let r = system.run(&ctx, &w).await?;
     println!("{}", serde_json::to_string(&r)?);
     Ok(())

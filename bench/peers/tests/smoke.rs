@@ -52,7 +52,15 @@ fn compare_smoke_set_on_every_system() {
     let stdout = std::fs::File::create(dir.path().join("stdout")).unwrap();
     let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
     let mut child = Command::new(peers)
-        .args(["compare", "--set", "smoke", "--rounds", "1", "--out"])
+        .args([
+            "compare",
+            "--set",
+            "smoke",
+            "--rounds",
+            "1",
+            "--no-warmup",
+            "--out",
+        ])
         .arg(&out)
         .arg("--rill")
         .arg(&rill)

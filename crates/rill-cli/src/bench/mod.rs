@@ -206,10 +206,11 @@ impl Plan {
         usize::try_from(bytes.min(16 << 20)).unwrap_or(16 << 20)
     }
 
-    /// Bytes per fetch: about one produce batch, at least 1 MiB.
+    /// Bytes per fetch: about `--batch` records (one produce batch), so a fetch does the
+    /// same work as a peer's read of `--batch` records (XREADGROUP COUNT, a JetStream
+    /// pull batch), and per-fetch latencies compare like for like.
     pub(super) fn fetch_bytes(&self) -> u32 {
-        let bytes = (self.batch as u64 * self.size())
-            .max(1 << 20)
+        let bytes = (self.batch as u64 * (self.size() + RECORD_OVERHEAD))
             .max(self.size() + 4096)
             .min(FETCH_BYTES_MAX);
         u32::try_from(bytes).unwrap_or(u32::MAX)
