@@ -402,10 +402,23 @@ impl Core {
             Routing::Balanced => Some(self.topic.route(routing).await?),
             _ => None,
         };
+        // Keyed messages need the partition count: look it up once per call, not once
+        // per message (the lookup locks the client's shared metadata).
+        let partitions = if !matches!(routing, Routing::Partition(_))
+            && messages.iter().any(|m| m.key.is_some())
+        {
+            Some(self.topic.partitions().await?)
+        } else {
+            None
+        };
         for (i, m) in messages.into_iter().enumerate() {
             let p = match (balanced, &m.key, routing) {
                 (_, _, Routing::Partition(p)) => *p,
-                (_, Some(_), _) | (None, None, _) => self.route(&m, routing).await?,
+                (_, Some(k), _) => match partitions {
+                    Some(n) => partition_for_key(k, n),
+                    None => self.route(&m, routing).await?,
+                },
+                (None, None, _) => self.route(&m, routing).await?,
                 (Some(b), None, _) => b,
             };
             let entry = groups.entry(p).or_default();
