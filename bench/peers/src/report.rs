@@ -519,6 +519,9 @@ const HEADERS: [&str; 9] = [
     "setting",
 ];
 
+/// Said of fixed-rate workloads, whose throughput ratios are 1 by construction.
+const FIXED_RATE_NOTE: &str = "(fixed rate: throughput is the offered load; compare latency)";
+
 /// The ratio line of a workload: `rill/redis 1.52×  rill/nats 0.98×  ...`.
 fn ratio_line(w: &WorkloadReport) -> Option<String> {
     let r = &w.ratios;
@@ -548,6 +551,9 @@ fn ratio_line(w: &WorkloadReport) -> Option<String> {
             best.name(),
             times(r.p99_vs_best_peer)
         ));
+    }
+    if w.workload.rate.is_some() {
+        parts.push(FIXED_RATE_NOTE.to_owned());
     }
     Some(parts.join("   "))
 }
@@ -692,13 +698,17 @@ impl Report {
                     Some(p) if x.is_some() => format!("{} ({})", times(x), p.name()),
                     _ => times(None),
                 };
+                let mut best_throughput = best(r.best_peer, r.throughput_vs_best_peer);
+                if w.workload.rate.is_some() {
+                    best_throughput.push_str(" fixed rate");
+                }
                 let _ = writeln!(
                     out,
                     "| `{}` | {} | {} | {} | {} |",
                     w.name,
                     md_escape(&w.description),
                     per_peer.join(" | "),
-                    best(r.best_peer, r.throughput_vs_best_peer),
+                    best_throughput,
                     best(r.best_p99_peer, r.p99_vs_best_peer)
                 );
             }
