@@ -60,6 +60,12 @@ pub(crate) struct CompareArgs {
     /// slower, and would otherwise land in the first round of the first workload.
     #[arg(long)]
     no_warmup: bool,
+    /// Seconds to let the machine settle after each run, once `sync` has flushed what
+    /// the run left dirty (its data directory is already deleted): every run then starts
+    /// from the same quiet disk instead of inheriting the previous system's writeback.
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS",
+          value_parser = parse_settle)]
+    settle: f64,
     /// Directory for latest.json, latest.md and latest.svg.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -98,6 +104,27 @@ pub(crate) fn rill_binary(path: &Path) -> anyhow::Result<PathBuf> {
         );
     }
     std::fs::canonicalize(path).with_context(|| format!("cannot resolve {}", path.display()))
+}
+
+fn parse_settle(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && (0.0..=60.0).contains(&x) => Ok(x),
+        _ => Err(format!("expected seconds between 0 and 60, got {s:?}")),
+    }
+}
+
+/// Flushes dirty data system-wide (`sync`), then sleeps `seconds`. A failed `sync` is
+/// only reported: the comparison goes on.
+async fn settle(seconds: f64) {
+    if seconds <= 0.0 {
+        return;
+    }
+    match tokio::process::Command::new("sync").status().await {
+        Ok(status) if status.success() => {}
+        Ok(status) => eprintln!("  (sync exited with {status}; continuing)"),
+        Err(e) => eprintln!("  (cannot run sync: {e}; continuing)"),
+    }
+    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
 }
 
 /// Checks that a run measured what the workload asked for.
@@ -171,6 +198,7 @@ pub(crate) async fn run(args: CompareArgs) -> anyhow::Result<()> {
                 Ok(Err(e)) => eprintln!("  {:<5} warm-up failed (ignored): {e:#}", s.name()),
                 Err(_) => eprintln!("  {:<5} warm-up timed out (ignored)", s.name()),
             }
+            settle(args.settle).await;
         }
     }
 
@@ -202,6 +230,7 @@ pub(crate) async fn run(args: CompareArgs) -> anyhow::Result<()> {
                     Err(_) => Err(format!("timed out after {} s", RUN_TIMEOUT.as_secs())),
                 };
                 let took = started.elapsed().as_secs_f64();
+                settle(args.settle).await;
                 match &outcome {
                     Ok(r) => eprintln!(
                         "  [{done}/{total}] {} round {round}/{} {:<5} {} ({took:.1} s)",

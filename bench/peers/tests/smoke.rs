@@ -59,6 +59,8 @@ fn compare_smoke_set_on_every_system() {
             "--rounds",
             "1",
             "--no-warmup",
+            "--settle",
+            "0",
             "--out",
         ])
         .arg(&out)
