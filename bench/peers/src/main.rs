@@ -101,19 +101,30 @@ pub(crate) struct Ctx {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Compare(args) => compare::run(args).await,
-        Command::Run {
-            system,
-            workload,
-            smoke,
-            rill,
-        } => run_one(system, &workload, smoke, rill).await,
-        Command::List => {
-            for w in workload::default_set() {
-                println!("{:<26} {}", w.name, w.describe());
+    let work = async {
+        match cli.command {
+            Command::Compare(args) => compare::run(args).await,
+            Command::Run {
+                system,
+                workload,
+                smoke,
+                rill,
+            } => run_one(system, &workload, smoke, rill).await,
+            Command::List => {
+                for w in workload::default_set() {
+                    println!("{:<26} {}", w.name, w.describe());
+                }
+                Ok(())
             }
-            Ok(())
+        }
+    };
+    // On Ctrl-C, dropping the work drops the running servers, which kills them and
+    // removes their data directories: nothing is left running behind.
+    let result = tokio::select! {
+        result = work => result,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("rill-peers: interrupted; servers stopped, nothing reported");
+            return std::process::ExitCode::from(130);
         }
     };
     match result {
