@@ -11,6 +11,7 @@ use std::fmt;
 use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -109,8 +110,12 @@ impl ServerProcess {
         let err = out
             .try_clone()
             .with_context(|| format!("opening {} twice", log.display()))?;
+        // Its own process group, so the drop below also reaches the processes it forks
+        // (Redis forks for AOF rewrites; a child left behind would keep writing into a
+        // removed directory and take CPU from later runs).
         let child = Command::new(program)
             .args(args)
+            .process_group(0)
             .current_dir(dir.path())
             .stdin(Stdio::null())
             .stdout(out)
@@ -232,7 +237,14 @@ impl ServerProcess {
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
-        // SIGKILL: the data is thrown away anyway. Errors mean it is already gone.
+        // SIGKILL to the whole process group (see `start`), then to the child itself:
+        // the data is thrown away anyway. Errors mean it is already gone.
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
