@@ -97,6 +97,84 @@ fn e2e_durability_always_without_warmup() {
 }
 
 #[test]
+fn fixed_rate_keyed_e2e_json() {
+    let v = bench_json(
+        "e2e",
+        &[
+            "--rate",
+            "4000",
+            "--keyed",
+            "--partitions",
+            "2",
+            "--producers",
+            "2",
+            "--consumers",
+            "2",
+        ],
+    );
+    assert_eq!(v["rate"], 4000, "{v}");
+    assert_eq!(v["keyed"], true, "{v}");
+    let kind = v["latency_kind"].as_str().unwrap();
+    assert!(kind.contains("intended"), "{kind}");
+}
+
+#[test]
+fn fixed_rate_produce_measures_from_the_intended_time() {
+    let v = bench_json("produce", &["--rate", "5000"]);
+    assert_eq!(v["rate"], 5000, "{v}");
+    let kind = v["latency_kind"].as_str().unwrap();
+    assert!(kind.contains("intended"), "{kind}");
+    // One sample per record at a fixed rate (per request otherwise).
+    assert_eq!(v["latency_us"]["samples"], 2000, "{v}");
+}
+
+/// Keyed records land in more than one partition, and every key in exactly one.
+#[test]
+fn keyed_records_are_routed_by_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let out = rill(&[
+        "bench",
+        "produce",
+        "--data",
+        data,
+        "--messages",
+        "2000",
+        "--warmup",
+        "0",
+        "--size",
+        "10",
+        "--batch",
+        "100",
+        "--partitions",
+        "4",
+        "--keyed",
+        "--keep",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let topic = v["topic"].as_str().unwrap();
+    let consumed = rill(&["consume", topic, "--data", data, "--format", "json"]);
+    assert!(consumed.status.success(), "{consumed:?}");
+    let mut partition_of = std::collections::HashMap::new();
+    let mut partitions = std::collections::BTreeSet::new();
+    let mut records = 0;
+    for line in String::from_utf8_lossy(&consumed.stdout).lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        let key = r["key"].as_str().unwrap().to_owned();
+        let p = r["partition"].as_u64().unwrap();
+        assert!(key.starts_with('k') && key.len() == 6, "{key}");
+        assert_eq!(*partition_of.entry(key.clone()).or_insert(p), p, "{key}");
+        partitions.insert(p);
+        records += 1;
+    }
+    assert_eq!(records, 2000);
+    assert_eq!(partitions.len(), 4, "{partitions:?}");
+}
+
+#[test]
 fn human_output_and_keep() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
@@ -140,6 +218,8 @@ fn bad_numbers_are_usage_errors() {
         &["e2e", "--size", "4"],
         &["produce", "--size", "1000000", "--batch", "1000"],
         &["produce", "--durability", "sometimes"],
+        &["consume", "--rate", "100"],
+        &["produce", "--rate", "0"],
         &["sideways"],
     ] {
         let mut args = vec!["bench", "--data", data];
