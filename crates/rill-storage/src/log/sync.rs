@@ -1,0 +1,181 @@
+//! Durability of a [`PartitionLog`]: group commit (one fsync for every append waiting
+//! on it), the interval sync a timer drives, write-behind, the recovery point, and
+//! when writes become visible to readers.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use super::{DurableTicket, PartitionLog, Written};
+use crate::StorageError;
+use crate::config::Durability;
+use crate::error::io_err;
+use crate::recovery_point::RecoveryPoint;
+
+/// Write-behind starts writeback once at least this much is new (whole pages).
+const WRITE_BEHIND_BYTES: u64 = 1 << 20;
+/// Page size assumed for write-behind ranges (a partial tail page is left alone: it
+/// is still being appended to).
+const PAGE: u64 = 4096;
+
+#[derive(Debug, Default)]
+pub(super) struct CommitState {
+    pub(super) latest: Option<Written>,
+    pub(super) synced_seq: u64,
+    pub(super) syncing: bool,
+    pub(super) last_sync_us: Option<i64>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct GroupCommit {
+    state: Mutex<CommitState>,
+    pub(super) synced: Condvar,
+}
+
+impl GroupCommit {
+    pub(super) fn lock(&self) -> MutexGuard<'_, CommitState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl PartitionLog {
+    /// Returns once the write behind `ticket` satisfies the durability policy: synced
+    /// under `always` (sharing the sync with concurrent appends). Under `interval` it
+    /// returns at once: the sync is the job of whoever calls [`Self::sync_if_due`] on a
+    /// timer (the broker's [`Flusher`](crate::Flusher)), so an append never waits for
+    /// an fsync it did not ask for. (Syncing inline here made the append that crossed
+    /// the interval wait for the whole fsync, 10+ ms, and every append behind it.)
+    pub fn wait_durable(&self, ticket: DurableTicket) -> Result<(), StorageError> {
+        match self.config.durability {
+            Durability::Always => self.sync_through(ticket.0),
+            Durability::Interval(_) | Durability::Never => Ok(()),
+        }
+    }
+
+    /// Writes the recovery point if every sealed segment is durable (otherwise it must
+    /// stay behind them).
+    pub(super) fn advance_recovery_point(&self, rp: RecoveryPoint) {
+        if self.seals_pending.load(Ordering::Acquire) == 0 {
+            rp.write(self.io.as_ref(), &self.dir);
+        }
+    }
+
+    /// Makes a write visible to readers.
+    pub(super) fn publish(&self, written: &Written) {
+        written.segment.set_visible_len(written.len);
+        self.visible_next
+            .fetch_max(written.next_offset, Ordering::AcqRel);
+    }
+
+    /// Returns once every write up to `seq` is synced, syncing itself if no other
+    /// thread is (group commit).
+    pub(super) fn sync_through(&self, seq: u64) -> Result<(), StorageError> {
+        let mut st = self.commit.lock();
+        loop {
+            if st.synced_seq >= seq {
+                return Ok(());
+            }
+            self.check_poison()?;
+            if st.syncing {
+                st = self
+                    .commit
+                    .synced
+                    .wait(st)
+                    .unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            let Some(target) = st.latest.clone() else {
+                // Nothing was ever written, so there is nothing to wait for.
+                return Ok(());
+            };
+            st.syncing = true;
+            drop(st);
+            let started = std::time::Instant::now();
+            let result = target.segment.log.sync_data();
+            crate::stats::observe_fsync(started.elapsed());
+            if result.is_ok() {
+                // Only one thread syncs at a time, so recovery points are written in order.
+                self.advance_recovery_point(RecoveryPoint {
+                    segment_base: target.segment.base_offset,
+                    position: target.len,
+                    next_offset: target.next_offset,
+                    max_timestamp_us: target.max_ts,
+                });
+            }
+            let now = self.clock.now_us();
+            st = self.commit.lock();
+            st.syncing = false;
+            match result {
+                Ok(()) => {
+                    st.synced_seq = st.synced_seq.max(target.seq);
+                    st.last_sync_us = Some(now);
+                    self.publish(&target);
+                    self.commit.synced.notify_all();
+                }
+                Err(e) => {
+                    // Never retry a failed fsync: the kernel may have dropped the dirty
+                    // pages, so a later "successful" sync would prove nothing.
+                    self.poison_with("fsync");
+                    self.commit.synced.notify_all();
+                    return Err(io_err("sync segment", &target.segment.path)(e));
+                }
+            }
+        }
+    }
+
+    /// Syncs everything appended so far.
+    pub fn sync(&self) -> Result<(), StorageError> {
+        let seq = self.commit.lock().latest.as_ref().map_or(0, |w| w.seq);
+        self.sync_through(seq)
+    }
+
+    /// Under [`Durability::Interval`], syncs if unsynced data is older than the interval.
+    /// Returns whether it synced. A timer should call this so an idle tail is synced too.
+    pub fn sync_if_due(&self) -> Result<bool, StorageError> {
+        let Durability::Interval(interval) = self.config.durability else {
+            return Ok(false);
+        };
+        let (seq, due) = {
+            let st = self.commit.lock();
+            let Some(latest) = &st.latest else {
+                return Ok(false);
+            };
+            let now = self.clock.now_us();
+            let interval_us = i64::try_from(interval.as_micros()).unwrap_or(i64::MAX);
+            let due = latest.seq > st.synced_seq
+                && st
+                    .last_sync_us
+                    .is_none_or(|last| now.saturating_sub(last) >= interval_us);
+            (latest.seq, due)
+        };
+        if due {
+            self.sync_through(seq)?;
+        }
+        Ok(due)
+    }
+
+    /// Under [`Durability::Interval`], starts (does not wait for) writeback of the whole
+    /// pages of the active segment written since the last call, once there is at least
+    /// 1 MiB of them. Call it often, from the same timer as [`Self::sync_if_due`]: the
+    /// periodic sync then finds little left to write, and appends do not stall behind a
+    /// second's worth of writeback. It is a hint: failures are logged, not returned, and
+    /// durability still comes only from the sync.
+    pub fn write_behind(&self) {
+        if !matches!(self.config.durability, Durability::Interval(_)) {
+            return;
+        }
+        let Some(latest) = self.commit.lock().latest.clone() else {
+            return;
+        };
+        let mut done = self.written_back.lock().unwrap_or_else(|e| e.into_inner());
+        let base = latest.segment.base_offset;
+        let from = if done.0 == base { done.1 } else { 0 };
+        let to = latest.len - latest.len % PAGE;
+        if to < from + WRITE_BEHIND_BYTES {
+            return;
+        }
+        if let Err(e) = latest.segment.log.start_writeback(from, to - from) {
+            tracing::debug!(segment = %latest.segment.path.display(), error = %e, "write-behind hint failed");
+        }
+        *done = (base, to);
+    }
+}
