@@ -402,6 +402,23 @@ impl Core {
             Routing::Balanced => Some(self.topic.route(routing).await?),
             _ => None,
         };
+        // The whole call goes to one partition (a fixed one, or balanced and unkeyed):
+        // send the messages as they are, without moving each into a per-partition group.
+        let single = match (routing, balanced) {
+            (Routing::Partition(p), _) => Some(*p),
+            (_, Some(b)) if messages.iter().all(|m| m.key.is_none()) => Some(b),
+            _ => None,
+        };
+        if let Some(p) = single {
+            let offsets = self.send_partition(p, messages).await?;
+            return Ok(offsets
+                .into_iter()
+                .map(|offset| Position {
+                    partition: p,
+                    offset,
+                })
+                .collect());
+        }
         // Keyed messages need the partition count: look it up once per call, not once
         // per message (the lookup locks the client's shared metadata).
         let partitions = if !matches!(routing, Routing::Partition(_))
