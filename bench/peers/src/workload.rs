@@ -171,19 +171,17 @@ impl Workload {
 /// The default set: every axis of the issue (produce/consume/e2e, fixed rate, keyed,
 /// 1 and N partitions, producers and consumers, both durability classes, 100 B and
 /// 1 KiB), sized so that three rounds over three systems take well under 15 minutes.
-/// The 1 KiB runs have a million records (1 GB), so that even Rill's, the shortest
-/// (about a second), are long enough for the machine's hiccups to average out.
 pub(crate) fn default_set() -> Vec<Workload> {
     use Kind::{Consume, E2e, Produce};
     vec![
-        Workload::base("produce-1k", Produce, 1024, 1_000_000),
+        Workload::base("produce-1k", Produce, 1024, 300_000),
         Workload::base("produce-100b", Produce, 100, 2_000_000),
-        Workload::base("produce-1k-keyed-4p", Produce, 1024, 1_000_000)
+        Workload::base("produce-1k-keyed-4p", Produce, 1024, 300_000)
             .parts(4, 4, 1)
             .keyed(),
-        Workload::base("consume-1k", Consume, 1024, 1_000_000),
+        Workload::base("consume-1k", Consume, 1024, 300_000),
         Workload::base("consume-100b-4p", Consume, 100, 2_000_000).parts(4, 4, 4),
-        Workload::base("e2e-1k", E2e, 1024, 1_000_000),
+        Workload::base("e2e-1k", E2e, 1024, 300_000),
         Workload::base("e2e-1k-rate", E2e, 1024, 0).rate(20_000, 5),
         Workload::base("e2e-100b-rate-keyed-4p", E2e, 100, 0)
             .parts(4, 2, 2)
