@@ -515,18 +515,16 @@ impl Broker {
             .into());
         }
         let p = self.partition(stream, topic, partition)?;
-        // A batch that waits for nothing (no fsync under `never`/`interval`, no
-        // predecessor to wait for without a producer id) is a write into the page cache:
-        // append it here rather than paying a hop to the blocking pool and back.
-        // Everything else may block (fsync, sequence waits) and goes to the pool.
-        let waits = p.log.config().durability == rill_storage::Durability::Always
-            || rill_format::BatchHeader::parse(&batch).map_or(true, |h| h.producer.is_some());
-        if !waits {
-            return p.append_blocking(&batch);
+        let header =
+            rill_format::BatchHeader::parse(&batch).map_err(rill_storage::StorageError::from)?;
+        // A batch that waits for nothing is a write into the page cache: append it here
+        // rather than paying a hop to the blocking pool and back.
+        if !p.append_may_block(&header) {
+            return p.append_blocking(&batch, &header);
         }
         // The log stamps a copy of the header and writes the records from this shared
         // buffer as they are: no copy of the batch, whoever else holds it.
-        tokio::task::spawn_blocking(move || p.append_blocking(&batch))
+        tokio::task::spawn_blocking(move || p.append_blocking(&batch, &header))
             .await
             .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))?
     }

@@ -61,11 +61,22 @@ impl Partition {
         })
     }
 
-    /// Appends a batch (blocking: writes, and waits for the durability policy).
-    pub(crate) fn append_blocking(&self, batch: &[u8]) -> Result<Produced, BrokerError> {
-        // The header alone (checked by its own CRC) names the producer and the count;
-        // the log validates the whole batch when it appends it.
-        let header = BatchHeader::parse(batch).map_err(rill_storage::StorageError::from)?;
+    /// Whether appending a batch with this header may block: on an fsync (`always`),
+    /// or on a producer sequence waiting for its predecessor. Otherwise the append is a
+    /// write into the page cache.
+    pub(crate) fn append_may_block(&self, header: &BatchHeader) -> bool {
+        self.log.config().durability == rill_storage::Durability::Always
+            || header.producer.is_some()
+    }
+
+    /// Appends a batch whose header was parsed from it (blocking: writes, and waits for
+    /// the durability policy). The header alone (checked by its own CRC) names the
+    /// producer and the count; the log validates the whole batch when it appends it.
+    pub(crate) fn append_blocking(
+        &self,
+        batch: &[u8],
+        header: &BatchHeader,
+    ) -> Result<Produced, BrokerError> {
         let (producer, count) = (header.producer, header.record_count);
         let (produced, ticket) = {
             // Held across the write only, not the sync, so concurrent appends of this
