@@ -121,6 +121,7 @@ protocol! {
     18 => LeaveGroup(LeaveGroupRequest, LeaveGroupResponse),
     19 => CommitGroupOffset(CommitGroupOffsetRequest, CommitGroupOffsetResponse),
     20 => DescribeGroup(DescribeGroupRequest, DescribeGroupResponse),
+    21 => RepairPartition(RepairPartitionRequest, RepairPartitionResponse),
 }
 
 /// A request: its control message and its payload (the batch of a `Produce`).

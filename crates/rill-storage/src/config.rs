@@ -46,6 +46,11 @@ pub struct LogConfig {
     pub record_bytes_max: u32,
     /// Offset of the first record of a new, empty log (default 0).
     pub initial_offset: u64,
+    /// How far ahead of the broker's clock a batch's record timestamps may reach
+    /// (default 1 hour; like Kafka's `log.message.timestamp.after.max.ms`). Record
+    /// timestamps are the append time plus the producer's deltas; without a bound a
+    /// producer could push the partition's clock (which never goes back) years ahead.
+    pub timestamp_ahead_max: Duration,
 }
 
 impl Default for LogConfig {
@@ -60,6 +65,7 @@ impl Default for LogConfig {
             batch_bytes_max: 16 << 20,
             record_bytes_max: 1 << 20,
             initial_offset: 0,
+            timestamp_ahead_max: Duration::from_secs(3600),
         }
     }
 }
@@ -88,6 +94,11 @@ impl LogConfig {
         }
         if self.record_bytes_max == 0 {
             return Err(ConfigError::RecordBytes);
+        }
+        if self.timestamp_ahead_max.is_zero()
+            || i64::try_from(self.timestamp_ahead_max.as_micros()).is_err()
+        {
+            return Err(ConfigError::TimestampAhead);
         }
         Ok(())
     }

@@ -76,6 +76,37 @@ pub enum StorageError {
         /// What was found.
         reason: String,
     },
+    /// The offset is in a damaged range: its records cannot be served. Reading resumes
+    /// at `to` (when known).
+    #[error("records {from}..{} are lost: {reason}", to.map_or_else(|| "(end unknown)".to_owned(), |t| t.to_string()))]
+    DataLoss {
+        /// The first offset of the damaged range.
+        from: u64,
+        /// The first offset after it, if known.
+        to: Option<u64>,
+        /// What was found (the segment, the position, the damage).
+        reason: String,
+    },
+    /// The log holds damaged ranges no operator accepted: it refuses appends.
+    #[error(
+        "partition has damaged data: {ranges}; accept the loss with `rill topic repair --accept-data-loss` once the disk is checked"
+    )]
+    Damaged {
+        /// The damaged ranges, described.
+        ranges: String,
+    },
+    /// A batch's timestamps reach further ahead of the broker's clock than allowed.
+    #[error(
+        "batch timestamps reach {max_timestamp_us} µs, more than {ahead_max_us} µs ahead of the broker's clock ({now_us} µs)"
+    )]
+    TimestampOutOfRange {
+        /// The batch's largest timestamp as it would be stamped.
+        max_timestamp_us: i64,
+        /// The broker's clock.
+        now_us: i64,
+        /// The bound (`LogConfig::timestamp_ahead_max`).
+        ahead_max_us: i64,
+    },
     /// The options are out of range.
     #[error("invalid log config: {0}")]
     Config(#[from] ConfigError),
@@ -106,6 +137,9 @@ pub enum ConfigError {
     /// `record_bytes_max` must be positive.
     #[error("record_bytes_max must be positive")]
     RecordBytes,
+    /// `timestamp_ahead_max` must be positive and fit in i64 µs.
+    #[error("timestamp_ahead_max must be positive (and below 292,000 years)")]
+    TimestampAhead,
 }
 
 /// Wraps an OS error with what was being done to which file.

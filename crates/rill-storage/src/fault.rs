@@ -134,6 +134,22 @@ impl Io for FaultyIo {
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         StdIo.sync_dir(path)
     }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        StdIo.rename(from, to)
+    }
+
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        StdIo.remove_dir_all(path)
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        StdIo.exists(path)
+    }
+
+    fn is_dir(&self, path: &Path) -> bool {
+        StdIo.is_dir(path)
+    }
 }
 
 impl IoFile for FaultyFile {

@@ -26,10 +26,17 @@ pub(crate) struct IndexEntry {
 #[derive(Debug)]
 pub(crate) struct SegmentIndex {
     entries: Vec<IndexEntry>,
-    offset_file: Arc<dyn IoFile>,
-    time_file: Arc<dyn IoFile>,
+    /// The open index files; released once the segment is sealed (its entries stay in
+    /// memory and are never written again).
+    files: Option<IndexFiles>,
     offset_path: PathBuf,
     time_path: PathBuf,
+}
+
+#[derive(Debug)]
+struct IndexFiles {
+    offset: Arc<dyn IoFile>,
+    time: Arc<dyn IoFile>,
 }
 
 pub(crate) fn index_paths(dir: &Path, base_offset: u64) -> (PathBuf, PathBuf) {
@@ -59,8 +66,10 @@ impl SegmentIndex {
             .map_err(io_err("open time index", &time_path))?;
         let mut index = Self {
             entries: Vec::new(),
-            offset_file,
-            time_file,
+            files: Some(IndexFiles {
+                offset: offset_file,
+                time: time_file,
+            }),
             offset_path,
             time_path,
         };
@@ -71,13 +80,27 @@ impl SegmentIndex {
         Ok((index, ok))
     }
 
+    /// Closes the index files; the entries stay in memory. Writing the index afterwards
+    /// is a bug (only the active segment's index is written).
+    pub(crate) fn release_files(&mut self) {
+        self.files = None;
+    }
+
+    fn files(&self) -> Result<&IndexFiles, StorageError> {
+        self.files.as_ref().ok_or_else(|| StorageError::Io {
+            op: "write index",
+            path: self.offset_path.clone(),
+            source: std::io::Error::other("the index of a sealed segment is not writable"),
+        })
+    }
+
     fn load(&mut self, log_len: u64) -> Result<bool, StorageError> {
-        let offset_len = self
-            .offset_file
+        let files = self.files()?;
+        let (offset_file, time_file) = (Arc::clone(&files.offset), Arc::clone(&files.time));
+        let offset_len = offset_file
             .size()
             .map_err(io_err("stat index", &self.offset_path))?;
-        let time_len = self
-            .time_file
+        let time_len = time_file
             .size()
             .map_err(io_err("stat time index", &self.time_path))?;
         if offset_len % OFFSET_ENTRY_LEN as u64 != 0 || time_len % TIME_ENTRY_LEN as u64 != 0 {
@@ -89,10 +112,10 @@ impl SegmentIndex {
         }
         let mut offsets = vec![0u8; offset_len as usize];
         let mut times = vec![0u8; time_len as usize];
-        self.offset_file
+        offset_file
             .read_exact_at(&mut offsets, 0)
             .map_err(io_err("read index", &self.offset_path))?;
-        self.time_file
+        time_file
             .read_exact_at(&mut times, 0)
             .map_err(io_err("read time index", &self.time_path))?;
         let mut entries = Vec::with_capacity(count as usize);
@@ -158,10 +181,13 @@ impl SegmentIndex {
         let mut t = [0u8; TIME_ENTRY_LEN];
         t[0..8].copy_from_slice(&entry.timestamp_us.to_le_bytes());
         t[8..12].copy_from_slice(&entry.rel_offset.to_le_bytes());
-        self.offset_file
+        let files = self.files()?;
+        files
+            .offset
             .write_all_at(&o, n * OFFSET_ENTRY_LEN as u64)
             .map_err(io_err("write index", &self.offset_path))?;
-        self.time_file
+        files
+            .time
             .write_all_at(&t, n * TIME_ENTRY_LEN as u64)
             .map_err(io_err("write time index", &self.time_path))?;
         self.entries.push(entry);
@@ -171,10 +197,13 @@ impl SegmentIndex {
     /// Keeps the first `n` entries, in memory and on disk.
     pub(crate) fn truncate(&mut self, n: usize) -> Result<(), StorageError> {
         self.entries.truncate(n);
-        self.offset_file
+        let files = self.files()?;
+        files
+            .offset
             .set_len((n * OFFSET_ENTRY_LEN) as u64)
             .map_err(io_err("truncate index", &self.offset_path))?;
-        self.time_file
+        files
+            .time
             .set_len((n * TIME_ENTRY_LEN) as u64)
             .map_err(io_err("truncate time index", &self.time_path))
     }
@@ -190,21 +219,30 @@ impl SegmentIndex {
             t.extend_from_slice(&e.timestamp_us.to_le_bytes());
             t.extend_from_slice(&e.rel_offset.to_le_bytes());
         }
-        self.offset_file
+        let files = self.files()?;
+        files
+            .offset
             .write_all_at(&o, 0)
             .map_err(io_err("write index", &self.offset_path))?;
-        self.time_file
+        files
+            .time
             .write_all_at(&t, 0)
             .map_err(io_err("write time index", &self.time_path))?;
         self.entries = entries.to_vec();
         Ok(())
     }
 
+    /// Syncs the index files (nothing to do once they are released).
     pub(crate) fn sync(&self) -> Result<(), StorageError> {
-        self.offset_file
+        let Some(files) = &self.files else {
+            return Ok(());
+        };
+        files
+            .offset
             .sync_data()
             .map_err(io_err("sync index", &self.offset_path))?;
-        self.time_file
+        files
+            .time
             .sync_data()
             .map_err(io_err("sync time index", &self.time_path))
     }

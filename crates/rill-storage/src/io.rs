@@ -20,6 +20,15 @@ pub trait Io: Send + Sync + fmt::Debug {
     fn remove_file(&self, path: &Path) -> io::Result<()>;
     /// Makes the directory's entries (created and removed files) durable.
     fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    /// Renames `from` to `to` (a file or a directory), replacing a file at `to`. Durable
+    /// once the directories involved are synced.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Deletes the directory `path` and everything in it.
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Whether `path` exists (a file or a directory).
+    fn exists(&self, path: &Path) -> bool;
+    /// Whether `path` is a directory.
+    fn is_dir(&self, path: &Path) -> bool;
 }
 
 /// One open file, used with positional I/O only (safe to share across threads).
@@ -95,6 +104,22 @@ impl Io for StdIo {
 
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         File::open(path)?.sync_all()
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        fs::remove_dir_all(path)
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+
+    fn is_dir(&self, path: &Path) -> bool {
+        path.is_dir()
     }
 }
 

@@ -35,8 +35,11 @@
 
 mod clock;
 mod config;
+mod damage;
+mod env;
 mod error;
 pub mod fault;
+mod files;
 mod flusher;
 mod index;
 mod io;
@@ -44,13 +47,17 @@ mod log;
 mod recovery;
 mod recovery_point;
 mod segment;
+pub mod sim;
 mod stats;
 mod sys;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Durability, LogConfig};
+pub use damage::DamagedRange;
+pub use env::LogEnv;
 pub use error::{ConfigError, StorageError};
+pub use files::{FileCache, OPEN_FILES_DEFAULT};
 pub use flusher::Flusher;
 pub use io::{Io, IoFile, StdIo};
-pub use log::{Appended, DurableTicket, LogRead, PartitionLog, RetentionOutcome};
+pub use log::{Appended, CheckedBatch, DurableTicket, LogRead, PartitionLog, RetentionOutcome};
 pub use stats::{FSYNC_BUCKETS_SECONDS, FsyncStats, fsync_stats};

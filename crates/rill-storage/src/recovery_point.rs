@@ -76,6 +76,21 @@ impl RecoveryPoint {
             tracing::warn!(path = %path.display(), error = %e, "could not write the recovery point");
         }
     }
+
+    /// Writes the recovery point and makes it and its directory entry durable, so a log
+    /// with data always has one on disk (without it, recovery must quarantine damage it
+    /// could otherwise prove torn).
+    pub(crate) fn write_durable(&self, io: &dyn Io, dir: &Path) -> std::io::Result<()> {
+        let file = io.open(&dir.join(FILE), true)?;
+        file.write_all_at(&self.encode(), 0)?;
+        file.sync_data()?;
+        io.sync_dir(dir)
+    }
+
+    /// Whether the log in `dir` has a recovery point file at all.
+    pub(crate) fn exists(io: &dyn Io, dir: &Path) -> bool {
+        io.exists(&dir.join(FILE))
+    }
 }
 
 #[cfg(test)]

@@ -2,13 +2,15 @@
 //! scanner that walks batches in a byte range of it.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use rill_format::{BATCH_HEADER_LEN, BatchHeader, BatchView, FormatError};
 
 use crate::StorageError;
 use crate::error::io_err;
+use crate::files::SegmentFile;
 use crate::index::{IndexEntry, SegmentIndex};
 use crate::io::{Io, IoFile};
 
@@ -29,12 +31,35 @@ pub(crate) fn parse_log_name(path: &Path) -> Option<u64> {
     stem.parse().ok()
 }
 
+/// A byte range of a segment a read may scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Extent {
+    pub(crate) start: u64,
+    /// Offset of the batch at `start`.
+    pub(crate) start_offset: u64,
+    pub(crate) end: u64,
+}
+
+/// Bytes of a segment that recovery (or a read) found damaged, and the offsets they
+/// held: reads stop before them and scans step over them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DamagedBytes {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) from_offset: u64,
+    /// `None` while the damage ends the segment and no later segment says where the
+    /// offsets resume.
+    pub(crate) to_offset: Option<u64>,
+}
+
 #[derive(Debug)]
 pub(crate) struct Segment {
     pub(crate) base_offset: u64,
     pub(crate) path: PathBuf,
-    pub(crate) log: Arc<dyn IoFile>,
+    pub(crate) file: SegmentFile,
     index: RwLock<SegmentIndex>,
+    /// Quarantined byte ranges, by position. Empty for nearly every segment.
+    damaged: RwLock<Vec<DamagedBytes>>,
     /// Bytes that readers may read. For the active segment under `always`, this trails
     /// the written length until the data is synced.
     visible_len: AtomicU64,
@@ -49,14 +74,15 @@ impl Segment {
     pub(crate) fn new(
         base_offset: u64,
         path: PathBuf,
-        log: Arc<dyn IoFile>,
+        file: SegmentFile,
         index: SegmentIndex,
     ) -> Self {
         Self {
             base_offset,
             path,
-            log,
+            file,
             index: RwLock::new(index),
+            damaged: RwLock::new(Vec::new()),
             visible_len: AtomicU64::new(0),
             next_offset: AtomicU64::new(base_offset),
             max_timestamp_us: AtomicI64::new(i64::MIN),
@@ -64,12 +90,86 @@ impl Segment {
         }
     }
 
+    // The index is a hint that recovery rebuilds, so a panic while it is held cannot
+    // leave anything that matters half-updated: a lock without poisoning.
     pub(crate) fn index(&self) -> RwLockReadGuard<'_, SegmentIndex> {
-        self.index.read().unwrap_or_else(|e| e.into_inner())
+        self.index.read()
     }
 
     pub(crate) fn index_mut(&self) -> RwLockWriteGuard<'_, SegmentIndex> {
-        self.index.write().unwrap_or_else(|e| e.into_inner())
+        self.index.write()
+    }
+
+    /// The open `.log` file.
+    pub(crate) fn log(&self) -> Result<Arc<dyn IoFile>, StorageError> {
+        self.file.get()
+    }
+
+    /// The quarantined byte ranges of this segment.
+    pub(crate) fn damaged(&self) -> Vec<DamagedBytes> {
+        self.damaged.read().clone()
+    }
+
+    pub(crate) fn has_damage(&self) -> bool {
+        !self.damaged.read().is_empty()
+    }
+
+    /// Records a quarantined range (kept sorted by position; a range already known is
+    /// not added twice).
+    pub(crate) fn add_damage(&self, damage: DamagedBytes) {
+        let mut all = self.damaged.write();
+        if all.iter().any(|d| d.start == damage.start) {
+            return;
+        }
+        let at = all.partition_point(|d| d.start < damage.start);
+        all.insert(at, damage);
+    }
+
+    /// Sets where the offsets of a damaged range that ends the segment resume.
+    pub(crate) fn close_damage(&self, to_offset: u64) {
+        for d in self.damaged.write().iter_mut() {
+            if d.to_offset.is_none() {
+                d.to_offset = Some(to_offset.max(d.from_offset));
+            }
+        }
+    }
+
+    /// Where a read for `offset` may scan: from the index entry at or before `offset`
+    /// (its position and offset) but never inside or before a damaged range whose
+    /// offsets are all below `offset`, to the next damaged range or `visible`.
+    pub(crate) fn readable_extent(&self, offset: u64, visible: u64) -> Extent {
+        let rel = offset.saturating_sub(self.base_offset);
+        let (mut start, mut start_offset) =
+            self.index()
+                .floor_offset(rel)
+                .map_or((0, self.base_offset), |e| {
+                    (
+                        u64::from(e.position),
+                        self.base_offset + u64::from(e.rel_offset),
+                    )
+                });
+        let damaged = self.damaged.read();
+        for d in damaged.iter() {
+            if let Some(to) = d.to_offset
+                && to <= offset
+                && d.end > start
+            {
+                start = d.end;
+                start_offset = to;
+            }
+        }
+        let end = damaged
+            .iter()
+            .filter(|d| d.start >= start)
+            .map(|d| d.start)
+            .min()
+            .unwrap_or(visible)
+            .min(visible);
+        Extent {
+            start: start.min(end),
+            start_offset,
+            end,
+        }
     }
 
     pub(crate) fn visible_len(&self) -> u64 {
@@ -99,15 +199,9 @@ impl Segment {
         self.has_timestamp.store(true, Ordering::Release);
     }
 
-    /// Position of the last index entry at or before `offset` (0 if none).
-    pub(crate) fn index_floor(&self, offset: u64) -> u64 {
-        let rel = offset.saturating_sub(self.base_offset);
-        self.index()
-            .floor_offset(rel)
-            .map_or(0, |e| u64::from(e.position))
-    }
-
     pub(crate) fn remove_files(&self, io: &dyn Io) -> Result<(), StorageError> {
+        self.file.forget();
+        self.index_mut().release_files();
         let dir = self.path.parent().unwrap_or_else(|| Path::new("."));
         remove_segment_files(io, dir, self.base_offset)
     }
@@ -170,6 +264,8 @@ pub(crate) struct Scanner<'a> {
     /// When set, each batch must start at this offset.
     expected_offset: Option<u64>,
     chunk: usize,
+    /// Damaged ranges to step over (sorted by position).
+    skip: Vec<DamagedBytes>,
 }
 
 impl<'a> Scanner<'a> {
@@ -184,7 +280,15 @@ impl<'a> Scanner<'a> {
             validate: false,
             expected_offset: None,
             chunk: SCAN_CHUNK_BYTES,
+            skip: Vec::new(),
         }
+    }
+
+    /// Steps over these damaged ranges instead of stopping at them; a chained offset
+    /// resumes at the range's end offset.
+    pub(crate) fn skipping(mut self, damaged: Vec<DamagedBytes>) -> Self {
+        self.skip = damaged;
+        self
     }
 
     /// Reads `chunk` bytes at a time (at least a whole batch when one is needed).
@@ -228,6 +332,16 @@ impl<'a> Scanner<'a> {
     /// The next batch, `Ok(Ok(None))` at the end of the range, or `Ok(Err(stop))` where
     /// the bytes stop being a valid chain of batches.
     pub(crate) fn next_batch(&mut self) -> Result<Result<Option<Found>, ScanStop>, StorageError> {
+        while let Some(d) = self
+            .skip
+            .iter()
+            .find(|d| d.start == self.position && d.end > d.start)
+        {
+            self.position = d.end;
+            if self.expected_offset.is_some() {
+                self.expected_offset = d.to_offset;
+            }
+        }
         let pos = self.position;
         if pos >= self.end {
             return Ok(Ok(None));

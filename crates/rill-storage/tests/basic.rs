@@ -329,11 +329,36 @@ fn a_gap_between_segments_is_reported_not_papered_over() {
         .filter(|p| p.extension().is_some_and(|e| e == "log"))
         .collect();
     logs.sort();
+    let base =
+        |p: &std::path::Path| -> u64 { p.file_stem().unwrap().to_str().unwrap().parse().unwrap() };
+    let (gap_from, gap_to) = (base(&logs[1]), base(&logs[2]));
     std::fs::remove_file(&logs[1]).unwrap();
+    // The partition opens (one missing file must not stop a server), names the gap,
+    // serves both sides of it and refuses appends.
+    let log = PartitionLog::open(dir.path(), small_config()).unwrap();
+    let damage = log.damage();
+    assert_eq!(damage.len(), 1, "{damage:?}");
+    assert_eq!(
+        (damage[0].from_offset, damage[0].to_offset),
+        (gap_from, Some(gap_to))
+    );
+    assert!(
+        log.failure().unwrap().contains("missing"),
+        "{:?}",
+        log.failure()
+    );
     assert!(matches!(
-        PartitionLog::open(dir.path(), small_config()),
-        Err(StorageError::Corrupt { .. })
+        log.read(gap_from, 1 << 20),
+        Err(StorageError::DataLoss { from, to: Some(to), .. }) if from == gap_from && to == gap_to
     ));
+    assert_eq!(read_until(&log, 0, gap_from).len() as u64, gap_from);
+    assert_eq!(read_all(&log, gap_to).len() as u64, 180 - gap_to);
+    assert!(matches!(
+        log.append(&batch("x", 1, 1)),
+        Err(StorageError::Damaged { .. })
+    ));
+    log.accept_damage(0).unwrap();
+    assert_eq!(log.append(&batch("x", 1, 1)).unwrap().base_offset, 180);
 }
 
 #[test]

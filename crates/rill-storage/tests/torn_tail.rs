@@ -8,7 +8,7 @@ use std::fs;
 use std::path::Path;
 
 use common::*;
-use rill_storage::{LogConfig, PartitionLog};
+use rill_storage::{LogConfig, PartitionLog, StorageError};
 
 const SEGMENT: &str = "00000000000000000000.log";
 
@@ -132,7 +132,7 @@ fn damage_below_the_recovery_point_is_reported_by_reads_not_hidden() {
                 corrupt = read.batches().any(|b| b.is_err());
                 at = read.next_offset;
             }
-            Err(rill_storage::StorageError::Corrupt { .. }) => corrupt = true,
+            Err(StorageError::Corrupt { .. } | StorageError::DataLoss { .. }) => corrupt = true,
             Err(e) => panic!("{e}"),
         }
     }
@@ -156,11 +156,10 @@ fn garbage_after_the_last_batch_is_truncated() {
 }
 
 #[test]
-fn a_torn_batch_in_an_unsynced_sealed_segment_cuts_the_log_there() {
-    // Under `never`, rolled segments are synced in the background and the recovery
-    // point does not move past them until a sync or a clean close: after a crash,
-    // every segment from the recovery point on is validated, and a torn batch in the
-    // middle ends the log there (later segments could only follow a gap).
+fn a_flipped_byte_in_a_sealed_segment_is_quarantined_not_cut() {
+    // The reproduction of issue 9: without a recovery point, one flipped byte in a
+    // sealed segment used to truncate it there and delete every later segment.
+    // Recovery now quarantines the damaged batch and keeps everything else.
     let dir = tempfile::tempdir().unwrap();
     let config = small_config();
     let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
@@ -168,10 +167,9 @@ fn a_torn_batch_in_an_unsynced_sealed_segment_cuts_the_log_there() {
         log.append(&batch(&format!("b{i}"), 3, 50)).unwrap();
     }
     assert!(log.segment_count() >= 4);
-    drop(log); // a crash: no close
-    // A background seal that finished quickly may already have moved the recovery point
-    // past the second segment; remove it to model a crash before that.
-    let _ = fs::remove_file(dir.path().join("recovery-point"));
+    log.close().unwrap();
+    drop(log);
+    fs::remove_file(dir.path().join("recovery-point")).unwrap();
     let mut logs: Vec<_> = fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -179,38 +177,50 @@ fn a_torn_batch_in_an_unsynced_sealed_segment_cuts_the_log_there() {
         .collect();
     logs.sort();
     let second = &logs[1];
-    let base: u64 = second
-        .file_stem()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
     let mut bytes = fs::read(second).unwrap();
-    let torn_at = bytes.len() / 2;
-    bytes[torn_at] ^= 0x10;
+    let flip_at = bytes.len() / 2;
+    bytes[flip_at] ^= 0x10;
     fs::write(second, bytes).unwrap();
 
     let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
-    assert_eq!(
-        log.segment_count(),
-        2,
-        "segments after the torn one are gone"
-    );
-    for later in &logs[2..] {
-        assert!(!later.exists(), "{} should be removed", later.display());
+    for path in &logs {
+        assert!(path.exists(), "{} must not be deleted", path.display());
     }
-    let next = log.next_offset();
-    assert!(
-        next > base && next < base + 60,
-        "cut inside the second segment: {next}"
+    assert_eq!(log.segment_count(), logs.len());
+    assert_eq!(log.next_offset(), 180, "no record after the damage is lost");
+    let damage = log.damage();
+    assert_eq!(damage.len(), 1, "{damage:?}");
+    let d = &damage[0];
+    assert_eq!(
+        d.to_offset,
+        Some(d.from_offset + 3),
+        "exactly one batch is lost"
     );
-    let all = read_all(&log, 0);
-    assert_eq!(all.len() as u64, next);
-    assert!(all.iter().enumerate().all(|(i, (o, _))| *o == i as u64));
-    assert_eq!(log.append(&batch("after", 1, 1)).unwrap().base_offset, next);
+    assert!(!d.accepted);
+    assert!(log.failure().is_some());
+    assert!(matches!(
+        log.read(d.from_offset + 1, 1 << 20),
+        Err(StorageError::DataLoss { from, to: Some(to), .. }) if from == d.from_offset && to == d.from_offset + 3
+    ));
+    let before = read_until(&log, 0, d.from_offset);
+    assert_eq!(before.len() as u64, d.from_offset);
+    let after = read_all(&log, d.from_offset + 3);
+    assert_eq!(after.len() as u64, 180 - d.from_offset - 3);
+    assert!(matches!(
+        log.append(&batch("x", 1, 1)),
+        Err(StorageError::Damaged { .. })
+    ));
+    let accepted = log.accept_damage(0).unwrap();
+    assert!(accepted.iter().all(|d| d.accepted));
+    assert_eq!(log.append(&batch("after", 1, 1)).unwrap().base_offset, 180);
     log.close().unwrap();
     drop(log);
     let log = PartitionLog::open(dir.path(), config).unwrap();
-    assert_eq!(log.next_offset(), next + 1);
+    assert_eq!(log.next_offset(), 181);
+    assert!(log.failure().is_none(), "{:?}", log.failure());
+    assert!(log.damage().iter().all(|d| d.accepted));
+    assert!(matches!(
+        log.read(d.from_offset, 1 << 20),
+        Err(StorageError::DataLoss { .. })
+    ));
 }

@@ -1,35 +1,43 @@
-//! The partition log: append, read, time lookup, retention, durability.
+//! The partition log: append, read, time lookup, retention, durability, damage.
 //!
 //! Concurrency: appends are serialized by the writer mutex (a stamped header copy and
-//! the caller's records, written back to back).
+//! the caller's records, written back to back). A panic while it is held poisons the
+//! log (fail-stop): the writer's state may be half-updated, so nothing more is
+//! appended until the log is reopened.
 //! Reads take no writer lock: they find their segment under a short read lock on the
 //! segment list and read with positional I/O, bounded by what is *visible*. Under
-//! [`Durability::Always`] a batch becomes visible (and is acknowledged) only after an
+//! [`Durability::Always`](crate::Durability::Always) a batch becomes visible (and is acknowledged) only after an
 //! `fdatasync` covered it, so a reader never sees a record that a power loss could
 //! take back. Syncs are group commits: whichever waiting appender finds no sync in
 //! progress syncs everything written so far, and every appender it covered returns.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use rill_format::{BATCH_HEADER_LEN, BatchHeader, BatchView, Batches, FormatError, stamp};
+use parking_lot::RwLock;
+use rill_format::Batches;
 
-use crate::clock::{Clock, SystemClock};
-use crate::config::{Durability, LogConfig};
+use crate::StorageError;
+use crate::clock::Clock;
+use crate::config::LogConfig;
+use crate::damage::{Accepted, DamagedRange, write_accepted};
+use crate::env::LogEnv;
 use crate::error::io_err;
+use crate::files::SegmentFile;
 use crate::index::SegmentIndex;
-use crate::io::{Io, StdIo};
+use crate::io::{Io, IoFile};
+use crate::recovery::{WriterState, recover};
 use crate::recovery_point::RecoveryPoint;
-use crate::segment::{IndexCadence, Scanner, Segment, entry_for, log_path};
-use crate::{StorageError, recovery};
+use crate::segment::{IndexCadence, Segment, log_path};
 
 use self::sync::GroupCommit;
 
+mod append;
+mod read;
 mod sync;
 
-/// Bytes read at a time when locating an offset from a sparse index entry.
-const LOCATE_CHUNK_BYTES: usize = 8 * 1024;
+pub use append::CheckedBatch;
 
 /// What [`PartitionLog::append`] assigned to a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,28 +97,34 @@ pub struct RetentionOutcome {
 pub struct PartitionLog {
     dir: PathBuf,
     config: LogConfig,
-    io: Arc<dyn Io>,
-    clock: Arc<dyn Clock>,
+    env: LogEnv,
     /// Segments in offset order; the last is the active one.
     segments: RwLock<Vec<Arc<Segment>>>,
     log_start: AtomicU64,
     /// Offset after the last batch readers may see.
     visible_next: AtomicU64,
+    /// A std mutex on purpose: its poisoning after a panic is what fails the log.
     writer: Mutex<Writer>,
     commit: GroupCommit,
     poison: Arc<OnceLock<&'static str>>,
     /// Sealed segments whose background sync has not finished. The recovery point only
     /// moves while this is zero: it may only name data with everything before it durable.
-    seals_pending: Arc<std::sync::atomic::AtomicUsize>,
-    seal_threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    seals_pending: Arc<AtomicUsize>,
+    seal_threads: parking_lot::Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Write-behind under `interval`: the segment (base offset) and position up to
     /// which writeback was started.
-    written_back: Mutex<(u64, u64)>,
+    written_back: parking_lot::Mutex<(u64, u64)>,
+    /// Damaged ranges, by first offset.
+    damage: RwLock<Vec<DamagedRange>>,
+    /// Whether `damage` is non-empty (read on every read, so not behind the lock).
+    has_damage: AtomicBool,
 }
 
 #[derive(Debug)]
 pub(crate) struct Writer {
     pub(crate) active: Arc<Segment>,
+    /// The active segment's open `.log` (pinned while it is active).
+    pub(crate) file: Arc<dyn IoFile>,
     /// Bytes written to the active segment (visible or not).
     pub(crate) written_len: u64,
     pub(crate) next_offset: u64,
@@ -122,6 +136,32 @@ pub(crate) struct Writer {
     /// Number of batches appended since open; identifies writes for group commit.
     pub(crate) seq: u64,
     pub(crate) closed: bool,
+    /// The active segment ends in damage, so nothing may be appended to it: a lower
+    /// bound for the offset appends resume at once the loss is accepted.
+    pub(crate) tail_damage: Option<u64>,
+}
+
+impl Writer {
+    pub(crate) fn new(
+        config: &LogConfig,
+        active: Arc<Segment>,
+        file: Arc<dyn IoFile>,
+        state: WriterState,
+    ) -> Self {
+        let cadence = IndexCadence::new(config.index_interval_bytes, active.index().last());
+        Self {
+            active,
+            file,
+            written_len: state.written_len,
+            next_offset: state.next_offset,
+            last_max_ts: state.last_max_ts,
+            segment_first_ts: state.segment_first_ts,
+            cadence,
+            seq: 0,
+            closed: false,
+            tail_damage: state.tail_damage,
+        }
+    }
 }
 
 /// The last write, as a sync would cover it.
@@ -129,6 +169,7 @@ pub(crate) struct Writer {
 struct Written {
     seq: u64,
     segment: Arc<Segment>,
+    file: Arc<dyn IoFile>,
     len: u64,
     next_offset: u64,
     max_ts: Option<i64>,
@@ -137,7 +178,7 @@ struct Written {
 impl PartitionLog {
     /// Opens (creating or recovering) the log in `dir` on the real file system.
     pub fn open(dir: impl AsRef<Path>, config: LogConfig) -> Result<Self, StorageError> {
-        Self::open_with(dir, config, Arc::new(StdIo), Arc::new(SystemClock))
+        Self::open_in(dir, config, &LogEnv::default())
     }
 
     /// Opens the log with an explicit I/O layer and clock (tests inject faults and time).
@@ -147,26 +188,37 @@ impl PartitionLog {
         io: Arc<dyn Io>,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StorageError> {
+        Self::open_in(dir, config, &LogEnv::new(io, clock))
+    }
+
+    /// Opens the log in an environment (disk, clock, shared file cache).
+    pub fn open_in(
+        dir: impl AsRef<Path>,
+        config: LogConfig,
+        env: &LogEnv,
+    ) -> Result<Self, StorageError> {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
-        let recovered = recovery::recover(&dir, &config, io.as_ref())?;
+        let recovered = recover(&dir, &config, env)?;
         let log_start = recovered.segments[0].base_offset;
         let writer = recovered.writer;
         let visible_next = writer.next_offset;
+        let has_damage = !recovered.damage.is_empty();
         Ok(Self {
             dir,
             config,
-            io,
-            clock,
+            env: env.clone(),
             segments: RwLock::new(recovered.segments),
             log_start: AtomicU64::new(log_start),
             visible_next: AtomicU64::new(visible_next),
             writer: Mutex::new(writer),
             commit: GroupCommit::default(),
             poison: Arc::new(OnceLock::new()),
-            seals_pending: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
-            seal_threads: Mutex::new(Vec::new()),
-            written_back: Mutex::new((u64::MAX, 0)),
+            seals_pending: Arc::new(AtomicUsize::new(0)),
+            seal_threads: parking_lot::Mutex::new(Vec::new()),
+            written_back: parking_lot::Mutex::new((u64::MAX, 0)),
+            damage: RwLock::new(recovered.damage),
+            has_damage: AtomicBool::new(has_damage),
         })
     }
 
@@ -200,12 +252,47 @@ impl PartitionLog {
 
     /// Number of segments, the active one included.
     pub fn segment_count(&self) -> usize {
-        self.segments_read().len()
+        self.segments.read().len()
     }
 
-    /// Why the log refuses appends, if it does.
+    /// Why the log refuses appends after a failed write or fsync (or a panic), if it
+    /// does.
     pub fn poisoned(&self) -> Option<&'static str> {
         self.poison.get().copied()
+    }
+
+    /// The damaged ranges of the log, by first offset.
+    pub fn damage(&self) -> Vec<DamagedRange> {
+        if !self.has_damage.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        self.damage.read().clone()
+    }
+
+    /// Why the log refuses appends, if it does: poisoned, or damaged ranges nobody
+    /// accepted yet. `None` for a healthy log.
+    pub fn failure(&self) -> Option<String> {
+        if let Some(cause) = self.poisoned() {
+            return Some(format!(
+                "poisoned after a failed {cause}; reopen (repair) it"
+            ));
+        }
+        self.unaccepted_damage()
+            .map(|ranges| format!("damaged data: {ranges}"))
+    }
+
+    /// The unaccepted damaged ranges, described; `None` if there are none.
+    fn unaccepted_damage(&self) -> Option<String> {
+        if !self.has_damage.load(Ordering::Acquire) {
+            return None;
+        }
+        let damage = self.damage.read();
+        let described: Vec<String> = damage
+            .iter()
+            .filter(|d| !d.accepted)
+            .map(DamagedRange::describe)
+            .collect();
+        (!described.is_empty()).then(|| described.join("; "))
     }
 
     fn poison_with(&self, cause: &'static str) {
@@ -221,424 +308,119 @@ impl PartitionLog {
         }
     }
 
-    fn segments_read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Segment>>> {
-        self.segments.read().unwrap_or_else(|e| e.into_inner())
+    /// Refuses appends to a poisoned or damaged log.
+    fn check_writable(&self) -> Result<(), StorageError> {
+        self.check_poison()?;
+        match self.unaccepted_damage() {
+            Some(ranges) => Err(StorageError::Damaged { ranges }),
+            None => Ok(()),
+        }
     }
 
     fn segments_snapshot(&self) -> Vec<Arc<Segment>> {
-        self.segments_read().clone()
+        self.segments.read().clone()
     }
 
-    fn lock_writer(&self) -> MutexGuard<'_, Writer> {
-        self.writer.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Appends one batch: validates it, stamps its base offset and append time, writes
-    /// it, and returns once the durability policy holds.
-    ///
-    /// `batch` must hold exactly one batch. It is not modified: the stamped 64-byte
-    /// header is written from a copy, followed by the caller's records, so a shared
-    /// buffer (a decoded frame, an embedded client's retry copy) is never copied.
-    /// Under [`Durability::Always`] this returns after an `fdatasync` covered the batch
-    /// (shared with concurrent appends).
-    pub fn append(&self, batch: &[u8]) -> Result<Appended, StorageError> {
-        let (appended, ticket) = self.append_deferred(batch)?;
-        self.wait_durable(ticket)?;
-        Ok(appended)
-    }
-
-    /// Writes a batch like [`PartitionLog::append`] but returns before the durability
-    /// policy holds: call [`PartitionLog::wait_durable`] with the ticket before
-    /// acknowledging. Lets a caller hold its own lock across the write only, so
-    /// concurrent appends still share one fsync.
-    pub fn append_deferred(&self, batch: &[u8]) -> Result<(Appended, DurableTicket), StorageError> {
-        if batch.len() > self.config.batch_bytes_max as usize {
-            return Err(StorageError::BatchTooLarge {
-                bytes: batch.len(),
-                max: self.config.batch_bytes_max,
-            });
-        }
-        let view = BatchView::parse(batch)?;
-        if view.as_bytes().len() != batch.len() {
-            return Err(StorageError::TrailingBytes {
-                extra: batch.len() - view.as_bytes().len(),
-            });
-        }
-        if view.largest_record_bytes() > self.config.record_bytes_max as usize {
-            return Err(StorageError::RecordTooLarge {
-                bytes: view.largest_record_bytes(),
-                max: self.config.record_bytes_max,
-            });
-        }
-        let count = u64::from(view.record_count());
-        // Checked by the parser: max - first equals a non-negative delta.
-        let span = view.max_timestamp_us() - view.first_timestamp_us();
-        let len = batch.len() as u64;
-
-        let (appended, seq) = {
-            let mut w = self.lock_writer();
-            if w.closed {
-                return Err(StorageError::Closed);
-            }
-            self.check_poison()?;
-            let now = self.clock.now_us();
-            let ts = w.last_max_ts.map_or(now, |last| now.max(last));
-            if self.needs_roll(&w, len, ts) {
-                self.roll(&mut w)?;
-            }
-            let base = w.next_offset;
-            let mut header = [0u8; BATCH_HEADER_LEN];
-            header.copy_from_slice(&batch[..BATCH_HEADER_LEN]);
-            stamp(&mut header, base, ts)?;
-            let position = w.written_len;
-            // The stamped header, then the records as the caller holds them. A crash
-            // between the two writes leaves a torn batch, which recovery cuts.
-            let written = w.active.log.write_all_at(&header, position).and_then(|()| {
-                w.active.log.write_all_at(
-                    &batch[BATCH_HEADER_LEN..],
-                    position + BATCH_HEADER_LEN as u64,
-                )
-            });
-            if let Err(e) = written {
-                self.poison_with("write");
-                return Err(io_err("write segment", &w.active.path)(e));
-            }
-            if w.cadence.take(position) {
-                let found = crate::segment::Found {
-                    position,
-                    header: BatchHeader::parse(&header)?,
-                };
-                if let Some(entry) = entry_for(w.active.base_offset, &found) {
-                    let pushed = w.active.index_mut().push(entry);
-                    if let Err(e) = pushed {
-                        self.poison_with("index write");
-                        return Err(e);
-                    }
-                }
-            }
-            let next = base + count;
-            let max_ts = ts + span;
-            w.written_len += len;
-            w.next_offset = next;
-            w.last_max_ts = Some(max_ts);
-            w.segment_first_ts.get_or_insert(ts);
-            w.seq += 1;
-            w.active.set_next_offset(next);
-            w.active.observe_timestamp(max_ts);
-            let written = Written {
-                seq: w.seq,
-                segment: Arc::clone(&w.active),
-                len: w.written_len,
-                next_offset: next,
-                max_ts: w.last_max_ts,
-            };
-            if self.config.durability != Durability::Always {
-                self.publish(&written);
-            }
-            let seq = written.seq;
-            self.commit.lock().latest = Some(written);
-            (
-                Appended {
-                    base_offset: base,
-                    last_offset: next - 1,
-                    timestamp_us: ts,
-                },
-                seq,
-            )
-        };
-
-        Ok((appended, DurableTicket(seq)))
-    }
-
-    /// Headers of every batch in the last `segments` segments, oldest first: what a
-    /// caller needs to rebuild per-producer state after a restart.
-    pub fn recent_batch_headers(&self, segments: usize) -> Result<Vec<BatchHeader>, StorageError> {
-        let all = self.segments_snapshot();
-        let mut headers = Vec::new();
-        for segment in &all[all.len().saturating_sub(segments)..] {
-            let mut scanner = Scanner::new(
-                segment.log.as_ref(),
-                &segment.path,
-                0,
-                segment.visible_len(),
-            );
-            loop {
-                match scanner.next_batch()? {
-                    Ok(Some(found)) => headers.push(found.header),
-                    Ok(None) => break,
-                    Err(stop) => return Err(corrupt(&segment.path, scanner.position(), &stop)),
-                }
-            }
-        }
-        Ok(headers)
-    }
-
-    fn needs_roll(&self, w: &Writer, len: u64, ts: i64) -> bool {
-        if w.written_len == 0 {
-            return false;
-        }
-        if w.written_len + len > self.config.segment_bytes_max {
-            return true;
-        }
-        match (self.config.segment_age_max, w.segment_first_ts) {
-            (Some(age), Some(first)) => {
-                ts.saturating_sub(first) >= i64::try_from(age.as_micros()).unwrap_or(i64::MAX)
-            }
-            _ => false,
-        }
-    }
-
-    /// Seals the active segment (synced, whatever the policy, so a sealed segment is
-    /// always complete on disk) and starts a new one at the next offset.
-    fn roll(&self, w: &mut Writer) -> Result<(), StorageError> {
-        let old = Arc::clone(&w.active);
-        if self.config.durability == Durability::Always {
-            // Under `always` the old segment is synced already but for appends still
-            // waiting on their group commit: syncing it here is cheap, and is what
-            // those waiters need (the next leader syncs the new segment).
-            let started = std::time::Instant::now();
-            let synced = old.log.sync_data();
-            crate::stats::observe_fsync(started.elapsed());
-            if let Err(e) = synced {
-                self.poison_with("fsync");
-                return Err(io_err("sync segment", &old.path)(e));
-            }
-            old.set_visible_len(w.written_len);
-            if let Err(e) = old.index().sync() {
-                // The index is a hint that recovery rebuilds; a failed index sync is
-                // worth a warning, not a poisoned partition.
-                tracing::warn!(error = %e, "could not sync a sealed segment's index");
-            }
-        } else {
-            // Under `never`/`interval`, syncing up to a gigabyte here would stall every
-            // append for a long time: seal in the background instead. Until that sync
-            // finishes the recovery point stays behind, so a crash makes recovery
-            // validate this segment too.
-            old.set_visible_len(w.written_len);
-            self.seal_in_background(Arc::clone(&old));
-        }
-        let base = w.next_offset;
-        let segment = match create_segment(self.io.as_ref(), &self.dir, base) {
-            Ok(s) => Arc::new(s),
-            Err(e) => {
-                self.poison_with("segment roll");
-                return Err(e);
-            }
-        };
-        {
-            let mut segments = self.segments.write().unwrap_or_else(|e| e.into_inner());
-            segments.push(Arc::clone(&segment));
-        }
-        self.advance_recovery_point(RecoveryPoint {
-            segment_base: base,
-            position: 0,
-            next_offset: base,
-            max_timestamp_us: w.last_max_ts,
-        });
-        w.active = segment;
-        w.written_len = 0;
-        w.segment_first_ts = None;
-        w.cadence = IndexCadence::new(self.config.index_interval_bytes, None);
-        Ok(())
-    }
-
-    fn seal_in_background(&self, segment: Arc<Segment>) {
-        self.seals_pending.fetch_add(1, Ordering::AcqRel);
-        let pending = Arc::clone(&self.seals_pending);
-        let poison = Arc::clone(&self.poison);
-        let spawned = std::thread::Builder::new()
-            .name("rill-seal".into())
-            .spawn(move || {
-                let started = std::time::Instant::now();
-                let synced = segment.log.sync_data();
-                crate::stats::observe_fsync(started.elapsed());
-                match synced {
-                    Ok(()) => {
-                        if let Err(e) = segment.index().sync() {
-                            tracing::warn!(error = %e, "could not sync a sealed segment's index");
-                        }
-                        // Only a successful seal lets the recovery point move on.
-                        pending.fetch_sub(1, Ordering::AcqRel);
-                    }
-                    Err(e) => {
-                        if poison.set("fsync").is_ok() {
-                            tracing::error!(path = %segment.path.display(), error = %e, "sealing a segment failed: partition poisoned");
-                        }
-                    }
-                }
-            });
-        match spawned {
-            Ok(handle) => {
-                let mut threads = self.seal_threads.lock().unwrap_or_else(|e| e.into_inner());
-                threads.retain(|t| !t.is_finished());
-                threads.push(handle);
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start a sealing thread: partition poisoned");
-                self.poison_with("segment seal");
+    /// The writer, or `Poisoned` if a panic left it half-updated (the log is poisoned
+    /// then, for good: only a reopen recovers).
+    fn lock_writer(&self) -> Result<MutexGuard<'_, Writer>, StorageError> {
+        match self.writer.lock() {
+            Ok(w) => Ok(w),
+            Err(_) => {
+                self.poison_with("append (a panic while appending)");
+                Err(StorageError::Poisoned {
+                    cause: "append (a panic while appending)",
+                })
             }
         }
     }
 
-    /// Reads whole batches starting with the one that holds `from`, up to `max_bytes`
-    /// (at least one batch, even if it is larger).
-    pub fn read(&self, from: u64, max_bytes: usize) -> Result<LogRead, StorageError> {
-        let log_end = self.next_offset();
-        let log_start = self.log_start();
-        if from < log_start {
-            return Err(StorageError::OffsetBeforeStart {
-                requested: from,
-                log_start,
-            });
-        }
-        if from > log_end {
-            return Err(StorageError::OffsetBeyondEnd {
-                requested: from,
-                next_offset: log_end,
-            });
-        }
-        let empty = LogRead {
-            bytes: Vec::new(),
-            next_offset: from,
-            log_start,
-            log_end,
-        };
-        if from == log_end {
-            return Ok(empty);
-        }
-        let segments = self.segments_snapshot();
-        let mut i = segments
-            .partition_point(|s| s.base_offset <= from)
-            .saturating_sub(1);
-        while let Some(segment) = segments.get(i) {
-            if let Some(read) = self.read_segment(segment, from, max_bytes, log_start, log_end)? {
-                return Ok(read);
-            }
-            i += 1;
-        }
-        // Retention removed the segment between the checks above and the snapshot.
-        let log_start = self.log_start();
-        if from < log_start {
-            return Err(StorageError::OffsetBeforeStart {
-                requested: from,
-                log_start,
-            });
-        }
-        Ok(empty)
-    }
-
-    /// Reads from one segment, or `None` if `from` is past its visible batches.
-    fn read_segment(
-        &self,
-        segment: &Segment,
-        from: u64,
-        max_bytes: usize,
-        log_start: u64,
-        log_end: u64,
-    ) -> Result<Option<LogRead>, StorageError> {
-        let visible = segment.visible_len();
-        let start = segment.index_floor(from);
-        let mut scanner = Scanner::new(segment.log.as_ref(), &segment.path, start, visible)
-            .with_chunk(LOCATE_CHUNK_BYTES);
-        let first = loop {
-            match scanner.next_batch()? {
-                Ok(Some(found)) => {
-                    if found.header.next_offset().is_some_and(|n| n > from) {
-                        break found;
-                    }
-                }
-                Ok(None) => return Ok(None),
-                Err(stop) => return Err(corrupt(&segment.path, scanner.position(), &stop)),
-            }
-        };
-        let first_len = u64::from(first.header.batch_length);
-        let want = (visible - first.position)
-            .min(max_bytes as u64)
-            .max(first_len);
-        let mut bytes = vec![0u8; want as usize];
-        segment
-            .log
-            .read_exact_at(&mut bytes, first.position)
-            .map_err(io_err("read segment", &segment.path))?;
-        // Keep whole batches only.
-        let mut keep = 0usize;
-        let mut next_offset = from;
-        while keep < bytes.len() {
-            let header = match BatchHeader::parse(&bytes[keep..]) {
-                Ok(h) => h,
-                Err(FormatError::Truncated { .. }) => break,
-                Err(e) => {
-                    return Err(StorageError::Corrupt {
-                        path: segment.path.clone(),
-                        position: first.position + keep as u64,
-                        reason: e.to_string(),
-                    });
-                }
-            };
-            let len = header.batch_length as usize;
-            if keep + len > bytes.len() {
-                break;
-            }
-            keep += len;
-            next_offset = header.next_offset().unwrap_or(u64::MAX);
-        }
-        bytes.truncate(keep);
-        Ok(Some(LogRead {
-            bytes,
-            next_offset,
-            log_start,
-            log_end,
-        }))
-    }
-
-    /// The offset of the first record whose timestamp is at or after `timestamp_us`, or
-    /// `None` if every visible record is older.
-    pub fn offset_for_timestamp(&self, timestamp_us: i64) -> Result<Option<u64>, StorageError> {
-        let log_end = self.next_offset();
-        let segments = self.segments_snapshot();
-        for segment in segments
+    /// Records damage found after open; the log refuses appends until it is accepted.
+    fn add_damage(&self, range: DamagedRange) {
+        let mut damage = self.damage.write();
+        if damage
             .iter()
-            .filter(|s| s.max_timestamp_us().is_some_and(|m| m >= timestamp_us))
+            .any(|d| d.segment_base == range.segment_base && d.position == range.position)
         {
-            let start = segment
-                .index()
-                .floor_time(timestamp_us)
-                .map_or(0, |e| u64::from(e.position));
-            let visible = segment.visible_len();
-            let mut scanner = Scanner::new(segment.log.as_ref(), &segment.path, start, visible)
-                .with_chunk(LOCATE_CHUNK_BYTES);
-            loop {
-                let found = match scanner.next_batch()? {
-                    Ok(Some(found)) => found,
-                    Ok(None) => break,
-                    Err(stop) => return Err(corrupt(&segment.path, scanner.position(), &stop)),
-                };
-                if found.header.max_timestamp_us < timestamp_us {
-                    continue;
-                }
-                let bytes = scanner.batch_bytes(&found)?;
-                let view = BatchView::parse(bytes)
-                    .map_err(|e| corrupt(&segment.path, found.position, &e))?;
-                let hit = view
-                    .records()
-                    .find(|r| r.timestamp_us >= timestamp_us)
-                    .map(|r| r.offset);
-                return Ok(hit.filter(|&o| o < log_end));
-            }
+            return;
         }
-        Ok(None)
+        tracing::error!(dir = %self.dir.display(), range = %range.describe(), "damaged data found by a read: the partition refuses appends until the loss is accepted");
+        let at = damage.partition_point(|d| d.from_offset <= range.from_offset);
+        damage.insert(at, range);
+        self.has_damage.store(true, Ordering::Release);
+    }
+
+    /// The damaged range holding `offset`, if any.
+    fn damage_at(&self, offset: u64) -> Option<DamagedRange> {
+        if !self.has_damage.load(Ordering::Acquire) {
+            return None;
+        }
+        self.damage
+            .read()
+            .iter()
+            .find(|d| d.contains(offset) && d.to_offset != Some(d.from_offset))
+            .cloned()
+    }
+
+    /// Accepts every damaged range as lost, so the log takes appends again (reads of
+    /// the ranges still fail with [`StorageError::DataLoss`]). If damage ends the log,
+    /// appends resume in a new segment at the first offset that no damaged record can
+    /// have used and that is at least `min_next_offset` (the caller passes the largest
+    /// offset any consumer stored, so no consumer skips new records). Returns the
+    /// accepted ranges. The acceptance is durable (the accepted-damage file).
+    pub fn accept_damage(&self, min_next_offset: u64) -> Result<Vec<DamagedRange>, StorageError> {
+        self.check_poison()?;
+        let mut w = self.lock_writer()?;
+        if w.closed {
+            return Err(StorageError::Closed);
+        }
+        if let Some(hint) = w.tail_damage {
+            let resume = hint.max(min_next_offset).max(w.next_offset);
+            let damaged = Arc::clone(&w.active);
+            self.roll_to(&mut w, resume)?;
+            damaged.close_damage(resume);
+            w.tail_damage = None;
+            let new_base = resume;
+            let new_path = log_path(&self.dir, new_base);
+            for d in self.damage.write().iter_mut() {
+                if d.to_offset.is_none() {
+                    d.to_offset = Some(resume.max(d.from_offset));
+                    if d.position == d.end_position {
+                        // Lost bytes, not damaged ones (a short or missing segment): the
+                        // next open sees them as the gap before the new segment.
+                        d.segment_base = new_base;
+                        d.segment = new_path.clone();
+                        d.position = 0;
+                        d.end_position = 0;
+                    }
+                }
+            }
+            self.visible_next.fetch_max(resume, Ordering::AcqRel);
+        }
+        drop(w);
+        let mut damage = self.damage.write();
+        let log_start = self.log_start();
+        damage.retain(|d| d.to_offset.is_none_or(|to| to > log_start));
+        for d in damage.iter_mut() {
+            d.accepted = true;
+        }
+        let entries: Vec<Accepted> = damage.iter().map(Accepted::of).collect();
+        write_accepted(self.env.io.as_ref(), &self.dir, &entries)?;
+        tracing::warn!(dir = %self.dir.display(), ranges = damage.len(), "damaged ranges accepted as lost: the partition takes appends again");
+        self.has_damage.store(!damage.is_empty(), Ordering::Release);
+        Ok(damage.clone())
     }
 
     /// Deletes sealed segments past the retention limits, oldest first. The active
     /// segment is never deleted.
     pub fn apply_retention(&self) -> Result<RetentionOutcome, StorageError> {
-        let now = self.clock.now_us();
+        let now = self.env.clock.now_us();
         let age_us = self
             .config
             .retention_age
             .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
         let removed: Vec<Arc<Segment>> = {
-            let mut segments = self.segments.write().unwrap_or_else(|e| e.into_inner());
+            let mut segments = self.segments.write();
             let mut total: u64 = segments.iter().map(|s| s.visible_len()).sum();
             let mut n = 0;
             while n + 1 < segments.len() {
@@ -671,12 +453,18 @@ impl PartitionLog {
             log_start: self.log_start(),
         };
         for segment in &removed {
-            segment.remove_files(self.io.as_ref())?;
+            segment.remove_files(self.env.io.as_ref())?;
         }
         if !removed.is_empty() {
-            self.io
+            self.env
+                .io
                 .sync_dir(&self.dir)
                 .map_err(io_err("sync directory", &self.dir))?;
+            // Damage in deleted segments is gone with them.
+            let log_start = self.log_start();
+            let mut damage = self.damage.write();
+            damage.retain(|d| d.to_offset.is_none_or(|to| to > log_start));
+            self.has_damage.store(!damage.is_empty(), Ordering::Release);
             tracing::info!(dir = %self.dir.display(), segments = outcome.segments_deleted, log_start = outcome.log_start, "retention deleted segments");
         }
         outcome.log_start = self.log_start();
@@ -685,30 +473,37 @@ impl PartitionLog {
 
     /// Syncs what was appended and refuses further appends. Reads keep working.
     pub fn close(&self) -> Result<(), StorageError> {
-        let mut w = self.lock_writer();
+        let Ok(mut w) = self.writer.lock() else {
+            // A panic poisoned the writer: nothing it holds can be trusted to sync.
+            self.poison_with("append (a panic while appending)");
+            return Ok(());
+        };
         if w.closed {
             return Ok(());
         }
         w.closed = true;
         drop(w);
-        let seals: Vec<_> =
-            std::mem::take(&mut *self.seal_threads.lock().unwrap_or_else(|e| e.into_inner()));
+        let seals: Vec<_> = std::mem::take(&mut *self.seal_threads.lock());
         for seal in seals {
-            let _ = seal.join();
+            if seal.join().is_err() {
+                self.poison_with("segment seal (a panic while sealing)");
+            }
         }
         if self.poisoned().is_some() {
             return Ok(());
         }
         self.sync()?;
-        let w = self.lock_writer();
+        let w = self.lock_writer()?;
         let active = Arc::clone(&w.active);
-        // Every seal has finished: the recovery point may now name the very end.
-        self.advance_recovery_point(RecoveryPoint {
-            segment_base: active.base_offset,
-            position: w.written_len,
-            next_offset: w.next_offset,
-            max_timestamp_us: w.last_max_ts,
-        });
+        if !active.has_damage() && w.tail_damage.is_none() {
+            // Every seal has finished: the recovery point may now name the very end.
+            self.advance_recovery_point(RecoveryPoint {
+                segment_base: active.base_offset,
+                position: w.written_len,
+                next_offset: w.next_offset,
+                max_timestamp_us: w.last_max_ts,
+            });
+        }
         drop(w);
         active.index().sync()
     }
@@ -723,8 +518,13 @@ pub(crate) fn corrupt(path: &Path, position: u64, reason: &dyn std::fmt::Display
 }
 
 /// Creates the files of an empty segment at `base` and makes them durable in the
-/// directory.
-pub(crate) fn create_segment(io: &dyn Io, dir: &Path, base: u64) -> Result<Segment, StorageError> {
+/// directory. Returns the segment (its file pinned) and the open file.
+pub(crate) fn create_segment(
+    env: &LogEnv,
+    dir: &Path,
+    base: u64,
+) -> Result<(Segment, Arc<dyn IoFile>), StorageError> {
+    let io = env.io.as_ref();
     let path = log_path(dir, base);
     let log = io
         .open(&path, true)
@@ -734,5 +534,11 @@ pub(crate) fn create_segment(io: &dyn Io, dir: &Path, base: u64) -> Result<Segme
     let (mut index, _) = SegmentIndex::open(io, dir, base, 0)?;
     index.truncate(0)?;
     io.sync_dir(dir).map_err(io_err("sync directory", dir))?;
-    Ok(Segment::new(base, path, log, index))
+    let file = SegmentFile::pinned(
+        path.clone(),
+        Arc::clone(&log),
+        Arc::clone(&env.io),
+        Arc::clone(&env.files),
+    );
+    Ok((Segment::new(base, path, file, index), log))
 }

@@ -3,7 +3,8 @@
 //! when writes become visible to readers.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Condvar, Mutex, MutexGuard};
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::{DurableTicket, PartitionLog, Written};
 use crate::StorageError;
@@ -32,8 +33,30 @@ pub(super) struct GroupCommit {
 }
 
 impl GroupCommit {
+    // The state is a few counters updated together with no call in between that can
+    // panic; the one long step (the fsync) runs without the lock, under a guard that
+    // fails the log if it panics. So a lock without poisoning.
     pub(super) fn lock(&self) -> MutexGuard<'_, CommitState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
+    }
+}
+
+/// Held by the thread running a group sync: if that thread panics in the fsync, the
+/// sync's outcome is unknown, so the log is poisoned and the waiters are woken (they
+/// would otherwise wait for `syncing` to clear forever).
+struct SyncInProgress<'a> {
+    log: &'a PartitionLog,
+    finished: bool,
+}
+
+impl Drop for SyncInProgress<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.log.poison_with("fsync (a panic while syncing)");
+            let mut st = self.log.commit.lock();
+            st.syncing = false;
+            self.log.commit.synced.notify_all();
+        }
     }
 }
 
@@ -55,7 +78,7 @@ impl PartitionLog {
     /// stay behind them).
     pub(super) fn advance_recovery_point(&self, rp: RecoveryPoint) {
         if self.seals_pending.load(Ordering::Acquire) == 0 {
-            rp.write(self.io.as_ref(), &self.dir);
+            rp.write(self.env.io.as_ref(), &self.dir);
         }
     }
 
@@ -76,11 +99,7 @@ impl PartitionLog {
             }
             self.check_poison()?;
             if st.syncing {
-                st = self
-                    .commit
-                    .synced
-                    .wait(st)
-                    .unwrap_or_else(|e| e.into_inner());
+                self.commit.synced.wait(&mut st);
                 continue;
             }
             let Some(target) = st.latest.clone() else {
@@ -89,9 +108,14 @@ impl PartitionLog {
             };
             st.syncing = true;
             drop(st);
+            let mut guard = SyncInProgress {
+                log: self,
+                finished: false,
+            };
             let started = std::time::Instant::now();
-            let result = target.segment.log.sync_data();
+            let result = target.file.sync_data();
             crate::stats::observe_fsync(started.elapsed());
+            guard.finished = true;
             if result.is_ok() {
                 // Only one thread syncs at a time, so recovery points are written in order.
                 self.advance_recovery_point(RecoveryPoint {
@@ -101,7 +125,7 @@ impl PartitionLog {
                     max_timestamp_us: target.max_ts,
                 });
             }
-            let now = self.clock.now_us();
+            let now = self.env.clock.now_us();
             st = self.commit.lock();
             st.syncing = false;
             match result {
@@ -139,7 +163,7 @@ impl PartitionLog {
             let Some(latest) = &st.latest else {
                 return Ok(false);
             };
-            let now = self.clock.now_us();
+            let now = self.env.clock.now_us();
             let interval_us = i64::try_from(interval.as_micros()).unwrap_or(i64::MAX);
             let due = latest.seq > st.synced_seq
                 && st
@@ -166,14 +190,14 @@ impl PartitionLog {
         let Some(latest) = self.commit.lock().latest.clone() else {
             return;
         };
-        let mut done = self.written_back.lock().unwrap_or_else(|e| e.into_inner());
+        let mut done = self.written_back.lock();
         let base = latest.segment.base_offset;
         let from = if done.0 == base { done.1 } else { 0 };
         let to = latest.len - latest.len % PAGE;
         if to < from + WRITE_BEHIND_BYTES {
             return;
         }
-        if let Err(e) = latest.segment.log.start_writeback(from, to - from) {
+        if let Err(e) = latest.file.start_writeback(from, to - from) {
             tracing::debug!(segment = %latest.segment.path.display(), error = %e, "write-behind hint failed");
         }
         *done = (base, to);

@@ -43,6 +43,28 @@ pub fn read_all(log: &PartitionLog, from: u64) -> Vec<(u64, Vec<u8>)> {
     out
 }
 
+/// Like [`read_all`], but stops before offset `end`.
+pub fn read_until(log: &PartitionLog, from: u64, end: u64) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut at = from;
+    while at < end {
+        let read: LogRead = log.read(at, 64 * 1024).unwrap();
+        if read.bytes.is_empty() {
+            break;
+        }
+        for batch in read.batches() {
+            let batch: BatchView<'_> = batch.unwrap();
+            for r in batch.records() {
+                if r.offset >= at && r.offset < end {
+                    out.push((r.offset, r.value.to_vec()));
+                }
+            }
+        }
+        at = read.next_offset;
+    }
+    out
+}
+
 pub fn small_config() -> LogConfig {
     LogConfig {
         segment_bytes_max: 4096,

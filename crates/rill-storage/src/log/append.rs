@@ -1,0 +1,387 @@
+//! Appending: checking a batch, stamping and writing it, rolling segments.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use rill_format::{BATCH_HEADER_LEN, BatchHeader, BatchView, stamp};
+
+use super::{Appended, DurableTicket, PartitionLog, Writer, Written, create_segment};
+use crate::StorageError;
+use crate::config::Durability;
+use crate::error::io_err;
+use crate::recovery_point::RecoveryPoint;
+use crate::segment::{Found, IndexCadence, Scanner, Segment, entry_for};
+
+/// A batch that passed every check that does not depend on the log's state (size,
+/// both CRCs, record structure and size, timestamp span): what
+/// [`PartitionLog::check`] returns and [`PartitionLog::try_append`] writes.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckedBatch<'a> {
+    bytes: &'a [u8],
+    count: u64,
+    /// `max_timestamp_us - first_timestamp_us` as the producer set them.
+    span_us: i64,
+}
+
+impl CheckedBatch<'_> {
+    /// Records in the batch.
+    pub fn record_count(&self) -> u64 {
+        self.count
+    }
+
+    /// Bytes of the batch.
+    pub fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    /// Whether the batch is empty (never: a batch has a header).
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+impl PartitionLog {
+    /// Checks a batch without appending it: everything [`PartitionLog::append`] would
+    /// refuse whatever the log holds (too large, malformed, a record too large, a
+    /// timestamp span beyond `timestamp_ahead_max`). A caller that must wait before
+    /// appending (an idempotent producer's sequence) checks first, so a bad batch is
+    /// refused at once.
+    pub fn check<'a>(&self, batch: &'a [u8]) -> Result<CheckedBatch<'a>, StorageError> {
+        if batch.len() > self.config.batch_bytes_max as usize {
+            return Err(StorageError::BatchTooLarge {
+                bytes: batch.len(),
+                max: self.config.batch_bytes_max,
+            });
+        }
+        let view = BatchView::parse(batch)?;
+        if view.as_bytes().len() != batch.len() {
+            return Err(StorageError::TrailingBytes {
+                extra: batch.len() - view.as_bytes().len(),
+            });
+        }
+        if view.largest_record_bytes() > self.config.record_bytes_max as usize {
+            return Err(StorageError::RecordTooLarge {
+                bytes: view.largest_record_bytes(),
+                max: self.config.record_bytes_max,
+            });
+        }
+        // Checked by the parser: max - first equals a non-negative delta.
+        let span_us = view.max_timestamp_us() - view.first_timestamp_us();
+        let ahead_max_us = self.ahead_max_us();
+        if span_us > ahead_max_us {
+            let now_us = self.env.clock.now_us();
+            return Err(StorageError::TimestampOutOfRange {
+                max_timestamp_us: now_us.saturating_add(span_us),
+                now_us,
+                ahead_max_us,
+            });
+        }
+        Ok(CheckedBatch {
+            bytes: batch,
+            count: u64::from(view.record_count()),
+            span_us,
+        })
+    }
+
+    /// Refuses appends to a closed, poisoned or damaged log.
+    fn check_appendable(&self, w: &Writer) -> Result<(), StorageError> {
+        if w.closed {
+            return Err(StorageError::Closed);
+        }
+        self.check_writable()?;
+        if w.tail_damage.is_some() {
+            // Even accepted, damage that ends the active segment leaves its next offset
+            // unknown: only `accept_damage`, which rolls past it, may resume appends.
+            return Err(StorageError::Damaged {
+                ranges: "damage ends the log; accept the loss to resume appends".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    fn ahead_max_us(&self) -> i64 {
+        // Validated to fit in `LogConfig::validate`.
+        i64::try_from(self.config.timestamp_ahead_max.as_micros()).unwrap_or(i64::MAX)
+    }
+
+    /// Appends one batch: validates it, stamps its base offset and append time, writes
+    /// it, and returns once the durability policy holds.
+    ///
+    /// `batch` must hold exactly one batch. It is not modified: the stamped 64-byte
+    /// header is written from a copy, followed by the caller's records, so a shared
+    /// buffer (a decoded frame, an embedded client's retry copy) is never copied.
+    /// Under [`Durability::Always`] this returns after an `fdatasync` covered the batch
+    /// (shared with concurrent appends).
+    pub fn append(&self, batch: &[u8]) -> Result<Appended, StorageError> {
+        let (appended, ticket) = self.append_deferred(batch)?;
+        self.wait_durable(ticket)?;
+        Ok(appended)
+    }
+
+    /// Writes a batch like [`PartitionLog::append`] but returns before the durability
+    /// policy holds: call [`PartitionLog::wait_durable`] with the ticket before
+    /// acknowledging. Rolls to a new segment first if the batch needs one.
+    pub fn append_deferred(&self, batch: &[u8]) -> Result<(Appended, DurableTicket), StorageError> {
+        let checked = self.check(batch)?;
+        loop {
+            if let Some(done) = self.try_append(&checked)? {
+                return Ok(done);
+            }
+            self.make_room(checked.len())?;
+        }
+    }
+
+    /// Writes a checked batch unless the active segment must roll first, in which case
+    /// it writes nothing and returns `None`: call [`PartitionLog::make_room`] (which may
+    /// sync and create files, so a caller holding a lock of its own releases it first)
+    /// and try again. Returns before the durability policy holds, like
+    /// [`PartitionLog::append_deferred`].
+    pub fn try_append(
+        &self,
+        checked: &CheckedBatch<'_>,
+    ) -> Result<Option<(Appended, DurableTicket)>, StorageError> {
+        let batch = checked.bytes;
+        let len = checked.len();
+        let mut w = self.lock_writer()?;
+        self.check_appendable(&w)?;
+        let now = self.env.clock.now_us();
+        let ts = w.last_max_ts.map_or(now, |last| now.max(last));
+        if checked.span_us > 0
+            && ts.saturating_add(checked.span_us) > now.saturating_add(self.ahead_max_us())
+        {
+            // A span of 0 cannot move the clock past max(now, last); a positive span may
+            // only reach `timestamp_ahead_max` beyond now, so no sequence of batches can
+            // ratchet the partition's clock away.
+            return Err(StorageError::TimestampOutOfRange {
+                max_timestamp_us: ts.saturating_add(checked.span_us),
+                now_us: now,
+                ahead_max_us: self.ahead_max_us(),
+            });
+        }
+        if self.needs_roll(&w, len, ts) {
+            return Ok(None);
+        }
+        let base = w.next_offset;
+        let mut header = [0u8; BATCH_HEADER_LEN];
+        header.copy_from_slice(&batch[..BATCH_HEADER_LEN]);
+        stamp(&mut header, base, ts)?;
+        let position = w.written_len;
+        // The stamped header, then the records as the caller holds them. A crash
+        // between the two writes leaves a torn batch, which recovery cuts.
+        let written = w.file.write_all_at(&header, position).and_then(|()| {
+            w.file.write_all_at(
+                &batch[BATCH_HEADER_LEN..],
+                position + BATCH_HEADER_LEN as u64,
+            )
+        });
+        if let Err(e) = written {
+            self.poison_with("write");
+            return Err(io_err("write segment", &w.active.path)(e));
+        }
+        if w.cadence.take(position) {
+            let found = Found {
+                position,
+                header: BatchHeader::parse(&header)?,
+            };
+            if let Some(entry) = entry_for(w.active.base_offset, &found) {
+                let pushed = w.active.index_mut().push(entry);
+                if let Err(e) = pushed {
+                    self.poison_with("index write");
+                    return Err(e);
+                }
+            }
+        }
+        let next = base + checked.count;
+        let max_ts = ts + checked.span_us;
+        w.written_len += len;
+        w.next_offset = next;
+        w.last_max_ts = Some(max_ts);
+        w.segment_first_ts.get_or_insert(ts);
+        w.seq += 1;
+        w.active.set_next_offset(next);
+        w.active.observe_timestamp(max_ts);
+        let written = Written {
+            seq: w.seq,
+            segment: Arc::clone(&w.active),
+            file: Arc::clone(&w.file),
+            len: w.written_len,
+            next_offset: next,
+            max_ts: w.last_max_ts,
+        };
+        if self.config.durability != Durability::Always {
+            self.publish(&written);
+        }
+        let seq = written.seq;
+        self.commit.lock().latest = Some(written);
+        Ok(Some((
+            Appended {
+                base_offset: base,
+                last_offset: next - 1,
+                timestamp_us: ts,
+            },
+            DurableTicket(seq),
+        )))
+    }
+
+    /// Rolls to a new segment if a batch of `len` bytes would need one. Under
+    /// `always` this syncs the old segment (holding only the log's own writer lock).
+    pub fn make_room(&self, len: u64) -> Result<(), StorageError> {
+        let mut w = self.lock_writer()?;
+        self.check_appendable(&w)?;
+        let now = self.env.clock.now_us();
+        let ts = w.last_max_ts.map_or(now, |last| now.max(last));
+        if self.needs_roll(&w, len, ts) {
+            let base = w.next_offset;
+            self.roll_to(&mut w, base)?;
+        }
+        Ok(())
+    }
+
+    /// Headers of every batch in the last `segments` segments, oldest first: what a
+    /// caller needs to rebuild per-producer state after a restart. Damaged ranges are
+    /// stepped over; a segment whose chain breaks where no damage is known contributes
+    /// the headers before the break (a warning says so).
+    pub fn recent_batch_headers(&self, segments: usize) -> Result<Vec<BatchHeader>, StorageError> {
+        let all = self.segments_snapshot();
+        let mut headers = Vec::new();
+        for segment in &all[all.len().saturating_sub(segments)..] {
+            let file = segment.log()?;
+            let mut scanner = Scanner::new(file.as_ref(), &segment.path, 0, segment.visible_len())
+                .skipping(segment.damaged());
+            loop {
+                match scanner.next_batch()? {
+                    Ok(Some(found)) => headers.push(found.header),
+                    Ok(None) => break,
+                    Err(stop) => {
+                        tracing::warn!(path = %segment.path.display(), position = scanner.position(), reason = %stop, "cannot read batch headers past damage");
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(headers)
+    }
+
+    fn needs_roll(&self, w: &Writer, len: u64, ts: i64) -> bool {
+        if w.written_len == 0 {
+            return false;
+        }
+        if w.written_len + len > self.config.segment_bytes_max {
+            return true;
+        }
+        match (self.config.segment_age_max, w.segment_first_ts) {
+            (Some(age), Some(first)) => {
+                ts.saturating_sub(first) >= i64::try_from(age.as_micros()).unwrap_or(i64::MAX)
+            }
+            _ => false,
+        }
+    }
+
+    /// Seals the active segment (synced, whatever the policy, so a sealed segment is
+    /// always complete on disk) and starts a new one at offset `base` (the next offset,
+    /// or a later one after accepted damage).
+    pub(super) fn roll_to(&self, w: &mut Writer, base: u64) -> Result<(), StorageError> {
+        let old = Arc::clone(&w.active);
+        let old_file = Arc::clone(&w.file);
+        if self.config.durability == Durability::Always {
+            // Under `always` the old segment is synced already but for appends still
+            // waiting on their group commit: syncing it here is cheap, and is what
+            // those waiters need (the next leader syncs the new segment).
+            let started = std::time::Instant::now();
+            let synced = old_file.sync_data();
+            crate::stats::observe_fsync(started.elapsed());
+            if let Err(e) = synced {
+                self.poison_with("fsync");
+                return Err(io_err("sync segment", &old.path)(e));
+            }
+            old.set_visible_len(w.written_len);
+            seal_index(&old);
+            old.file.unpin();
+        } else {
+            // Under `never`/`interval`, syncing up to a gigabyte here would stall every
+            // append for a long time: seal in the background instead. Until that sync
+            // finishes the recovery point stays behind, so a crash makes recovery
+            // validate this segment too.
+            old.set_visible_len(w.written_len);
+            self.seal_in_background(Arc::clone(&old), old_file);
+        }
+        let (segment, file) = match create_segment(&self.env, &self.dir, base) {
+            Ok((s, f)) => (Arc::new(s), f),
+            Err(e) => {
+                self.poison_with("segment roll");
+                return Err(e);
+            }
+        };
+        self.segments.write().push(Arc::clone(&segment));
+        self.advance_recovery_point(RecoveryPoint {
+            segment_base: base,
+            position: 0,
+            next_offset: base,
+            max_timestamp_us: w.last_max_ts,
+        });
+        w.active = segment;
+        w.file = file;
+        w.written_len = 0;
+        w.next_offset = base;
+        w.segment_first_ts = None;
+        w.cadence = IndexCadence::new(self.config.index_interval_bytes, None);
+        Ok(())
+    }
+
+    fn seal_in_background(&self, segment: Arc<Segment>, file: Arc<dyn crate::IoFile>) {
+        self.seals_pending.fetch_add(1, Ordering::AcqRel);
+        let pending = Arc::clone(&self.seals_pending);
+        let poison = Arc::clone(&self.poison);
+        let spawned = std::thread::Builder::new()
+            .name("rill-seal".into())
+            .spawn(move || {
+                // A panic in the sync leaves the segment's durability unknown: poison.
+                let sealed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let started = std::time::Instant::now();
+                    let synced = file.sync_data();
+                    crate::stats::observe_fsync(started.elapsed());
+                    synced
+                }));
+                match sealed {
+                    Ok(Ok(())) => {
+                        seal_index(&segment);
+                        segment.file.unpin();
+                        // Only a successful seal lets the recovery point move on.
+                        pending.fetch_sub(1, Ordering::AcqRel);
+                    }
+                    Ok(Err(e)) => {
+                        if poison.set("fsync").is_ok() {
+                            tracing::error!(path = %segment.path.display(), error = %e, "sealing a segment failed: partition poisoned");
+                        }
+                    }
+                    Err(_) => {
+                        if poison.set("segment seal (a panic while sealing)").is_ok() {
+                            tracing::error!(path = %segment.path.display(), "sealing a segment panicked: partition poisoned");
+                        }
+                    }
+                }
+            });
+        match spawned {
+            Ok(handle) => {
+                let mut threads = self.seal_threads.lock();
+                threads.retain(|t| !t.is_finished());
+                threads.push(handle);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start a sealing thread: partition poisoned");
+                self.poison_with("segment seal");
+            }
+        }
+    }
+}
+
+/// Syncs a sealed segment's index and closes its files: its entries stay in memory.
+fn seal_index(segment: &Segment) {
+    let mut index = segment.index_mut();
+    if let Err(e) = index.sync() {
+        // The index is a hint that recovery rebuilds; a failed index sync is worth a
+        // warning, not a poisoned partition.
+        tracing::warn!(error = %e, "could not sync a sealed segment's index");
+    }
+    index.release_files();
+}

@@ -1,0 +1,263 @@
+//! Reading: batches by offset, the offset for a timestamp, and damage found by reads.
+
+use std::sync::Arc;
+
+use rill_format::{BatchHeader, BatchView, FormatError};
+
+use super::{LogRead, PartitionLog, corrupt};
+use crate::StorageError;
+use crate::damage::{DamagedRange, search_after};
+use crate::error::io_err;
+use crate::io::IoFile;
+use crate::segment::{DamagedBytes, ScanStop, Scanner, Segment};
+
+/// Bytes read at a time when locating an offset from a sparse index entry.
+const LOCATE_CHUNK_BYTES: usize = 8 * 1024;
+/// Reads that find new damage retry this often before giving up with `Corrupt`.
+const DAMAGE_RETRIES_MAX: usize = 8;
+
+/// What one attempt at a read found.
+enum Attempt {
+    Read(LogRead),
+    /// Nothing in this segment at or after the offset.
+    NotHere,
+    /// New damage was found and recorded: read again.
+    FoundDamage,
+}
+
+impl PartitionLog {
+    /// Reads whole batches starting with the one that holds `from`, up to `max_bytes`
+    /// (at least one batch, even if it is larger). An offset in a damaged range fails
+    /// with [`StorageError::DataLoss`], which names the range; a read that starts before
+    /// damage returns the batches before it.
+    pub fn read(&self, from: u64, max_bytes: usize) -> Result<LogRead, StorageError> {
+        for _ in 0..DAMAGE_RETRIES_MAX {
+            if let Some(read) = self.read_once(from, max_bytes)? {
+                return Ok(read);
+            }
+        }
+        Err(StorageError::Corrupt {
+            path: self.dir.clone(),
+            position: 0,
+            reason: format!("reading offset {from} keeps finding new damage"),
+        })
+    }
+
+    /// One attempt: `None` if it found (and recorded) new damage.
+    fn read_once(&self, from: u64, max_bytes: usize) -> Result<Option<LogRead>, StorageError> {
+        let log_end = self.next_offset();
+        let log_start = self.log_start();
+        if from < log_start {
+            return Err(StorageError::OffsetBeforeStart {
+                requested: from,
+                log_start,
+            });
+        }
+        if from > log_end {
+            return Err(StorageError::OffsetBeyondEnd {
+                requested: from,
+                next_offset: log_end,
+            });
+        }
+        let empty = LogRead {
+            bytes: Vec::new(),
+            next_offset: from,
+            log_start,
+            log_end,
+        };
+        if from == log_end {
+            return Ok(Some(empty));
+        }
+        if let Some(d) = self.damage_at(from) {
+            return Err(data_loss(&d));
+        }
+        let segments = self.segments_snapshot();
+        let mut i = segments
+            .partition_point(|s| s.base_offset <= from)
+            .saturating_sub(1);
+        while let Some(segment) = segments.get(i) {
+            match self.read_segment(segment, from, max_bytes, log_start, log_end)? {
+                Attempt::Read(read) => return Ok(Some(read)),
+                Attempt::NotHere => i += 1,
+                Attempt::FoundDamage => return Ok(None),
+            }
+        }
+        // Retention removed the segment between the checks above and the snapshot.
+        let log_start = self.log_start();
+        if from < log_start {
+            return Err(StorageError::OffsetBeforeStart {
+                requested: from,
+                log_start,
+            });
+        }
+        Ok(Some(empty))
+    }
+
+    /// Reads from one segment.
+    fn read_segment(
+        &self,
+        segment: &Segment,
+        from: u64,
+        max_bytes: usize,
+        log_start: u64,
+        log_end: u64,
+    ) -> Result<Attempt, StorageError> {
+        let visible = segment.visible_len();
+        let extent = segment.readable_extent(from, visible);
+        let file = segment.log()?;
+        let mut scanner = Scanner::new(file.as_ref(), &segment.path, extent.start, extent.end)
+            .with_chunk(LOCATE_CHUNK_BYTES);
+        let mut expected = extent.start_offset;
+        let first = loop {
+            match scanner.next_batch()? {
+                Ok(Some(found)) => match found.header.next_offset() {
+                    Some(next) if next > from => break found,
+                    Some(next) => expected = next,
+                    None => {
+                        let at = found.position;
+                        return self.found_damage(
+                            segment,
+                            &file,
+                            at,
+                            expected,
+                            &ScanStop::Invalid(FormatError::Empty),
+                        );
+                    }
+                },
+                Ok(None) => return Ok(Attempt::NotHere),
+                Err(stop) => {
+                    let at = scanner.position();
+                    return self.found_damage(segment, &file, at, expected, &stop);
+                }
+            }
+        };
+        let first_len = u64::from(first.header.batch_length);
+        let want = (extent.end - first.position)
+            .min(max_bytes as u64)
+            .max(first_len);
+        let mut bytes = vec![0u8; want as usize];
+        file.read_exact_at(&mut bytes, first.position)
+            .map_err(io_err("read segment", &segment.path))?;
+        // Keep whole batches only, and stop before a header that does not parse: the
+        // next read starts there and records the damage.
+        let mut keep = 0usize;
+        let mut next_offset = from;
+        while keep < bytes.len() {
+            let Ok(header) = BatchHeader::parse(&bytes[keep..]) else {
+                break;
+            };
+            let len = header.batch_length as usize;
+            if keep + len > bytes.len() {
+                break;
+            }
+            let Some(next) = header.next_offset() else {
+                break;
+            };
+            keep += len;
+            next_offset = next;
+        }
+        if keep == 0 {
+            // The first batch's header parsed from the scan but not now: the bytes
+            // changed under the read.
+            return Err(corrupt(
+                &segment.path,
+                first.position,
+                &"batch header changed while reading",
+            ));
+        }
+        bytes.truncate(keep);
+        Ok(Attempt::Read(LogRead {
+            bytes,
+            next_offset,
+            log_start,
+            log_end,
+        }))
+    }
+
+    /// Records damage a read came across at `at` (where offset `expected` should
+    /// start), finding where valid data resumes.
+    fn found_damage(
+        &self,
+        segment: &Segment,
+        file: &Arc<dyn IoFile>,
+        at: u64,
+        expected: u64,
+        stop: &ScanStop,
+    ) -> Result<Attempt, StorageError> {
+        if segment.damaged().iter().any(|d| d.start == at) {
+            // Known already, yet the read came here: a bug, not new damage.
+            return Err(corrupt(&segment.path, at, stop));
+        }
+        let len = segment.visible_len();
+        let after = search_after(file.as_ref(), &segment.path, at, len, expected)?;
+        let (end, to_offset) = match after.resync {
+            Some(r) => (r.position, r.base_offset),
+            None => (len, segment.next_offset().max(expected)),
+        };
+        segment.add_damage(DamagedBytes {
+            start: at,
+            end,
+            from_offset: expected,
+            to_offset: Some(to_offset),
+        });
+        self.add_damage(DamagedRange {
+            from_offset: expected,
+            to_offset: Some(to_offset),
+            segment: segment.path.clone(),
+            segment_base: segment.base_offset,
+            position: at,
+            end_position: end,
+            reason: stop.to_string(),
+            accepted: false,
+        });
+        Ok(Attempt::FoundDamage)
+    }
+
+    /// The offset of the first record whose timestamp is at or after `timestamp_us`, or
+    /// `None` if every visible record is older. Damaged ranges are stepped over.
+    pub fn offset_for_timestamp(&self, timestamp_us: i64) -> Result<Option<u64>, StorageError> {
+        let log_end = self.next_offset();
+        let segments = self.segments_snapshot();
+        for segment in segments
+            .iter()
+            .filter(|s| s.max_timestamp_us().is_some_and(|m| m >= timestamp_us))
+        {
+            let start = segment
+                .index()
+                .floor_time(timestamp_us)
+                .map_or(0, |e| u64::from(e.position));
+            let visible = segment.visible_len();
+            let file = segment.log()?;
+            let mut scanner = Scanner::new(file.as_ref(), &segment.path, start, visible)
+                .with_chunk(LOCATE_CHUNK_BYTES)
+                .skipping(segment.damaged());
+            loop {
+                let found = match scanner.next_batch()? {
+                    Ok(Some(found)) => found,
+                    Ok(None) => break,
+                    Err(stop) => return Err(corrupt(&segment.path, scanner.position(), &stop)),
+                };
+                if found.header.max_timestamp_us < timestamp_us {
+                    continue;
+                }
+                let bytes = scanner.batch_bytes(&found)?;
+                let view = BatchView::parse(bytes)
+                    .map_err(|e| corrupt(&segment.path, found.position, &e))?;
+                let hit = view
+                    .records()
+                    .find(|r| r.timestamp_us >= timestamp_us)
+                    .map(|r| r.offset);
+                return Ok(hit.filter(|&o| o < log_end));
+            }
+        }
+        Ok(None)
+    }
+}
+
+fn data_loss(d: &DamagedRange) -> StorageError {
+    StorageError::DataLoss {
+        from: d.from_offset,
+        to: d.to_offset,
+        reason: d.describe(),
+    }
+}
