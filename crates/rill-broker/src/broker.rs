@@ -1,15 +1,18 @@
 //! The broker: catalog of streams and topics, produce, fetch, stored offsets.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use rill_proto::pb;
-use rill_storage::{Clock, Flusher, LogRead, SystemClock};
+use rill_storage::{
+    Clock, DamagedRange, FileCache, Flusher, Io, LogEnv, LogRead, OPEN_FILES_DEFAULT, StdIo,
+    SystemClock,
+};
 
 use crate::BrokerError;
 use crate::catalog::{
@@ -17,7 +20,9 @@ use crate::catalog::{
 };
 use crate::names::validate_name;
 use crate::offsets::{OffsetKey, OffsetStore};
-use crate::partition::{Partition, Produced};
+use crate::partition::{Partition, PartitionOptions, Produced};
+use crate::producer::RECENT_BATCHES;
+use crate::reserve::Reserve;
 
 /// Options of a broker.
 #[derive(Debug, Clone)]
@@ -41,9 +46,23 @@ pub struct BrokerConfig {
     pub flush_tick: Duration,
     /// Idempotent producers remembered per partition (default 10,000).
     pub producers_per_partition_max: usize,
+    /// Batches remembered per idempotent producer and partition, for recognising
+    /// retries (default 5, at most 64). Clients learn it from `InitProducer` and keep
+    /// at most this many batches per partition in flight.
+    pub producer_batches_remembered: usize,
     /// How long a pipelined idempotent batch that arrived before an earlier one waits
     /// for it (default 5 s).
     pub sequence_wait: Duration,
+    /// How far ahead of the broker's clock record timestamps may reach (default 1 h).
+    pub max_timestamp_ahead: Duration,
+    /// Sealed-segment files kept open, shared by every partition (default 256).
+    pub open_files_max: usize,
+    /// Disk space kept in reserve (a file of zeros) so that catalog changes, and above
+    /// all topic deletes, still work on a full disk (default 8 MiB; 0 keeps none).
+    pub reserved_space_bytes: u64,
+    /// The disk: every file operation of the broker goes through it (default the real
+    /// file system; tests use a simulated one).
+    pub io: Arc<dyn Io>,
 }
 
 impl BrokerConfig {
@@ -59,8 +78,35 @@ impl BrokerConfig {
             retention_interval: Duration::from_secs(60),
             flush_tick: Duration::from_millis(10),
             producers_per_partition_max: 10_000,
+            producer_batches_remembered: RECENT_BATCHES,
             sequence_wait: Duration::from_secs(5),
+            max_timestamp_ahead: Duration::from_secs(3600),
+            open_files_max: OPEN_FILES_DEFAULT,
+            reserved_space_bytes: 8 << 20,
+            io: Arc::new(StdIo),
         }
+    }
+
+    /// Checks the options' ranges.
+    pub fn validate(&self) -> Result<(), BrokerError> {
+        let bad = |m: &str| Err(BrokerError::InvalidConfig(m.to_owned()));
+        if !(1..=crate::producer::RECENT_BATCHES_MAX).contains(&self.producer_batches_remembered) {
+            return bad("producer_batches_remembered must be 1..=64");
+        }
+        if self.producers_per_partition_max == 0 {
+            return bad("producers_per_partition_max must be positive");
+        }
+        if self.open_files_max == 0 {
+            return bad("open_files_max must be positive");
+        }
+        if self.max_timestamp_ahead.is_zero() {
+            return bad("max_timestamp_ahead must be positive");
+        }
+        if self.max_fetch_bytes == 0 || self.max_batch_bytes < rill_format::BATCH_HEADER_LEN as u32
+        {
+            return bad("max_fetch_bytes and max_batch_bytes must hold a batch");
+        }
+        Ok(())
     }
 }
 
@@ -92,7 +138,7 @@ pub struct Fetch {
 }
 
 /// A partition's state for `describe`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionState {
     /// Partition number.
     pub partition: u32,
@@ -104,39 +150,65 @@ pub struct PartitionState {
     pub size_bytes: u64,
     /// Segments.
     pub segments: u32,
+    /// Why the partition refuses appends; `None` while it is healthy.
+    pub failure: Option<String>,
+    /// Damaged ranges of its log.
+    pub damaged: Vec<DamagedRange>,
+}
+
+/// A partition that refuses appends, for `/health` and `/metrics`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedPartition {
+    /// Its stream.
+    pub stream: String,
+    /// Its topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u32,
+    /// Why it refuses appends.
+    pub reason: String,
 }
 
 /// The broker core, embeddable: no sockets. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct Broker {
     config: BrokerConfig,
+    /// The disk, the clock and the shared file cache every log uses.
+    pub(crate) env: LogEnv,
     streams: RwLock<BTreeMap<String, Stream>>,
-    /// Serializes catalog changes (and their file I/O).
+    /// Serializes catalog changes (and their file I/O). It guards no state of its own.
     admin: Mutex<()>,
     pub(crate) offsets: OffsetStore,
     pub(crate) groups: crate::groups::Groups,
     flusher: Flusher,
     clock: SystemClock,
     shutting_down: AtomicBool,
+    pub(crate) reserve: Reserve,
     /// Held for the broker's life: one broker per data directory.
-    _lock: File,
+    _lock: Box<dyn std::fmt::Debug + Send + Sync>,
 }
 
 impl Broker {
     /// Opens the broker on its data directory, recovering every partition.
     ///
-    /// Fails if another broker holds the directory.
+    /// Fails if another broker holds the directory, or the catalog or the offsets log
+    /// cannot be read. A partition whose files are damaged or unreadable does not fail
+    /// the open: it is opened failed (see [`Broker::failed_partitions`]).
     pub fn open(config: BrokerConfig) -> Result<Self, BrokerError> {
+        config.validate()?;
+        let io = Arc::clone(&config.io);
         let dir = &config.data_dir;
-        std::fs::create_dir_all(dir).map_err(catalog_err("create", dir))?;
+        io.create_dir_all(dir).map_err(catalog_err("create", dir))?;
         let lock_path = dir.join("rill.lock");
-        let lock = File::create(&lock_path).map_err(catalog_err("create", &lock_path))?;
-        lock.try_lock().map_err(|e| BrokerError::Catalog {
+        let lock = io.try_lock(&lock_path).map_err(|e| BrokerError::Catalog {
             op: "lock (is another rill using this data directory?)",
             path: lock_path.clone(),
-            source: std::io::Error::other(e.to_string()),
+            source: e,
         })?;
-        let file = catalog::load(dir)?;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let env = LogEnv::new(Arc::clone(&io), clock)
+            .with_files(Arc::new(FileCache::new(config.open_files_max)));
+        let file = catalog::load(io.as_ref(), dir)?;
         let flusher = Flusher::start(config.flush_tick);
         let mut streams = BTreeMap::new();
         for (name, stream) in &file.streams {
@@ -144,6 +216,7 @@ impl Broker {
             for (topic_name, topic) in &stream.topics {
                 let opened = open_topic(
                     &config,
+                    &env,
                     &flusher,
                     name,
                     topic_name,
@@ -161,11 +234,14 @@ impl Broker {
                 },
             );
         }
-        remove_orphan_topic_dirs(dir, &file)?;
-        let offsets = OffsetStore::open(dir)?;
+        remove_orphan_topic_dirs(io.as_ref(), dir, &file)?;
+        let offsets = OffsetStore::open_in(dir, &env)?;
+        let reserve = Reserve::new(Arc::clone(&io), dir, config.reserved_space_bytes);
+        reserve.ensure();
         tracing::info!(data_dir = %dir.display(), streams = streams.len(), "broker opened");
         Ok(Self {
             config,
+            env,
             streams: RwLock::new(streams),
             admin: Mutex::new(()),
             offsets,
@@ -173,6 +249,7 @@ impl Broker {
             flusher,
             clock: SystemClock,
             shutting_down: AtomicBool::new(false),
+            reserve,
             _lock: lock,
         })
     }
@@ -182,15 +259,17 @@ impl Broker {
         &self.config
     }
 
-    fn read_streams(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Stream>> {
-        self.streams.read().unwrap_or_else(|e| e.into_inner())
+    // The catalog map changes by one insert or remove at a time, so a panic cannot
+    // leave it half-changed: a lock without poisoning.
+    fn read_streams(&self) -> RwLockReadGuard<'_, BTreeMap<String, Stream>> {
+        self.streams.read()
     }
 
-    fn write_streams(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Stream>> {
-        self.streams.write().unwrap_or_else(|e| e.into_inner())
+    fn write_streams(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Stream>> {
+        self.streams.write()
     }
 
-    fn check_running(&self) -> Result<(), BrokerError> {
+    pub(crate) fn check_running(&self) -> Result<(), BrokerError> {
         if self.shutting_down.load(Ordering::Acquire) {
             return Err(BrokerError::ShuttingDown);
         }
@@ -229,6 +308,20 @@ impl Broker {
         }
     }
 
+    /// Persists a catalog; on a full disk it gives back the reserved space and tries
+    /// once more, so an operator can still delete topics to free space.
+    fn save_catalog(&self, file: &CatalogFile) -> Result<(), BrokerError> {
+        match catalog::save(self.env.io.as_ref(), &self.config.data_dir, file) {
+            Err(BrokerError::Catalog { source, .. })
+                if crate::reserve::is_no_space(&source) && self.reserve.release() =>
+            {
+                tracing::warn!("the disk is full: used the reserved space to save the catalog");
+                catalog::save(self.env.io.as_ref(), &self.config.data_dir, file)
+            }
+            other => other,
+        }
+    }
+
     // ---- admin ---------------------------------------------------------------------
 
     /// Creates a stream. With `if_missing`, an existing stream is not an error.
@@ -236,7 +329,7 @@ impl Broker {
     pub fn create_stream(&self, name: &str, if_missing: bool) -> Result<bool, BrokerError> {
         self.check_running()?;
         validate_name("stream", name)?;
-        let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
+        let _admin = self.admin.lock();
         if self.read_streams().contains_key(name) {
             return if if_missing {
                 Ok(false)
@@ -253,7 +346,8 @@ impl Broker {
                 topics: BTreeMap::new(),
             },
         );
-        catalog::save(&self.config.data_dir, &file)?;
+        // Write-ahead: the catalog on disk changes first, then the one in memory.
+        self.save_catalog(&file)?;
         self.write_streams().insert(
             name.to_owned(),
             Stream {
@@ -278,14 +372,18 @@ impl Broker {
         for topic in topics {
             self.delete_topic(name, &topic)?;
         }
-        let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
+        let _admin = self.admin.lock();
         let mut file = self.catalog_file();
-        file.streams.remove(name);
-        catalog::save(&self.config.data_dir, &file)?;
+        if file.streams.remove(name).is_none() {
+            return Err(BrokerError::StreamNotFound(name.to_owned()));
+        }
+        self.save_catalog(&file)?;
         self.write_streams().remove(name);
         let dir = self.config.data_dir.join("streams").join(name);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(catalog_err("remove", &dir))?;
+        let io = self.env.io.as_ref();
+        if io.exists(&dir) {
+            io.remove_dir_all(&dir)
+                .map_err(catalog_err("remove", &dir))?;
         }
         tracing::info!(stream = name, "stream deleted");
         Ok(())
@@ -317,7 +415,7 @@ impl Broker {
         if create_stream {
             self.create_stream(stream, true)?;
         }
-        let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
+        let _admin = self.admin.lock();
         {
             let streams = self.read_streams();
             let s = streams
@@ -341,8 +439,11 @@ impl Broker {
             }
         }
         let created_us = self.clock.now_us();
+        // Files first (a crash leaves an orphan directory, removed at the next open),
+        // then the catalog on disk, then the catalog in memory.
         let opened = open_topic(
             &self.config,
+            &self.env,
             &self.flusher,
             stream,
             topic,
@@ -350,6 +451,21 @@ impl Broker {
             created_us,
             true,
         )?;
+        if let Some((p, reason)) = opened
+            .partitions
+            .iter()
+            .enumerate()
+            .find_map(|(i, p)| p.failure().map(|r| (i, r)))
+        {
+            let dir = topic_dir(&self.config.data_dir, stream, topic);
+            let _ = self.env.io.remove_dir_all(&dir);
+            return Err(BrokerError::PartitionUnavailable {
+                stream: stream.to_owned(),
+                topic: topic.to_owned(),
+                partition: p as u32,
+                reason,
+            });
+        }
         let mut file = self.catalog_file();
         file.streams
             .get_mut(stream)
@@ -362,7 +478,14 @@ impl Broker {
                     config: config.clone(),
                 },
             );
-        catalog::save(&self.config.data_dir, &file)?;
+        if let Err(e) = self.save_catalog(&file) {
+            for p in &opened.partitions {
+                let _ = p.close();
+            }
+            let dir = topic_dir(&self.config.data_dir, stream, topic);
+            let _ = self.env.io.remove_dir_all(&dir);
+            return Err(e);
+        }
         self.write_streams()
             .get_mut(stream)
             .expect("checked above under the admin lock")
@@ -377,23 +500,32 @@ impl Broker {
         Ok((true, config))
     }
 
-    /// Deletes a topic, its data and its stored offsets.
+    /// Deletes a topic, its data and its stored offsets. Write-ahead: the catalog
+    /// without the topic is saved first (on a full disk, into the reserved space), so
+    /// a failure leaves the topic as it was, and a crash after it leaves only files
+    /// that the next open removes.
     pub fn delete_topic(&self, stream: &str, topic: &str) -> Result<(), BrokerError> {
         self.check_running()?;
-        let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
-        let removed = {
-            let mut streams = self.write_streams();
-            let s = streams
-                .get_mut(stream)
-                .ok_or_else(|| BrokerError::StreamNotFound(stream.to_owned()))?;
-            s.topics
-                .remove(topic)
-                .ok_or_else(|| BrokerError::TopicNotFound {
-                    stream: stream.to_owned(),
-                    topic: topic.to_owned(),
-                })?
-        };
-        catalog::save(&self.config.data_dir, &self.catalog_file())?;
+        let _admin = self.admin.lock();
+        let mut file = self.catalog_file();
+        let removed_from_file = file
+            .streams
+            .get_mut(stream)
+            .ok_or_else(|| BrokerError::StreamNotFound(stream.to_owned()))?
+            .topics
+            .remove(topic);
+        if removed_from_file.is_none() {
+            return Err(BrokerError::TopicNotFound {
+                stream: stream.to_owned(),
+                topic: topic.to_owned(),
+            });
+        }
+        self.save_catalog(&file)?;
+        let removed = self
+            .write_streams()
+            .get_mut(stream)
+            .and_then(|s| s.topics.remove(topic))
+            .expect("present under the admin lock");
         for partition in &removed.partitions {
             // A partition whose log failed stays poisoned; its files go anyway.
             if let Err(e) = partition.close() {
@@ -401,13 +533,21 @@ impl Broker {
             }
         }
         let dir = topic_dir(&self.config.data_dir, stream, topic);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(catalog_err("remove", &dir))?;
-        }
-        for (key, _) in self.offsets.for_topic(stream, topic) {
-            self.offsets.delete(key)?;
+        let io = self.env.io.as_ref();
+        if io.exists(&dir) {
+            io.remove_dir_all(&dir)
+                .map_err(catalog_err("remove", &dir))?;
         }
         self.groups.forget_topic(stream, topic);
+        for (key, _) in self.offsets.for_topic(stream, topic) {
+            if let Err(e) = self.offsets.delete(key) {
+                // The topic is gone; a stored offset left behind names nothing and is
+                // dropped by the next compaction.
+                tracing::warn!(error = %e, "deleting a deleted topic's stored offset");
+            }
+        }
+        // Space was freed: take the reserve back if it was used.
+        self.reserve.ensure();
         tracing::info!(stream, topic, "topic deleted");
         Ok(())
     }
@@ -477,12 +617,25 @@ impl Broker {
             .partitions
             .iter()
             .enumerate()
-            .map(|(i, p)| PartitionState {
-                partition: i as u32,
-                first_offset: p.log.log_start(),
-                next_offset: p.log.next_offset(),
-                size_bytes: p.log.size_bytes(),
-                segments: p.log.segment_count() as u32,
+            .map(|(i, p)| match p.log() {
+                Ok(log) => PartitionState {
+                    partition: i as u32,
+                    first_offset: log.log_start(),
+                    next_offset: log.next_offset(),
+                    size_bytes: log.size_bytes(),
+                    segments: log.segment_count() as u32,
+                    failure: p.failure(),
+                    damaged: log.damage(),
+                },
+                Err(e) => PartitionState {
+                    partition: i as u32,
+                    first_offset: 0,
+                    next_offset: 0,
+                    size_bytes: 0,
+                    segments: 0,
+                    failure: Some(e.to_string()),
+                    damaged: Vec::new(),
+                },
             })
             .collect();
         Ok((t.config.clone(), partitions))
@@ -518,9 +671,12 @@ impl Broker {
         let header =
             rill_format::BatchHeader::parse(&batch).map_err(rill_storage::StorageError::from)?;
         // A batch that waits for nothing is a write into the page cache: append it here
-        // rather than paying a hop to the blocking pool and back.
-        if !p.append_may_block(&header) {
-            return p.append_blocking(&batch, &header);
+        // rather than paying a hop to the blocking pool and back, unless it needs a
+        // segment roll (files and syncs), which goes to the pool like everything else.
+        if !p.append_may_block(&header)
+            && let Some(produced) = p.try_append_inline(&batch)?
+        {
+            return Ok(produced);
         }
         // The log stamps a copy of the header and writes the records from this shared
         // buffer as they are: no copy of the batch, whoever else holds it.
@@ -550,7 +706,8 @@ impl Broker {
         .await
     }
 
-    /// The first offset, the end, or the first offset at or after a timestamp.
+    /// The first offset, the end, or the first offset at or after a timestamp (a scan:
+    /// call it off the async runtime).
     pub fn resolve_offset(
         &self,
         stream: &str,
@@ -559,14 +716,13 @@ impl Broker {
         spec: pb::OffsetSpec,
         timestamp_us: i64,
     ) -> Result<u64, BrokerError> {
-        let p = self.partition(stream, topic, partition)?;
+        let log = self.partition(stream, topic, partition)?.log()?;
         Ok(match spec {
-            pb::OffsetSpec::First => p.log.log_start(),
-            pb::OffsetSpec::End => p.log.next_offset(),
-            pb::OffsetSpec::Timestamp => p
-                .log
+            pb::OffsetSpec::First => log.log_start(),
+            pb::OffsetSpec::End => log.next_offset(),
+            pb::OffsetSpec::Timestamp => log
                 .offset_for_timestamp(timestamp_us)?
-                .unwrap_or_else(|| p.log.next_offset()),
+                .unwrap_or_else(|| log.next_offset()),
             pb::OffsetSpec::Unspecified => {
                 return Err(BrokerError::InvalidRequest("offset spec is missing".into()));
             }
@@ -612,7 +768,7 @@ impl Broker {
     ) -> Result<(), BrokerError> {
         let end = self
             .partition(&key.stream, &key.topic, key.partition)?
-            .log
+            .log()?
             .next_offset();
         if offset > end {
             return Err(rill_storage::StorageError::OffsetBeyondEnd {
@@ -666,53 +822,36 @@ impl Broker {
 
     // ---- upkeep --------------------------------------------------------------------
 
-    /// Every open partition, of every topic.
-    fn all_partitions(&self) -> Vec<Arc<Partition>> {
+    /// Every open partition, of every topic, with its name.
+    pub(crate) fn all_partitions(&self) -> Vec<(String, String, u32, Arc<Partition>)> {
         self.read_streams()
-            .values()
-            .flat_map(|s| s.topics.values())
-            .flat_map(|t| t.partitions.iter().cloned())
+            .iter()
+            .flat_map(|(s, stream)| {
+                stream.topics.iter().flat_map(move |(t, topic)| {
+                    topic
+                        .partitions
+                        .iter()
+                        .enumerate()
+                        .map(move |(i, p)| (s.clone(), t.clone(), i as u32, Arc::clone(p)))
+                })
+            })
             .collect()
     }
 
-    /// Applies retention to every partition once (blocking file deletes).
-    pub fn apply_retention(&self) -> Result<(), BrokerError> {
-        for p in self.all_partitions() {
-            p.log.apply_retention()?;
+    /// Re-registers a reopened `interval` log with the flusher.
+    pub(crate) fn register_flush(&self, partition: &Partition) {
+        if let Ok(log) = partition.log()
+            && matches!(
+                log.config().durability,
+                rill_storage::Durability::Interval(_)
+            )
+        {
+            self.flusher.register(&log);
         }
-        Ok(())
     }
 
-    /// Runs retention every `retention_interval` (first after one interval) until the
-    /// broker shuts down.
-    pub async fn run_upkeep(self: Arc<Self>) {
-        let period = self.config.retention_interval;
-        let mut retention = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-        retention.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Group sessions are checked every second, so a silent member is removed within
-        // a second of its timeout.
-        let mut sessions = tokio::time::interval(Duration::from_secs(1));
-        sessions.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = retention.tick() => {}
-                _ = sessions.tick() => {
-                    self.groups.expire(std::time::Instant::now());
-                    continue;
-                }
-            }
-            if self.shutting_down.load(Ordering::Acquire) {
-                return;
-            }
-            let broker = Arc::clone(&self);
-            match tokio::task::spawn_blocking(move || broker.apply_retention()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::error!(error = %e, "retention failed"),
-                // The runtime is shutting down with the process.
-                Err(e) if e.is_cancelled() => return,
-                Err(e) => tracing::error!(error = %e, "retention task failed"),
-            }
-        }
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
     }
 
     /// Stops accepting requests, syncs and closes every partition and the offsets log.
@@ -721,7 +860,7 @@ impl Broker {
             return Ok(());
         }
         let mut first_error = None;
-        for p in self.all_partitions() {
+        for (_, _, _, p) in self.all_partitions() {
             if let Err(e) = p.close() {
                 tracing::error!(error = %e, "closing a partition at shutdown");
                 first_error.get_or_insert(e);
@@ -739,8 +878,10 @@ pub(crate) fn topic_dir(data_dir: &Path, stream: &str, topic: &str) -> PathBuf {
     data_dir.join("streams").join(stream).join(topic)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn open_topic(
     config: &BrokerConfig,
+    env: &LogEnv,
     flusher: &Flusher,
     stream: &str,
     topic: &str,
@@ -749,21 +890,32 @@ fn open_topic(
     fresh: bool,
 ) -> Result<Topic, BrokerError> {
     let dir = topic_dir(&config.data_dir, stream, topic);
-    if fresh && dir.exists() {
+    let io = env.io.as_ref();
+    if fresh && io.exists(&dir) {
         // Left over from a delete that crashed before removing its files.
-        std::fs::remove_dir_all(&dir).map_err(catalog_err("remove", &dir))?;
+        io.remove_dir_all(&dir)
+            .map_err(catalog_err("remove", &dir))?;
     }
-    let log_config = topic_config.log_config(config.max_batch_bytes);
+    let mut log = topic_config.log_config(config.max_batch_bytes);
+    log.timestamp_ahead_max = config.max_timestamp_ahead;
+    let options = PartitionOptions {
+        log,
+        producers_max: config.producers_per_partition_max,
+        recent_batches: config.producer_batches_remembered,
+        sequence_wait: config.sequence_wait,
+    };
     let mut partitions = Vec::with_capacity(topic_config.partitions as usize);
     for p in 0..topic_config.partitions {
         let partition = Partition::open(
+            (stream.to_owned(), topic.to_owned(), p),
             &dir.join(p.to_string()),
-            log_config.clone(),
-            config.producers_per_partition_max,
-            config.sequence_wait,
-        )?;
-        if matches!(topic_config.durability, DurabilityConfig::Interval { .. }) {
-            flusher.register(&partition.log);
+            options.clone(),
+            env,
+        );
+        if matches!(topic_config.durability, DurabilityConfig::Interval { .. })
+            && let Ok(log) = partition.log()
+        {
+            flusher.register(&log);
         }
         partitions.push(Arc::new(partition));
     }
@@ -776,25 +928,35 @@ fn open_topic(
 
 /// Removes topic directories that the catalog does not name: the remains of a create
 /// that crashed before saving the catalog, or of a delete that crashed after.
-fn remove_orphan_topic_dirs(data_dir: &Path, file: &CatalogFile) -> Result<(), BrokerError> {
+fn remove_orphan_topic_dirs(
+    io: &dyn Io,
+    data_dir: &Path,
+    file: &CatalogFile,
+) -> Result<(), BrokerError> {
     let streams_dir = data_dir.join("streams");
-    let Ok(streams) = std::fs::read_dir(&streams_dir) else {
+    let Ok(streams) = io.read_dir(&streams_dir) else {
         return Ok(());
     };
-    for stream in streams.flatten() {
-        let stream_name = stream.file_name().to_string_lossy().into_owned();
+    for stream in streams.into_iter().filter(|p| io.is_dir(p)) {
+        let stream_name = name_of(&stream);
         let known = file.streams.get(&stream_name);
-        let Ok(topics) = std::fs::read_dir(stream.path()) else {
+        let Ok(topics) = io.read_dir(&stream) else {
             continue;
         };
-        for topic in topics.flatten() {
-            let topic_name = topic.file_name().to_string_lossy().into_owned();
+        for topic in topics.into_iter().filter(|p| io.is_dir(p)) {
+            let topic_name = name_of(&topic);
             if known.is_none_or(|s| !s.topics.contains_key(&topic_name)) {
-                tracing::warn!(path = %topic.path().display(), "removing a topic directory the catalog does not know");
-                std::fs::remove_dir_all(topic.path())
-                    .map_err(catalog_err("remove", &topic.path()))?;
+                tracing::warn!(path = %topic.display(), "removing a topic directory the catalog does not know");
+                io.remove_dir_all(&topic)
+                    .map_err(catalog_err("remove", &topic))?;
             }
         }
     }
     Ok(())
+}
+
+fn name_of(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }

@@ -2,16 +2,15 @@
 //! atomically (write a temporary file, fsync, rename, fsync the directory).
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rill_proto::pb;
-use rill_storage::{Durability, LogConfig};
+use rill_storage::{Durability, Io, LogConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::BrokerError;
+use crate::names::validate_name;
 
 /// Most partitions a topic may have.
 pub const PARTITIONS_MAX: u32 = 4096;
@@ -249,18 +248,18 @@ pub(crate) fn catalog_err(
     move |source| BrokerError::Catalog { op, path, source }
 }
 
-pub(crate) fn load(data_dir: &Path) -> Result<CatalogFile, BrokerError> {
+/// Largest `catalog.json` read: a bound on what a damaged file can make us allocate.
+const CATALOG_BYTES_MAX: u64 = 256 << 20;
+
+pub(crate) fn load(io: &dyn Io, data_dir: &Path) -> Result<CatalogFile, BrokerError> {
     let path = catalog_path(data_dir);
-    let text = match fs::read(&path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(CatalogFile {
-                version: CATALOG_VERSION,
-                ..CatalogFile::default()
-            });
-        }
-        Err(e) => return Err(catalog_err("read", &path)(e)),
-    };
+    if !io.exists(&path) {
+        return Ok(CatalogFile {
+            version: CATALOG_VERSION,
+            ..CatalogFile::default()
+        });
+    }
+    let text = read_file(io, &path, CATALOG_BYTES_MAX).map_err(catalog_err("read", &path))?;
     let catalog: CatalogFile = serde_json::from_slice(&text).map_err(|e| {
         catalog_err("parse", &path)(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
     })?;
@@ -270,19 +269,62 @@ pub(crate) fn load(data_dir: &Path) -> Result<CatalogFile, BrokerError> {
             format!("catalog version {} is not supported", catalog.version),
         )));
     }
+    for (stream, s) in &catalog.streams {
+        validate_name("stream", stream).map_err(|e| invalid_catalog(&path, &e))?;
+        for (topic, t) in &s.topics {
+            validate_name("topic", topic).map_err(|e| invalid_catalog(&path, &e))?;
+            t.config
+                .validate()
+                .map_err(|e| invalid_catalog(&path, &e))?;
+        }
+    }
     Ok(catalog)
 }
 
-pub(crate) fn save(data_dir: &Path, catalog: &CatalogFile) -> Result<(), BrokerError> {
-    let path = catalog_path(data_dir);
-    let tmp = data_dir.join("catalog.json.tmp");
-    let text = serde_json::to_vec_pretty(catalog).expect("the catalog serializes");
-    let mut file = File::create(&tmp).map_err(catalog_err("create", &tmp))?;
-    file.write_all(&text).map_err(catalog_err("write", &tmp))?;
-    file.sync_all().map_err(catalog_err("sync", &tmp))?;
+fn invalid_catalog(path: &Path, e: &BrokerError) -> BrokerError {
+    catalog_err("parse", path)(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        e.to_string(),
+    ))
+}
+
+/// Reads a whole small file through the disk seam, refusing one over `max` bytes.
+pub(crate) fn read_file(io: &dyn Io, path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    let file = io.open(path, false)?;
+    let len = file.size()?;
+    if len > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{len} bytes, more than the {max} bytes allowed"),
+        ));
+    }
+    let mut bytes = vec![0u8; len as usize];
+    file.read_exact_at(&mut bytes, 0)?;
+    Ok(bytes)
+}
+
+/// Writes a small file atomically and durably: a temporary file, synced, renamed over
+/// the old one, the directory synced.
+pub(crate) fn replace_file(
+    io: &dyn Io,
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<(), BrokerError> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.tmp"));
+    let file = io.open(&tmp, true).map_err(catalog_err("create", &tmp))?;
+    file.set_len(0).map_err(catalog_err("truncate", &tmp))?;
+    file.write_all_at(bytes, 0)
+        .map_err(catalog_err("write", &tmp))?;
+    file.sync_data().map_err(catalog_err("sync", &tmp))?;
     drop(file);
-    fs::rename(&tmp, &path).map_err(catalog_err("rename", &path))?;
-    File::open(data_dir)
-        .and_then(|d| d.sync_all())
-        .map_err(catalog_err("sync directory", data_dir))
+    io.rename(&tmp, &path)
+        .map_err(catalog_err("rename", &path))?;
+    io.sync_dir(dir).map_err(catalog_err("sync directory", dir))
+}
+
+pub(crate) fn save(io: &dyn Io, data_dir: &Path, catalog: &CatalogFile) -> Result<(), BrokerError> {
+    let text = serde_json::to_vec_pretty(catalog).expect("the catalog serializes");
+    replace_file(io, data_dir, "catalog.json", &text)
 }

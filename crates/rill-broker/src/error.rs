@@ -78,6 +78,34 @@ pub enum BrokerError {
         /// The current epoch.
         current: u16,
     },
+    /// The partition has no state for this idempotent producer and the batch is not its
+    /// first: its state was forgotten (evicted, or older than what a restart rebuilt),
+    /// so the broker cannot tell whether the batch is a retry of one already stored.
+    /// Nothing was stored by this request.
+    #[error(
+        "producer {producer_id} is unknown to this partition (evicted or forgotten after a restart) and batch sequence {sequence} is not its first; nothing was stored: start a new epoch"
+    )]
+    UnknownProducerId {
+        /// The producer.
+        producer_id: u64,
+        /// The batch's epoch.
+        epoch: u16,
+        /// The batch's base sequence.
+        sequence: u32,
+    },
+    /// The partition could not be opened (its files are unreadable): it serves nothing
+    /// until it is repaired.
+    #[error("partition {stream}/{topic}/{partition} is unavailable: {reason}")]
+    PartitionUnavailable {
+        /// Its stream.
+        stream: String,
+        /// Its topic.
+        topic: String,
+        /// The partition.
+        partition: u32,
+        /// Why it could not be opened.
+        reason: String,
+    },
     /// A consumer-group request was refused.
     #[error(transparent)]
     Group(#[from] crate::GroupError),
@@ -123,6 +151,8 @@ impl BrokerError {
             Self::InvalidRequest(_) => ErrorCode::InvalidRequest,
             Self::OutOfOrderSequence { .. } => ErrorCode::OutOfOrderSequence,
             Self::ProducerFenced { .. } => ErrorCode::ProducerFenced,
+            Self::UnknownProducerId { .. } => ErrorCode::UnknownProducerId,
+            Self::PartitionUnavailable { .. } => ErrorCode::StorageFailure,
             Self::OffsetNotFound(_) => ErrorCode::OffsetNotFound,
             Self::GroupNotFound(_) => ErrorCode::GroupNotFound,
             Self::Group(e) => match e {
@@ -142,16 +172,28 @@ impl BrokerError {
                 StorageError::OffsetBeyondEnd { .. } => ErrorCode::OffsetBeyondEnd,
                 StorageError::Closed => ErrorCode::ShuttingDown,
                 StorageError::Config(_) => ErrorCode::InvalidConfig,
+                StorageError::DataLoss { .. } => ErrorCode::DataLoss,
+                StorageError::TimestampOutOfRange { .. } => ErrorCode::TimestampOutOfRange,
                 _ => ErrorCode::StorageFailure,
             },
         }
     }
 
-    /// The offset an error response carries: the log start or end for offset errors.
+    /// The offset an error response carries: the log start or end for offset errors,
+    /// where reading resumes after a damaged range.
     pub fn offset(&self) -> Option<u64> {
         match self {
             Self::Storage(StorageError::OffsetBeforeStart { log_start, .. }) => Some(*log_start),
             Self::Storage(StorageError::OffsetBeyondEnd { next_offset, .. }) => Some(*next_offset),
+            Self::Storage(StorageError::DataLoss { to, .. }) => *to,
+            _ => None,
+        }
+    }
+
+    /// The first offset of a damaged range (`DATA_LOSS`).
+    pub fn range_start(&self) -> Option<u64> {
+        match self {
+            Self::Storage(StorageError::DataLoss { from, .. }) => Some(*from),
             _ => None,
         }
     }

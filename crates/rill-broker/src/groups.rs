@@ -2,9 +2,10 @@
 //! offsets in the offsets store, and the requests that drive them.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::{Mutex, MutexGuard};
 use rill_proto::pb::{
     CommitGroupOffsetRequest, DescribeGroupResponse, GroupAssignment, GroupMemberInfo,
     GroupPartitionInfo, PartitionOffset,
@@ -28,8 +29,11 @@ pub(crate) struct Groups {
 }
 
 impl Groups {
+    // Coordinator methods validate before they change anything (a panic in one is a
+    // bug that leaves the group as it was before the call), and every group rebuilds
+    // from joins and heartbeats anyway: a lock without poisoning.
     fn lock(&self) -> MutexGuard<'_, HashMap<GroupKey, Coordinator>> {
-        self.groups.lock().unwrap_or_else(|e| e.into_inner())
+        self.groups.lock()
     }
 
     /// Removes members whose session expired, in every group.
@@ -305,11 +309,7 @@ impl Broker {
                     r.group.clone(),
                     r.member_id.clone(),
                 );
-                session
-                    .members
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&key);
+                session.members.lock().remove(&key);
                 None
             }
             _ => None,
@@ -327,7 +327,6 @@ impl Broker {
             session
                 .members
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
                 .insert((stream, topic, group, a.member_id.clone()));
         }
         response
@@ -335,8 +334,7 @@ impl Broker {
 
     /// The connection of `session` closed: its group members leave now.
     pub fn end_session(&self, session: &Session) {
-        let members =
-            std::mem::take(&mut *session.members.lock().unwrap_or_else(|e| e.into_inner()));
+        let members = std::mem::take(&mut *session.members.lock());
         for (stream, topic, group, member) in members {
             if self.leave_group(&stream, &topic, &group, &member).is_ok() {
                 tracing::info!(

@@ -46,10 +46,12 @@ impl Broker {
                 })
             }
             RequestBody::CreateStream(r) => ResponseBody::CreateStream(CreateStreamResponse {
-                created: self.create_stream(&r.name, r.if_missing)?,
+                created: self
+                    .blocking(move |b| b.create_stream(&r.name, r.if_missing))
+                    .await?,
             }),
             RequestBody::DeleteStream(r) => {
-                self.delete_stream(&r.name)?;
+                self.blocking(move |b| b.delete_stream(&r.name)).await?;
                 ResponseBody::DeleteStream(DeleteStreamResponse {})
             }
             RequestBody::ListStreams(_) => ResponseBody::ListStreams(ListStreamsResponse {
@@ -61,20 +63,19 @@ impl Broker {
             }),
             RequestBody::CreateTopic(r) => {
                 let options = r.options.unwrap_or_default();
-                let (created, config) = self.create_topic(
-                    &r.stream,
-                    &r.topic,
-                    &options,
-                    r.if_missing,
-                    r.create_stream,
-                )?;
+                let (created, config) = self
+                    .blocking(move |b| {
+                        b.create_topic(&r.stream, &r.topic, &options, r.if_missing, r.create_stream)
+                    })
+                    .await?;
                 ResponseBody::CreateTopic(CreateTopicResponse {
                     created,
                     options: Some(config.to_proto()),
                 })
             }
             RequestBody::DeleteTopic(r) => {
-                self.delete_topic(&r.stream, &r.topic)?;
+                self.blocking(move |b| b.delete_topic(&r.stream, &r.topic))
+                    .await?;
                 ResponseBody::DeleteTopic(DeleteTopicResponse {})
             }
             RequestBody::ListTopics(r) => {
@@ -97,16 +98,7 @@ impl Broker {
                     stream: r.stream,
                     topic: r.topic,
                     options: Some(config.to_proto()),
-                    partitions: partitions
-                        .into_iter()
-                        .map(|p| PartitionInfo {
-                            partition: p.partition,
-                            first_offset: p.first_offset,
-                            next_offset: p.next_offset,
-                            size_bytes: p.size_bytes,
-                            segments: p.segments,
-                        })
-                        .collect(),
+                    partitions: partitions.into_iter().map(partition_info).collect(),
                 })
             }
             RequestBody::InitProducer(_) => {
@@ -114,6 +106,7 @@ impl Broker {
                 ResponseBody::InitProducer(InitProducerResponse {
                     producer_id,
                     producer_epoch: u32::from(epoch),
+                    recent_batches: self.config().producer_batches_remembered as u32,
                 })
             }
             RequestBody::Produce(r) => {
@@ -154,15 +147,16 @@ impl Broker {
                 let spec = OffsetSpec::try_from(r.spec).map_err(|_| {
                     BrokerError::InvalidRequest(format!("unknown offset spec {}", r.spec))
                 })?;
-                ResponseBody::ResolveOffset(ResolveOffsetResponse {
-                    offset: self.resolve_offset(
-                        &r.stream,
-                        &r.topic,
-                        r.partition,
-                        spec,
-                        r.timestamp_us,
-                    )?,
-                })
+                // A timestamp lookup scans the log: off the runtime.
+                let offset = if spec == OffsetSpec::Timestamp {
+                    self.blocking(move |b| {
+                        b.resolve_offset(&r.stream, &r.topic, r.partition, spec, r.timestamp_us)
+                    })
+                    .await?
+                } else {
+                    self.resolve_offset(&r.stream, &r.topic, r.partition, spec, r.timestamp_us)?
+                };
+                ResponseBody::ResolveOffset(ResolveOffsetResponse { offset })
             }
             RequestBody::StoreOffset(r) => {
                 self.store_offset(&r.stream, &r.topic, r.partition, &r.consumer, r.offset)
@@ -206,6 +200,16 @@ impl Broker {
             RequestBody::DescribeGroup(r) => {
                 ResponseBody::DescribeGroup(self.describe_group(&r.stream, &r.topic, &r.group)?)
             }
+            RequestBody::RepairPartition(r) => {
+                let state = self
+                    .blocking(move |b| {
+                        b.repair_partition(&r.stream, &r.topic, r.partition, r.accept_data_loss)
+                    })
+                    .await?;
+                ResponseBody::RepairPartition(RepairPartitionResponse {
+                    partition: Some(partition_info(state)),
+                })
+            }
             RequestBody::DeleteOffset(r) => ResponseBody::DeleteOffset(DeleteOffsetResponse {
                 deleted: self
                     .delete_offset(&r.stream, &r.topic, r.partition, &r.consumer)
@@ -216,11 +220,54 @@ impl Broker {
     }
 }
 
+impl Broker {
+    /// Runs a request's blocking work (file I/O, fsyncs) on the blocking pool, never on
+    /// a runtime worker, where a slow disk would stall unrelated connections.
+    async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        work: impl FnOnce(&Broker) -> Result<T, BrokerError> + Send + 'static,
+    ) -> Result<T, BrokerError> {
+        let broker = Arc::clone(self);
+        tokio::task::spawn_blocking(move || work(&broker))
+            .await
+            .map_err(|e| BrokerError::Internal(format!("blocking task failed: {e}")))?
+    }
+}
+
+/// The wire form of a partition's state.
+fn partition_info(p: crate::PartitionState) -> PartitionInfo {
+    PartitionInfo {
+        partition: p.partition,
+        first_offset: p.first_offset,
+        next_offset: p.next_offset,
+        size_bytes: p.size_bytes,
+        segments: p.segments,
+        failure: p.failure.unwrap_or_default(),
+        damaged: p
+            .damaged
+            .iter()
+            .map(|d| DamagedRange {
+                from_offset: d.from_offset,
+                to_offset: d.to_offset,
+                segment: d
+                    .segment
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                position: d.position,
+                reason: d.reason.clone(),
+                accepted: d.accepted,
+            })
+            .collect(),
+    }
+}
+
 /// The wire form of a broker error.
 pub fn error_response(e: &BrokerError) -> ErrorResponse {
     ErrorResponse {
         code: e.code() as i32,
         message: e.to_string(),
         offset: e.offset(),
+        range_start: e.range_start(),
     }
 }

@@ -16,8 +16,10 @@ mod names;
 mod offsets;
 mod partition;
 mod producer;
+mod reserve;
+mod upkeep;
 
-pub use broker::{Broker, BrokerConfig, Fetch, PartitionState};
+pub use broker::{Broker, BrokerConfig, FailedPartition, Fetch, PartitionState};
 pub use catalog::{
     DurabilityConfig, PARTITIONS_MAX, RECORD_BYTES_DEFAULT, SEGMENT_BYTES_DEFAULT, TopicConfig,
 };
@@ -28,6 +30,6 @@ pub use handler::error_response;
 pub use names::{NAME_LEN_MAX, validate_name};
 pub use offsets::{OffsetKey, OffsetStore};
 pub use partition::Produced;
-pub use producer::{Check, ProducerTable, RECENT_BATCHES, RecentBatch};
+pub use producer::{Check, ProducerTable, RECENT_BATCHES, RECENT_BATCHES_MAX, RecentBatch};
 /// Process-wide fsync latency of the log engine, for metrics.
 pub use rill_storage::{FSYNC_BUCKETS_SECONDS, FsyncStats, fsync_stats};

@@ -9,13 +9,18 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use parking_lot::{Mutex, MutexGuard};
 use rill_format::{BatchBuilder, NewRecord};
-use rill_storage::{DurableTicket, LogConfig, PartitionLog, StorageError};
+use rill_storage::{DurableTicket, LogConfig, LogEnv, PartitionLog, StorageError};
 
 use crate::BrokerError;
 use crate::catalog::catalog_err;
+
+/// Back-off between reopens of a poisoned offsets log.
+const HEAL_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Compact once the log is this large and four times the live data.
 const COMPACT_BYTES_MIN: u64 = 16 << 20;
@@ -55,19 +60,27 @@ impl OffsetKey {
     }
 }
 
+/// Stored offsets and the write that stored each; a later write wins.
+type Live = HashMap<OffsetKey, (u64, DurableTicket)>;
+
 #[derive(Debug)]
 struct Inner {
     log: Arc<PartitionLog>,
-    /// Offset and the write that stored it; a later write wins.
-    live: HashMap<OffsetKey, (u64, DurableTicket)>,
+    live: Live,
 }
 
 /// The stored-offset table.
 #[derive(Debug)]
 pub struct OffsetStore {
     data_dir: PathBuf,
+    env: LogEnv,
     compact_bytes_min: u64,
+    // Every change to `Inner` is an append followed by one map update; a panic between
+    // leaves a map that is at worst ahead of a write that failed, which the next reopen
+    // (replaying the log) corrects. So a lock without poisoning.
     inner: Mutex<Inner>,
+    /// When the next reopen of a poisoned log may be tried.
+    heal_at: Mutex<Instant>,
 }
 
 fn log_config() -> LogConfig {
@@ -85,54 +98,75 @@ impl OffsetStore {
 
     /// Like [`OffsetStore::open`], compacting once the log passes `compact_bytes_min`.
     pub fn open_with(data_dir: &Path, compact_bytes_min: u64) -> Result<Self, BrokerError> {
+        Self::open_env(data_dir, &LogEnv::default(), compact_bytes_min)
+    }
+
+    /// Opens the store in an environment (the broker's disk and file cache).
+    pub fn open_in(data_dir: &Path, env: &LogEnv) -> Result<Self, BrokerError> {
+        Self::open_env(data_dir, env, COMPACT_BYTES_MIN)
+    }
+
+    fn open_env(
+        data_dir: &Path,
+        env: &LogEnv,
+        compact_bytes_min: u64,
+    ) -> Result<Self, BrokerError> {
+        let io = env.io.as_ref();
         let dir = data_dir.join("offsets");
         let compact = data_dir.join("offsets.compact");
         let old = data_dir.join("offsets.old");
-        if !dir.exists() && compact.exists() {
+        if !io.exists(&dir) && io.exists(&compact) {
             // Crashed between the two renames: the snapshot is complete.
-            rename(&compact, &dir)?;
+            io.rename(&compact, &dir)
+                .map_err(catalog_err("rename", &compact))?;
+            io.sync_dir(data_dir)
+                .map_err(catalog_err("sync directory", data_dir))?;
         }
         for leftover in [&compact, &old] {
-            if leftover.exists() {
-                std::fs::remove_dir_all(leftover).map_err(catalog_err("remove", leftover))?;
+            if io.exists(leftover) {
+                io.remove_dir_all(leftover)
+                    .map_err(catalog_err("remove", leftover))?;
             }
         }
-        let log = PartitionLog::open(&dir, log_config())?;
-        let mut live = HashMap::new();
-        let mut at = log.log_start();
-        while at < log.next_offset() {
-            let read = log.read(at, 4 << 20)?;
-            for batch in read.batches() {
-                let batch = batch.map_err(StorageError::from)?;
-                for record in batch.records() {
-                    let Some(key) = record.key.and_then(OffsetKey::decode) else {
-                        tracing::warn!(offset = record.offset, "skipping unreadable offset record");
-                        continue;
-                    };
-                    match <[u8; 8]>::try_from(record.value) {
-                        Ok(v) => {
-                            live.insert(key, (u64::from_le_bytes(v), DurableTicket::DURABLE));
-                        }
-                        Err(_) => {
-                            live.remove(&key);
-                        }
-                    }
-                }
-            }
-            at = read.next_offset;
-        }
+        let (log, live) = replay(&dir, env)?;
         Ok(Self {
             data_dir: data_dir.to_path_buf(),
+            env: env.clone(),
             compact_bytes_min,
             inner: Mutex::new(Inner {
                 log: Arc::new(log),
                 live,
             }),
+            heal_at: Mutex::new(Instant::now()),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock()
+    }
+
+    /// Why stores are refused, if they are (the log is poisoned after a failed write
+    /// or fsync, a full disk say, or damaged).
+    pub fn failure(&self) -> Option<String> {
+        self.lock().log.failure()
+    }
+
+    /// Whether a reopen of a poisoned log is due.
+    pub(crate) fn heal_due(&self, now: Instant) -> bool {
+        self.lock().log.poisoned().is_some() && *self.heal_at.lock() <= now
+    }
+
+    /// Reopens the log with recovery and rebuilds the table from it: what a failed
+    /// write left unsynced is gone from both (blocking).
+    pub fn reopen(&self) -> Result<(), BrokerError> {
+        let mut inner = self.lock();
+        let _ = inner.log.close();
+        *self.heal_at.lock() = Instant::now() + HEAL_BACKOFF;
+        let (log, live) = replay(&self.data_dir.join("offsets"), &self.env)?;
+        inner.log = Arc::new(log);
+        inner.live = live;
+        tracing::warn!("offsets log reopened with recovery");
+        Ok(())
     }
 
     /// The stored offset, if any.
@@ -197,13 +231,15 @@ impl OffsetStore {
         if size < self.compact_bytes_min || size < 4 * live_bytes.max(1) {
             return Ok(());
         }
+        let io = self.env.io.as_ref();
         let dir = self.data_dir.join("offsets");
         let compact = self.data_dir.join("offsets.compact");
         let old = self.data_dir.join("offsets.old");
-        if compact.exists() {
-            std::fs::remove_dir_all(&compact).map_err(catalog_err("remove", &compact))?;
+        if io.exists(&compact) {
+            io.remove_dir_all(&compact)
+                .map_err(catalog_err("remove", &compact))?;
         }
-        let snapshot = PartitionLog::open(&compact, log_config())?;
+        let snapshot = PartitionLog::open_in(&compact, log_config(), &self.env)?;
         let mut entries: Vec<_> = inner
             .live
             .iter()
@@ -222,11 +258,14 @@ impl OffsetStore {
         snapshot.close()?;
         drop(snapshot);
         inner.log.close()?;
-        rename(&dir, &old)?;
-        rename(&compact, &dir)?;
-        sync_dir(&self.data_dir)?;
-        std::fs::remove_dir_all(&old).map_err(catalog_err("remove", &old))?;
-        inner.log = Arc::new(PartitionLog::open(&dir, log_config())?);
+        io.rename(&dir, &old).map_err(catalog_err("rename", &dir))?;
+        io.rename(&compact, &dir)
+            .map_err(catalog_err("rename", &compact))?;
+        io.sync_dir(&self.data_dir)
+            .map_err(catalog_err("sync directory", &self.data_dir))?;
+        io.remove_dir_all(&old)
+            .map_err(catalog_err("remove", &old))?;
+        inner.log = Arc::new(PartitionLog::open_in(&dir, log_config(), &self.env)?);
         for (_, ticket) in inner.live.values_mut() {
             *ticket = DurableTicket::DURABLE;
         }
@@ -244,14 +283,52 @@ impl OffsetStore {
     }
 }
 
-fn rename(from: &Path, to: &Path) -> Result<(), BrokerError> {
-    std::fs::rename(from, to).map_err(catalog_err("rename", from))
-}
-
-fn sync_dir(dir: &Path) -> Result<(), BrokerError> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(catalog_err("sync directory", dir))
+/// Opens the offsets log and replays it into the live table.
+fn replay(
+    dir: &Path,
+    env: &LogEnv,
+) -> Result<(PartitionLog, Live), BrokerError> {
+    let log = PartitionLog::open_in(dir, log_config(), env)?;
+    let mut live = HashMap::new();
+    let mut at = log.log_start();
+    while at < log.next_offset() {
+        let read = match log.read(at, 4 << 20) {
+            Ok(read) => read,
+            Err(StorageError::DataLoss { to: Some(to), .. }) => {
+                // Damaged stores are lost; later ones still count (a later store of the
+                // same key wins anyway).
+                tracing::error!(from = at, to, "stored offsets in a damaged range are lost");
+                at = to;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        for batch in read.batches() {
+            let Ok(batch) = batch else {
+                tracing::error!(offset = at, "skipping a damaged batch of stored offsets");
+                continue;
+            };
+            for record in batch.records() {
+                let Some(key) = record.key.and_then(OffsetKey::decode) else {
+                    tracing::warn!(offset = record.offset, "skipping unreadable offset record");
+                    continue;
+                };
+                match <[u8; 8]>::try_from(record.value) {
+                    Ok(v) => {
+                        live.insert(key, (u64::from_le_bytes(v), DurableTicket::DURABLE));
+                    }
+                    Err(_) => {
+                        live.remove(&key);
+                    }
+                }
+            }
+        }
+        if read.next_offset <= at {
+            break;
+        }
+        at = read.next_offset;
+    }
+    Ok((log, live))
 }
 
 #[cfg(test)]

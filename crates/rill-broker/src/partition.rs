@@ -1,12 +1,13 @@
-//! One partition in the broker: its log, its idempotent-producer table and the signal
-//! that wakes long polls.
+//! One partition in the broker: its log (which can be reopened after a failure), its
+//! idempotent-producer table and the signal that wakes long polls.
 
-use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
+use parking_lot::RwLock;
 use rill_format::BatchHeader;
-use rill_storage::{LogConfig, LogRead, PartitionLog};
+use rill_storage::{LogConfig, LogEnv, LogRead, PartitionLog, StorageError};
 use tokio::sync::watch;
 
 use crate::BrokerError;
@@ -15,6 +16,9 @@ use crate::producer::{Check, ProducerTable, RecentBatch};
 /// Segments scanned at open to rebuild producer state: a retry that crosses a restart
 /// targets a recent batch, which lives in the last segments.
 const PRODUCER_SCAN_SEGMENTS: usize = 2;
+/// First wait before a failed partition is reopened again; it doubles up to the max.
+const HEAL_BACKOFF: Duration = Duration::from_secs(1);
+const HEAL_BACKOFF_MAX: Duration = Duration::from_secs(60);
 
 /// The outcome of a produce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,66 +33,168 @@ pub struct Produced {
     pub duplicate: bool,
 }
 
+/// What stands behind a partition.
+#[derive(Debug, Clone)]
+enum State {
+    Open(Arc<PartitionLog>),
+    /// The log could not be opened at all (its files are unreadable): nothing is
+    /// served until a reopen succeeds.
+    Unavailable(String),
+}
+
+/// Options a partition's producer table and log are opened with.
+#[derive(Debug, Clone)]
+pub(crate) struct PartitionOptions {
+    pub(crate) log: LogConfig,
+    pub(crate) producers_max: usize,
+    pub(crate) recent_batches: usize,
+    pub(crate) sequence_wait: Duration,
+}
+
 #[derive(Debug)]
 pub(crate) struct Partition {
-    pub(crate) log: Arc<PartitionLog>,
+    /// `stream/topic/partition`, for messages.
+    name: (String, String, u32),
+    dir: PathBuf,
+    options: PartitionOptions,
+    env: LogEnv,
+    state: RwLock<State>,
+    /// A std mutex on purpose: a panic while it is held leaves the table in doubt, and
+    /// its poisoning then refuses appends until a reopen rebuilds the table.
     producers: Mutex<ProducerTable>,
-    /// How long a pipelined idempotent batch waits for the batches before it.
-    sequence_wait: Duration,
     /// Signalled after every idempotent append, for batches waiting on a predecessor.
     sequenced: Condvar,
     /// The visible next offset, for long polls.
     appended: watch::Sender<u64>,
+    /// When the next automatic reopen may be tried, and the back-off after it.
+    heal: parking_lot::Mutex<(Instant, Duration)>,
 }
 
 impl Partition {
+    /// Opens the partition. A log that cannot be opened leaves the partition
+    /// unavailable (with the reason), never fails the broker.
     pub(crate) fn open(
+        name: (String, String, u32),
         dir: &Path,
-        config: LogConfig,
-        producers_max: usize,
-        sequence_wait: Duration,
-    ) -> Result<Self, BrokerError> {
-        let log = PartitionLog::open(dir, config)?;
-        let mut producers = ProducerTable::new(producers_max);
-        producers.rebuild(&log.recent_batch_headers(PRODUCER_SCAN_SEGMENTS)?);
-        let (appended, _) = watch::channel(log.next_offset());
-        Ok(Self {
-            log: Arc::new(log),
+        options: PartitionOptions,
+        env: &LogEnv,
+    ) -> Self {
+        let (state, producers) = match open_log(dir, &options, env) {
+            Ok((log, producers)) => (State::Open(Arc::new(log)), producers),
+            Err(e) => {
+                tracing::error!(partition = %format_name(&name), error = %e, "cannot open a partition: it is unavailable until repaired");
+                (
+                    State::Unavailable(e.to_string()),
+                    ProducerTable::with_recent(options.producers_max, options.recent_batches),
+                )
+            }
+        };
+        let next = match &state {
+            State::Open(log) => log.next_offset(),
+            State::Unavailable(_) => 0,
+        };
+        if let State::Open(log) = &state
+            && let Some(reason) = log.failure()
+        {
+            tracing::error!(partition = %format_name(&name), reason, "partition opened failed: it serves what is intact and refuses appends");
+        }
+        let (appended, _) = watch::channel(next);
+        Self {
+            name,
+            dir: dir.to_path_buf(),
+            options,
+            env: env.clone(),
+            state: RwLock::new(state),
             producers: Mutex::new(producers),
-            sequence_wait,
             sequenced: Condvar::new(),
             appended,
+            heal: parking_lot::Mutex::new((Instant::now() + HEAL_BACKOFF, HEAL_BACKOFF)),
+        }
+    }
+
+    /// The open log, or why there is none.
+    pub(crate) fn log(&self) -> Result<Arc<PartitionLog>, BrokerError> {
+        match &*self.state.read() {
+            State::Open(log) => Ok(Arc::clone(log)),
+            State::Unavailable(reason) => Err(BrokerError::PartitionUnavailable {
+                stream: self.name.0.clone(),
+                topic: self.name.1.clone(),
+                partition: self.name.2,
+                reason: reason.clone(),
+            }),
+        }
+    }
+
+    /// Why the partition refuses appends, if it does.
+    pub(crate) fn failure(&self) -> Option<String> {
+        match &*self.state.read() {
+            State::Open(log) => log.failure().or_else(|| {
+                self.producers
+                    .is_poisoned()
+                    .then(|| "producer table in doubt after a panic; reopen it".to_owned())
+            }),
+            State::Unavailable(reason) => Some(format!("cannot be opened: {reason}")),
+        }
+    }
+
+    fn lock_producers(&self) -> Result<MutexGuard<'_, ProducerTable>, BrokerError> {
+        self.producers.lock().map_err(|_| {
+            StorageError::Poisoned {
+                cause: "append (a panic while the producer table was held)",
+            }
+            .into()
         })
     }
 
     /// Whether appending a batch with this header may block: on an fsync (`always`),
     /// or on a producer sequence waiting for its predecessor. Otherwise the append is a
-    /// write into the page cache.
+    /// write into the page cache (unless the segment must roll, which
+    /// [`Partition::try_append_inline`] refuses to do).
     pub(crate) fn append_may_block(&self, header: &BatchHeader) -> bool {
-        self.log.config().durability == rill_storage::Durability::Always
-            || header.producer.is_some()
+        self.options.log.durability == rill_storage::Durability::Always || header.producer.is_some()
+    }
+
+    /// Appends a batch that waits for nothing (no producer id, no fsync) if that needs
+    /// no blocking work: `None` if the segment must roll first (which syncs and creates
+    /// files: the caller goes to the blocking pool).
+    pub(crate) fn try_append_inline(&self, batch: &[u8]) -> Result<Option<Produced>, BrokerError> {
+        let log = self.log()?;
+        let checked = log.check(batch)?;
+        let Some((appended, ticket)) = log.try_append(&checked)? else {
+            return Ok(None);
+        };
+        let durable = log.wait_durable(ticket);
+        self.appended.send_replace(log.next_offset());
+        durable?;
+        Ok(Some(Produced {
+            base_offset: appended.base_offset,
+            last_offset: appended.last_offset,
+            timestamp_us: appended.timestamp_us,
+            duplicate: false,
+        }))
     }
 
     /// Appends a batch whose header was parsed from it (blocking: writes, and waits for
-    /// the durability policy). The header alone (checked by its own CRC) names the
-    /// producer and the count; the log validates the whole batch when it appends it.
+    /// the durability policy). The whole batch is checked first, so a bad batch is
+    /// refused at once rather than after a sequence wait; the producer-table lock is
+    /// held across the write only (not across a roll's fsync or the durability wait).
     pub(crate) fn append_blocking(
         &self,
         batch: &[u8],
         header: &BatchHeader,
     ) -> Result<Produced, BrokerError> {
+        let log = self.log()?;
+        let checked = log.check(batch)?;
         let (producer, count) = (header.producer, header.record_count);
-        let (produced, ticket) = {
-            // Held across the write only, not the sync, so concurrent appends of this
-            // partition still share one fsync.
-            let mut producers = self.producers.lock().unwrap_or_else(|e| e.into_inner());
-            let deadline = std::time::Instant::now() + self.sequence_wait;
+        let deadline = Instant::now() + self.options.sequence_wait;
+        let (produced, ticket) = loop {
+            let mut producers = self.lock_producers()?;
             while let Some(p) = producer {
                 match producers.check(p, count)? {
                     Check::Append => break,
                     Check::Duplicate(recent) => {
                         drop(producers);
-                        self.log.wait_durable(recent.ticket)?;
+                        log.wait_durable(recent.ticket)?;
                         return Ok(Produced {
                             base_offset: recent.base_offset,
                             last_offset: recent.base_offset + u64::from(recent.count) - 1,
@@ -97,27 +203,40 @@ impl Partition {
                         });
                     }
                     Check::Wait { known } => {
-                        let now = std::time::Instant::now();
+                        let now = Instant::now();
                         if now >= deadline {
-                            if known {
-                                return Err(BrokerError::OutOfOrderSequence {
+                            return Err(if known {
+                                BrokerError::OutOfOrderSequence {
                                     producer_id: p.id,
                                     expected: producers.next_sequence(p.id).unwrap_or(0),
                                     got: p.base_sequence,
-                                });
-                            }
-                            // Its predecessor never came: state from before a restart.
-                            break;
+                                }
+                            } else {
+                                // Its predecessor never came: the state was forgotten.
+                                BrokerError::UnknownProducerId {
+                                    producer_id: p.id,
+                                    epoch: p.epoch,
+                                    sequence: p.base_sequence,
+                                }
+                            });
                         }
                         producers = self
                             .sequenced
                             .wait_timeout(producers, deadline - now)
-                            .unwrap_or_else(|e| e.into_inner())
+                            .map_err(|_| StorageError::Poisoned {
+                                cause: "append (a panic while the producer table was held)",
+                            })?
                             .0;
                     }
                 }
             }
-            let (appended, ticket) = self.log.append_deferred(batch)?;
+            let Some((appended, ticket)) = log.try_append(&checked)? else {
+                // The segment must roll: do it without the producer lock, then decide
+                // again (another batch may have come first).
+                drop(producers);
+                log.make_room(checked.len())?;
+                continue;
+            };
             if let Some(p) = producer {
                 producers.record(
                     p,
@@ -131,7 +250,7 @@ impl Partition {
                 );
                 self.sequenced.notify_all();
             }
-            (
+            break (
                 Produced {
                     base_offset: appended.base_offset,
                     last_offset: appended.last_offset,
@@ -139,17 +258,18 @@ impl Partition {
                     duplicate: false,
                 },
                 ticket,
-            )
+            );
         };
-        let durable = self.log.wait_durable(ticket);
+        let durable = log.wait_durable(ticket);
         // Wake long polls whether or not this append succeeded: a group sync may have
         // published other batches.
-        self.appended.send_replace(self.log.next_offset());
+        self.appended.send_replace(log.next_offset());
         durable?;
         Ok(produced)
     }
 
-    /// Reads from `offset`; waits up to `max_wait` for at least `min_bytes`.
+    /// Reads from `offset` on the blocking pool; waits up to `max_wait` for at least
+    /// `min_bytes`.
     pub(crate) async fn fetch(
         &self,
         offset: u64,
@@ -159,7 +279,7 @@ impl Partition {
     ) -> Result<LogRead, BrokerError> {
         let deadline = tokio::time::Instant::now() + max_wait;
         let mut waiter = self.appended.subscribe();
-        let mut read = self.log.read(offset, max_bytes)?;
+        let mut read = read_blocking(self.log()?, offset, max_bytes).await?;
         loop {
             if read.bytes.len() >= min_bytes.max(1) || max_wait.is_zero() {
                 return Ok(read);
@@ -169,16 +289,105 @@ impl Partition {
             match tokio::time::timeout_at(deadline, waiter.changed()).await {
                 Ok(Ok(())) => {}
                 // Timed out, or the partition is being dropped: answer with what we have.
-                Ok(Err(_)) | Err(_) => return Ok(self.log.read(offset, max_bytes)?),
+                Ok(Err(_)) | Err(_) => {
+                    return read_blocking(self.log()?, offset, max_bytes).await;
+                }
             }
-            read = self.log.read(offset, max_bytes)?;
+            read = read_blocking(self.log()?, offset, max_bytes).await?;
+        }
+    }
+
+    /// Whether an automatic reopen is due: the log is poisoned (a failed write or
+    /// fsync, or a panic) or could not be opened, and its back-off has passed. Damage
+    /// is not healed automatically: an operator accepts it.
+    pub(crate) fn heal_due(&self, now: Instant) -> bool {
+        self.broken() && self.heal.lock().0 <= now
+    }
+
+    /// Whether only a reopen can make the partition take appends again: its log is
+    /// poisoned or could not be opened, or a panic left the producer table in doubt.
+    pub(crate) fn broken(&self) -> bool {
+        match &*self.state.read() {
+            State::Open(log) => log.poisoned().is_some() || self.producers.is_poisoned(),
+            State::Unavailable(_) => true,
+        }
+    }
+
+    /// Closes the log and opens it again with recovery, which reads what is really on
+    /// disk, and rebuilds the producer table from it. On failure the back-off doubles.
+    pub(crate) fn reopen(&self) -> Result<(), BrokerError> {
+        if let State::Open(old) = &*self.state.read() {
+            // A poisoned log does not sync at close: nothing it holds is trusted.
+            if let Err(e) = old.close() {
+                tracing::warn!(partition = %format_name(&self.name), error = %e, "closing a partition before reopening it");
+            }
+        }
+        let opened = open_log(&self.dir, &self.options, &self.env);
+        let mut heal = self.heal.lock();
+        match opened {
+            Ok((log, table)) => {
+                let mut producers = self.producers.lock().unwrap_or_else(|poisoned| {
+                    // Replaced below, so what the panic left does not matter.
+                    poisoned.into_inner()
+                });
+                *producers = table;
+                self.producers.clear_poison();
+                let next = log.next_offset();
+                *self.state.write() = State::Open(Arc::new(log));
+                drop(producers);
+                *heal = (Instant::now() + HEAL_BACKOFF, HEAL_BACKOFF);
+                self.appended.send_replace(next);
+                tracing::warn!(partition = %format_name(&self.name), "partition reopened with recovery");
+                Ok(())
+            }
+            Err(e) => {
+                let backoff = (heal.1 * 2).min(HEAL_BACKOFF_MAX);
+                *heal = (Instant::now() + heal.1, backoff);
+                // A closed old log still serves reads; keep it unless there was none.
+                let mut state = self.state.write();
+                if let State::Unavailable(reason) = &mut *state {
+                    *reason = e.to_string();
+                }
+                Err(e)
+            }
         }
     }
 
     pub(crate) fn close(&self) -> Result<(), BrokerError> {
-        self.log.close()?;
-        // Wake long polls so they answer now.
-        self.appended.send_replace(self.log.next_offset());
+        if let State::Open(log) = &*self.state.read() {
+            log.close()?;
+            // Wake long polls so they answer now.
+            self.appended.send_replace(log.next_offset());
+        }
         Ok(())
     }
+}
+
+/// Opens a partition's log and rebuilds its producer table.
+fn open_log(
+    dir: &Path,
+    options: &PartitionOptions,
+    env: &LogEnv,
+) -> Result<(PartitionLog, ProducerTable), BrokerError> {
+    let log = PartitionLog::open_in(dir, options.log.clone(), env)?;
+    let mut producers = ProducerTable::with_recent(options.producers_max, options.recent_batches);
+    producers.rebuild(&log.recent_batch_headers(PRODUCER_SCAN_SEGMENTS)?);
+    Ok((log, producers))
+}
+
+async fn read_blocking(
+    log: Arc<PartitionLog>,
+    offset: u64,
+    max_bytes: usize,
+) -> Result<LogRead, BrokerError> {
+    // `pread`s, and on a cold cache a disk read: never on a runtime worker, where a slow
+    // disk would stall unrelated connections.
+    tokio::task::spawn_blocking(move || log.read(offset, max_bytes))
+        .await
+        .map_err(|e| BrokerError::Internal(format!("read task failed: {e}")))?
+        .map_err(BrokerError::from)
+}
+
+fn format_name(name: &(String, String, u32)) -> String {
+    format!("{}/{}/{}", name.0, name.1, name.2)
 }

@@ -5,15 +5,20 @@
 //! [`RECENT_BATCHES`] is a retry and is acknowledged again with its original offsets;
 //! anything else is out of order. A lower epoch is fenced; a higher one resets.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+use std::num::NonZeroUsize;
 
+use lru::LruCache;
 use rill_format::{BatchHeader, ProducerInfo};
 use rill_storage::DurableTicket;
 
 use crate::BrokerError;
 
-/// Batches remembered per producer for retry detection (as Kafka's in-flight bound).
+/// Batches remembered per producer and partition for retry detection by default (as
+/// Kafka's in-flight bound). Clients learn the broker's number from `InitProducer`.
 pub const RECENT_BATCHES: usize = 5;
+/// The largest number of batches a broker may be configured to remember.
+pub const RECENT_BATCHES_MAX: usize = 64;
 
 /// Where a batch was appended, for acknowledging its retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,8 +45,10 @@ pub enum Check {
     /// A batch before it is missing: a pipelining client sent both, and the earlier one
     /// has not arrived yet. Wait for it (bounded), then check again.
     Wait {
-        /// Whether the producer is known here; an unknown producer whose predecessor
-        /// never comes is accepted after the wait (its state may predate a restart).
+        /// Whether the producer is known here. An unknown producer whose predecessor
+        /// never comes is refused with `UnknownProducerId`: its state was forgotten
+        /// (evicted, or older than what a restart rebuilt), so whether this batch is a
+        /// retry of one already stored cannot be told.
         known: bool,
     },
 }
@@ -51,26 +58,35 @@ struct ProducerState {
     epoch: u16,
     next_sequence: u32,
     recent: VecDeque<RecentBatch>,
-    last_used: u64,
 }
 
-/// Per-producer state of one partition, bounded in the number of producers.
-#[derive(Debug, Clone)]
+/// Per-producer state of one partition, bounded in the number of producers (the least
+/// recently used is forgotten, in O(1)) and in the batches remembered per producer.
+#[derive(Debug)]
 pub struct ProducerTable {
-    producers: HashMap<u64, ProducerState>,
-    producers_max: usize,
-    tick: u64,
+    producers: LruCache<u64, ProducerState>,
+    recent_max: usize,
 }
 
 impl ProducerTable {
     /// An empty table holding at most `producers_max` producers (least recently used
-    /// ones are forgotten beyond that).
+    /// ones are forgotten beyond that), each with its last [`RECENT_BATCHES`] batches.
     pub fn new(producers_max: usize) -> Self {
+        Self::with_recent(producers_max, RECENT_BATCHES)
+    }
+
+    /// Like [`ProducerTable::new`], remembering `recent_max` batches per producer
+    /// (1 ..= [`RECENT_BATCHES_MAX`]).
+    pub fn with_recent(producers_max: usize, recent_max: usize) -> Self {
         Self {
-            producers: HashMap::new(),
-            producers_max: producers_max.max(1),
-            tick: 0,
+            producers: LruCache::new(NonZeroUsize::new(producers_max.max(1)).expect("positive")),
+            recent_max: recent_max.clamp(1, RECENT_BATCHES_MAX),
         }
+    }
+
+    /// Batches remembered per producer.
+    pub fn recent_max(&self) -> usize {
+        self.recent_max
     }
 
     /// Number of producers tracked.
@@ -85,7 +101,7 @@ impl ProducerTable {
 
     /// Decides what to do with a batch of `count` records from `producer`.
     pub fn check(&self, producer: ProducerInfo, count: u32) -> Result<Check, BrokerError> {
-        let Some(state) = self.producers.get(&producer.id) else {
+        let Some(state) = self.producers.peek(&producer.id) else {
             // Unknown producer: its first batch (sequence 0), a later batch that overtook
             // the first, or a producer whose state is older than what a restart
             // recovered.
@@ -126,41 +142,29 @@ impl ProducerTable {
 
     /// The next sequence expected from a producer, if it is known.
     pub fn next_sequence(&self, producer_id: u64) -> Option<u32> {
-        self.producers.get(&producer_id).map(|s| s.next_sequence)
+        self.producers.peek(&producer_id).map(|s| s.next_sequence)
     }
 
-    /// Records an appended batch.
+    /// Records an appended batch; the producer becomes the most recently used (the
+    /// least recently used one is forgotten if the table is full).
     pub fn record(&mut self, producer: ProducerInfo, batch: RecentBatch) {
-        self.tick += 1;
-        let tick = self.tick;
+        let recent_max = self.recent_max;
         let state = self
             .producers
-            .entry(producer.id)
-            .or_insert_with(|| ProducerState {
+            .get_or_insert_mut(producer.id, || ProducerState {
                 epoch: producer.epoch,
                 next_sequence: 0,
-                recent: VecDeque::with_capacity(RECENT_BATCHES),
-                last_used: tick,
+                recent: VecDeque::with_capacity(recent_max),
             });
         if producer.epoch != state.epoch {
             state.epoch = producer.epoch;
             state.recent.clear();
         }
         state.next_sequence = batch.base_sequence.wrapping_add(batch.count);
-        state.last_used = tick;
-        if state.recent.len() == RECENT_BATCHES {
+        if state.recent.len() == recent_max {
             state.recent.pop_front();
         }
         state.recent.push_back(batch);
-        if self.producers.len() > self.producers_max {
-            self.evict_least_recent();
-        }
-    }
-
-    fn evict_least_recent(&mut self) {
-        if let Some((&id, _)) = self.producers.iter().min_by_key(|(_, s)| s.last_used) {
-            self.producers.remove(&id);
-        }
     }
 
     /// Rebuilds the table from stored batch headers, oldest first (after a restart).
@@ -263,10 +267,42 @@ mod tests {
         t.record(p(9, 0, 0), batch(0, 1, 21));
         assert_eq!(t.len(), 2);
         // Producer 7 was least recently used and is forgotten: its next batch waits for
-        // a predecessor that will not come, and is then accepted (see Partition).
+        // a predecessor that will not come, and is then refused (see Partition).
         assert_eq!(
             t.check(p(7, 0, 4), 1).unwrap(),
             Check::Wait { known: false }
+        );
+    }
+
+    #[test]
+    fn eviction_is_least_recently_used_and_the_recent_bound_is_configurable() {
+        let mut t = ProducerTable::with_recent(3, 2);
+        for id in 1..=3 {
+            t.record(p(id, 0, 0), batch(0, 1, id));
+        }
+        // Producer 1 is used again, so 2 is now the least recently used.
+        t.record(p(1, 0, 1), batch(1, 1, 10));
+        t.record(p(4, 0, 0), batch(0, 1, 11));
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.next_sequence(2), None);
+        assert_eq!(t.next_sequence(1), Some(2));
+        // Two batches remembered: the third-last is no longer a duplicate.
+        t.record(p(1, 0, 2), batch(2, 1, 12));
+        assert!(matches!(
+            t.check(p(1, 0, 2), 1).unwrap(),
+            Check::Duplicate(_)
+        ));
+        assert!(matches!(
+            t.check(p(1, 0, 1), 1).unwrap(),
+            Check::Duplicate(_)
+        ));
+        assert!(matches!(
+            t.check(p(1, 0, 0), 1),
+            Err(BrokerError::OutOfOrderSequence { .. })
+        ));
+        assert_eq!(
+            ProducerTable::with_recent(1, 1000).recent_max(),
+            RECENT_BATCHES_MAX
         );
     }
 

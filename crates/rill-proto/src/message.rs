@@ -210,6 +210,7 @@ impl Response {
                 code: code as i32,
                 message: message.into(),
                 offset: None,
+                range_start: None,
             },
         }
     }

@@ -3,7 +3,9 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::io::{Io, IoFile, StdIo};
 
@@ -19,6 +21,8 @@ struct Plan {
     write_budget: Option<u64>,
     /// Fail this many upcoming writes with `EIO` without writing anything.
     write_failures: u32,
+    /// Panic in this many upcoming writes (a bug in the middle of an append).
+    write_panics: u32,
     /// Only files whose name ends with this are affected; `None` means all files.
     suffix: Option<String>,
     /// Counts, for assertions.
@@ -34,8 +38,7 @@ pub struct Faults(Arc<Mutex<Plan>>);
 
 impl Faults {
     fn plan(&self) -> MutexGuard<'_, Plan> {
-        // A panic while holding this lock is a test bug; keep going with the state.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.lock()
     }
 
     /// The next `n` fsyncs fail with `EIO`.
@@ -56,6 +59,11 @@ impl Faults {
     /// The next `n` writes fail with `EIO`, writing nothing.
     pub fn fail_next_writes(&self, n: u32) {
         self.plan().write_failures = n;
+    }
+
+    /// The next `n` writes panic, writing nothing (models a bug inside an append).
+    pub fn panic_on_next_writes(&self, n: u32) {
+        self.plan().write_panics = n;
     }
 
     /// Restricts faults to files whose name ends with `suffix` (e.g. `".log"`).
@@ -150,6 +158,10 @@ impl Io for FaultyIo {
     fn is_dir(&self, path: &Path) -> bool {
         StdIo.is_dir(path)
     }
+
+    fn try_lock(&self, path: &Path) -> io::Result<Box<dyn std::fmt::Debug + Send + Sync>> {
+        StdIo.try_lock(path)
+    }
 }
 
 impl IoFile for FaultyFile {
@@ -164,6 +176,11 @@ impl IoFile for FaultyFile {
         let allowed = {
             let mut plan = self.faults.plan();
             plan.writes += 1;
+            if plan.write_panics > 0 {
+                plan.write_panics -= 1;
+                drop(plan);
+                panic!("injected panic in a write");
+            }
             if plan.write_failures > 0 {
                 plan.write_failures -= 1;
                 return Err(io::Error::from_raw_os_error(5)); // EIO

@@ -2,7 +2,9 @@
 //! whose unsynced data has waited long enough, so an idle tail is synced too.
 
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -35,7 +37,7 @@ impl Flusher {
                         Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
                     }
                     let live: Vec<Arc<PartitionLog>> = {
-                        let mut logs = shared.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut logs = shared.lock();
                         logs.retain(|w| w.strong_count() > 0);
                         logs.iter().filter_map(Weak::upgrade).collect()
                     };
@@ -57,10 +59,7 @@ impl Flusher {
 
     /// Adds a log to sync.
     pub fn register(&self, log: &Arc<PartitionLog>) {
-        self.logs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Arc::downgrade(log));
+        self.logs.lock().push(Arc::downgrade(log));
     }
 }
 

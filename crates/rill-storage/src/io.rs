@@ -29,6 +29,14 @@ pub trait Io: Send + Sync + fmt::Debug {
     fn exists(&self, path: &Path) -> bool;
     /// Whether `path` is a directory.
     fn is_dir(&self, path: &Path) -> bool;
+    /// Takes an exclusive lock on the file `path` (created if missing) for as long as
+    /// the returned guard lives: one process per data directory. Fails at once if
+    /// another holder has it. The default takes no lock (an in-memory disk belongs to
+    /// one process anyway).
+    fn try_lock(&self, path: &Path) -> io::Result<Box<dyn fmt::Debug + Send + Sync>> {
+        let _ = path;
+        Ok(Box::new(()))
+    }
 }
 
 /// One open file, used with positional I/O only (safe to share across threads).
@@ -120,6 +128,17 @@ impl Io for StdIo {
 
     fn is_dir(&self, path: &Path) -> bool {
         path.is_dir()
+    }
+
+    fn try_lock(&self, path: &Path) -> io::Result<Box<dyn fmt::Debug + Send + Sync>> {
+        let file = File::create(path)?;
+        file.try_lock().map_err(|e| match e {
+            fs::TryLockError::WouldBlock => {
+                io::Error::new(io::ErrorKind::WouldBlock, "another process holds the lock")
+            }
+            fs::TryLockError::Error(e) => e,
+        })?;
+        Ok(Box::new(file))
     }
 }
 

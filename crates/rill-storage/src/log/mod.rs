@@ -473,15 +473,22 @@ impl PartitionLog {
 
     /// Syncs what was appended and refuses further appends. Reads keep working.
     pub fn close(&self) -> Result<(), StorageError> {
-        let Ok(mut w) = self.writer.lock() else {
-            // A panic poisoned the writer: nothing it holds can be trusted to sync.
-            self.poison_with("append (a panic while appending)");
-            return Ok(());
+        let mut w = match self.writer.lock() {
+            Ok(w) => w,
+            Err(poisoned) => {
+                // A panic poisoned the writer. Its state is only used below to discard
+                // what was never synced, which is safe whatever the panic left.
+                self.poison_with("append (a panic while appending)");
+                poisoned.into_inner()
+            }
         };
         if w.closed {
             return Ok(());
         }
         w.closed = true;
+        if self.poisoned().is_some() {
+            self.discard_unsynced(&w);
+        }
         drop(w);
         let seals: Vec<_> = std::mem::take(&mut *self.seal_threads.lock());
         for seal in seals {
@@ -506,6 +513,29 @@ impl PartitionLog {
         }
         drop(w);
         active.index().sync()
+    }
+}
+
+impl PartitionLog {
+    /// After a failed write or fsync under `always`, cuts the active segment back to
+    /// what was synced: the page cache may hold bytes the disk never got (a failed
+    /// fsync can leave pages marked clean), and a reopen must not take them for durable
+    /// data. Nothing beyond was acknowledged. Best effort: recovery validates anyway.
+    fn discard_unsynced(&self, w: &Writer) {
+        if self.config.durability != crate::Durability::Always {
+            return;
+        }
+        let synced = w.active.visible_len();
+        if w.written_len > synced {
+            match w.file.set_len(synced) {
+                Ok(()) => {
+                    tracing::warn!(path = %w.active.path.display(), synced, dropped_bytes = w.written_len - synced, "discarded the unsynced tail of a poisoned partition")
+                }
+                Err(e) => {
+                    tracing::warn!(path = %w.active.path.display(), error = %e, "cannot discard the unsynced tail of a poisoned partition")
+                }
+            }
+        }
     }
 }
 

@@ -1,0 +1,167 @@
+//! Background upkeep (retention, group sessions, reopening failed partitions), repair
+//! and health.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::broker::{FailedPartition, PartitionState};
+use crate::{Broker, BrokerError};
+
+/// How often failed partitions and the offsets log are looked at for a reopen.
+const HEAL_TICK: Duration = Duration::from_secs(1);
+
+impl Broker {
+    /// Applies retention to every partition once (blocking file deletes).
+    pub fn apply_retention(&self) -> Result<(), BrokerError> {
+        let mut first_error = None;
+        for (stream, topic, partition, p) in self.all_partitions() {
+            let Ok(log) = p.log() else { continue };
+            if let Err(e) = log.apply_retention() {
+                tracing::error!(stream, topic, partition, error = %e, "retention failed");
+                first_error.get_or_insert(BrokerError::from(e));
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Reopens, with recovery, every partition whose log is poisoned (a failed write or
+    /// fsync: a full disk, say) or could not be opened, once its back-off has passed,
+    /// and the offsets log if it is poisoned. So once space is freed the broker heals
+    /// without a restart. Returns how many partitions were reopened (blocking).
+    pub fn heal(&self) -> usize {
+        let now = Instant::now();
+        let mut reopened = 0;
+        for (stream, topic, partition, p) in self.all_partitions() {
+            if !p.heal_due(now) {
+                continue;
+            }
+            match p.reopen() {
+                Ok(()) => {
+                    self.register_flush(&p);
+                    reopened += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(stream, topic, partition, error = %e, "reopening a failed partition failed; will retry");
+                }
+            }
+        }
+        if self.offsets.heal_due(now)
+            && let Err(e) = self.offsets.reopen()
+        {
+            tracing::warn!(error = %e, "reopening the offsets log failed; will retry");
+        }
+        if reopened > 0 {
+            self.reserve.ensure();
+        }
+        reopened
+    }
+
+    /// Reopens a partition with recovery now (whatever its back-off), and with
+    /// `accept_data_loss` accepts its damaged ranges as lost so it takes appends again.
+    /// A damaged range that ends the log resumes appends after every offset a consumer
+    /// stored for the partition (blocking).
+    pub fn repair_partition(
+        &self,
+        stream: &str,
+        topic: &str,
+        partition: u32,
+        accept_data_loss: bool,
+    ) -> Result<PartitionState, BrokerError> {
+        self.check_running()?;
+        let p = self.partition(stream, topic, partition)?;
+        if p.broken() {
+            p.reopen()?;
+            self.register_flush(&p);
+        }
+        if accept_data_loss {
+            let log = p.log()?;
+            let stored_max = self
+                .offsets
+                .for_topic(stream, topic)
+                .into_iter()
+                .filter(|(k, _)| k.partition == partition)
+                .map(|(_, o)| o)
+                .max()
+                .unwrap_or(0);
+            let accepted = log.accept_damage(stored_max)?;
+            tracing::warn!(
+                stream,
+                topic,
+                partition,
+                ranges = accepted.len(),
+                "operator accepted data loss"
+            );
+        }
+        let (_, states) = self.describe_topic(stream, topic)?;
+        Ok(states
+            .into_iter()
+            .find(|s| s.partition == partition)
+            .expect("the partition exists"))
+    }
+
+    /// Every partition that refuses appends, and why; and the offsets log if it does.
+    pub fn failed_partitions(&self) -> Vec<FailedPartition> {
+        let mut out: Vec<FailedPartition> = self
+            .all_partitions()
+            .into_iter()
+            .filter_map(|(stream, topic, partition, p)| {
+                p.failure().map(|reason| FailedPartition {
+                    stream,
+                    topic,
+                    partition,
+                    reason,
+                })
+            })
+            .collect();
+        if let Some(reason) = self.offsets.failure() {
+            out.push(FailedPartition {
+                stream: String::new(),
+                topic: "(stored offsets)".to_owned(),
+                partition: 0,
+                reason,
+            });
+        }
+        out
+    }
+
+    /// Runs retention every `retention_interval` (first after one interval), expires
+    /// group sessions every second and reopens failed partitions, until the broker
+    /// shuts down.
+    pub async fn run_upkeep(self: Arc<Self>) {
+        let period = self.config().retention_interval;
+        let mut retention = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        retention.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Group sessions are checked every second, so a silent member is removed within
+        // a second of its timeout.
+        let mut sessions = tokio::time::interval(Duration::from_secs(1));
+        sessions.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut heal = tokio::time::interval(HEAL_TICK);
+        heal.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let job: fn(&Broker) = tokio::select! {
+                _ = retention.tick() => |b| {
+                    if let Err(e) = b.apply_retention() {
+                        tracing::error!(error = %e, "retention failed");
+                    }
+                },
+                _ = sessions.tick() => {
+                    self.groups.expire(Instant::now());
+                    continue;
+                }
+                _ = heal.tick() => |b| {
+                    b.heal();
+                },
+            };
+            if self.is_shutting_down() {
+                return;
+            }
+            let broker = Arc::clone(&self);
+            match tokio::task::spawn_blocking(move || job(&broker)).await {
+                Ok(()) => {}
+                // The runtime is shutting down with the process.
+                Err(e) if e.is_cancelled() => return,
+                Err(e) => tracing::error!(error = %e, "upkeep task failed"),
+            }
+        }
+    }
+}
