@@ -284,10 +284,7 @@ impl OffsetStore {
 }
 
 /// Opens the offsets log and replays it into the live table.
-fn replay(
-    dir: &Path,
-    env: &LogEnv,
-) -> Result<(PartitionLog, Live), BrokerError> {
+fn replay(dir: &Path, env: &LogEnv) -> Result<(PartitionLog, Live), BrokerError> {
     let log = PartitionLog::open_in(dir, log_config(), env)?;
     let mut live = HashMap::new();
     let mut at = log.log_start();

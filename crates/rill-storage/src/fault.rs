@@ -17,7 +17,8 @@ struct Plan {
     /// Fail every `sync_data` call.
     sync_always_fails: bool,
     /// Bytes that may still be written before the disk is "full": a write that needs
-    /// more writes what fits, then fails with `ENOSPC`.
+    /// more writes what fits, then fails with `ENOSPC`. Deleting files gives their
+    /// bytes back, as on a real disk.
     write_budget: Option<u64>,
     /// Fail this many upcoming writes with `EIO` without writing anything.
     write_failures: u32,
@@ -106,6 +107,33 @@ impl FaultyIo {
     }
 }
 
+impl FaultyIo {
+    /// Gives deleted bytes back to a limited disk.
+    fn free(&self, bytes: u64) {
+        if let Some(budget) = self.faults.plan().write_budget.as_mut() {
+            *budget += bytes;
+        }
+    }
+}
+
+/// Bytes of every file under `path`.
+fn bytes_under(path: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            let p = e.path();
+            if p.is_dir() {
+                bytes_under(&p)
+            } else {
+                e.metadata().map_or(0, |m| m.len())
+            }
+        })
+        .sum()
+}
+
 #[derive(Debug)]
 struct FaultyFile {
     inner: Arc<dyn IoFile>,
@@ -136,7 +164,10 @@ impl Io for FaultyIo {
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
-        StdIo.remove_file(path)
+        let freed = std::fs::metadata(path).map_or(0, |m| m.len());
+        StdIo.remove_file(path)?;
+        self.free(freed);
+        Ok(())
     }
 
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
@@ -148,7 +179,10 @@ impl Io for FaultyIo {
     }
 
     fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-        StdIo.remove_dir_all(path)
+        let freed = bytes_under(path);
+        StdIo.remove_dir_all(path)?;
+        self.free(freed);
+        Ok(())
     }
 
     fn exists(&self, path: &Path) -> bool {
