@@ -497,3 +497,56 @@ async fn a_damaged_partition_opens_failed_while_everything_else_serves() {
         .unwrap();
     assert_eq!(appended.base_offset, 20);
 }
+
+/// Reads, timestamp lookups and admin changes run on the blocking pool: on a runtime
+/// with one thread, a fetch stuck on a slow disk used to stall every other request.
+#[tokio::test(flavor = "current_thread")]
+async fn a_slow_disk_does_not_stall_the_runtime() {
+    use rill_proto::{Request, RequestBody, Response};
+    let dir = tempfile::tempdir().unwrap();
+    let (io, faults) = FaultyIo::new();
+    faults.only_files_ending_with(".log");
+    let mut config = BrokerConfig::new(dir.path());
+    config.io = Arc::new(io);
+    let broker = Arc::new(Broker::open(config).unwrap());
+    create(&broker, "t", options(1));
+    broker
+        .produce("s", "t", 0, batch(None, &["x"]))
+        .await
+        .unwrap();
+    faults.delay_reads(Some(Duration::from_secs(3)));
+    let slow = {
+        let broker = Arc::clone(&broker);
+        tokio::spawn(async move {
+            broker
+                .fetch(
+                    "s",
+                    "t",
+                    0,
+                    Fetch {
+                        offset: 0,
+                        max_bytes: 1 << 20,
+                        max_wait: Duration::ZERO,
+                        min_bytes: 0,
+                    },
+                )
+                .await
+        })
+    };
+    // Let the fetch reach its read.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let listed = broker
+        .handle(Request::new(RequestBody::ListStreams(
+            pb::ListStreamsRequest {},
+        )))
+        .await;
+    assert!(matches!(listed, Response::Ok { .. }));
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(2),
+        "another request waited {waited:?} behind a slow read"
+    );
+    faults.delay_reads(None);
+    slow.await.unwrap().unwrap();
+}

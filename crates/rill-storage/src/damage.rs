@@ -194,8 +194,16 @@ impl Accepted {
         }
     }
 
+    /// Whether this entry accepts `range`: the same damage (segment, position, first
+    /// offset), or, for offsets with no bytes (a missing segment, a short one), the same
+    /// offsets, wherever a later open finds them (after acceptance they show as the gap
+    /// before the segment appends resumed in).
     pub(crate) fn matches(&self, range: &DamagedRange) -> bool {
         self.key == range.key()
+            || (range.position == range.end_position
+                && self.key.from_offset == range.from_offset
+                && self.to_offset.is_some()
+                && self.to_offset == range.to_offset)
     }
 }
 

@@ -24,6 +24,8 @@ struct Plan {
     write_failures: u32,
     /// Panic in this many upcoming writes (a bug in the middle of an append).
     write_panics: u32,
+    /// Every read takes this long (a slow or overloaded disk).
+    read_delay: Option<std::time::Duration>,
     /// Only files whose name ends with this are affected; `None` means all files.
     suffix: Option<String>,
     /// Counts, for assertions.
@@ -60,6 +62,11 @@ impl Faults {
     /// The next `n` writes fail with `EIO`, writing nothing.
     pub fn fail_next_writes(&self, n: u32) {
         self.plan().write_failures = n;
+    }
+
+    /// Every read of an affected file takes `delay` first (`None`: full speed again).
+    pub fn delay_reads(&self, delay: Option<std::time::Duration>) {
+        self.plan().read_delay = delay;
     }
 
     /// The next `n` writes panic, writing nothing (models a bug inside an append).
@@ -200,6 +207,12 @@ impl Io for FaultyIo {
 
 impl IoFile for FaultyFile {
     fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
+        if self.affected {
+            let delay = self.faults.plan().read_delay;
+            if let Some(delay) = delay {
+                std::thread::sleep(delay);
+            }
+        }
         self.inner.read_at(buf, pos)
     }
 

@@ -292,6 +292,7 @@ pub(crate) fn recover(
             range.accepted = true;
         }
     }
+    drop_covered_gaps(&mut damage);
 
     // What recovery kept may have been only in the page cache (a process crash): make
     // it durable before a recovery point says so.
@@ -654,6 +655,28 @@ impl Scan<'_> {
         }
         Ok(after.resync)
     }
+}
+
+/// Drops missing-offset ranges (gaps) that another damaged range covers: after damage
+/// at the end of a segment is accepted, the next segment starts where appends resumed,
+/// and the offsets in between are that damage's, not a second loss.
+fn drop_covered_gaps(damage: &mut Vec<DamagedRange>) {
+    let covered = |gap: &DamagedRange, all: &[DamagedRange]| {
+        gap.position == gap.end_position
+            && all.iter().any(|d| {
+                !std::ptr::eq(d, gap)
+                    && d.position < d.end_position
+                    && d.from_offset <= gap.from_offset
+                    && match (d.to_offset, gap.to_offset) {
+                        (None, _) => true,
+                        (Some(a), Some(b)) => a >= b,
+                        (Some(_), None) => false,
+                    }
+            })
+    };
+    let keep: Vec<bool> = damage.iter().map(|g| !covered(g, damage)).collect();
+    let mut keep = keep.into_iter();
+    damage.retain(|_| keep.next().unwrap_or(true));
 }
 
 /// Damage an operator accepted that this open did not come across (a durable segment

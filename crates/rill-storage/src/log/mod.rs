@@ -375,24 +375,17 @@ impl PartitionLog {
             return Err(StorageError::Closed);
         }
         if let Some(hint) = w.tail_damage {
-            let resume = hint.max(min_next_offset).max(w.next_offset);
+            let end = w.next_offset;
+            let resume = hint.max(min_next_offset).max(end);
             let damaged = Arc::clone(&w.active);
             self.roll_to(&mut w, resume)?;
             damaged.close_damage(resume);
             w.tail_damage = None;
-            let new_base = resume;
-            let new_path = log_path(&self.dir, new_base);
             for d in self.damage.write().iter_mut() {
-                if d.to_offset.is_none() {
+                // The ranges at the end of the log now end where appends resume.
+                let lost_at_end = d.position == d.end_position && d.from_offset >= end;
+                if d.to_offset.is_none() || lost_at_end {
                     d.to_offset = Some(resume.max(d.from_offset));
-                    if d.position == d.end_position {
-                        // Lost bytes, not damaged ones (a short or missing segment): the
-                        // next open sees them as the gap before the new segment.
-                        d.segment_base = new_base;
-                        d.segment = new_path.clone();
-                        d.position = 0;
-                        d.end_position = 0;
-                    }
                 }
             }
             self.visible_next.fetch_max(resume, Ordering::AcqRel);

@@ -1,0 +1,292 @@
+//! Damage recovery must not cut (docs/FORMAT.md, "What recovery does with each kind of
+//! damage"): each row of that table, plus damage a read finds after open, acceptance
+//! that survives a reopen, and the bound on open files.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use rill_storage::{Durability, LogConfig, PartitionLog, StorageError};
+
+fn config() -> LogConfig {
+    LogConfig {
+        segment_bytes_max: 4096,
+        index_interval_bytes: 256,
+        durability: Durability::Always,
+        ..LogConfig::default()
+    }
+}
+
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    let mut logs: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    logs
+}
+
+/// A closed log of `batches` batches of 3 records (about 240 bytes each).
+fn written(dir: &Path, batches: usize) -> u64 {
+    let log = PartitionLog::open(dir, config()).unwrap();
+    for i in 0..batches {
+        log.append(&batch(&format!("b{i}"), 3, 60)).unwrap();
+    }
+    log.close().unwrap();
+    log.next_offset()
+}
+
+/// (position, length) of every batch of a segment file, from its headers.
+fn batches_of(path: &Path) -> Vec<(usize, usize)> {
+    let bytes = fs::read(path).unwrap();
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 64 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+        out.push((at, len));
+        at += len;
+    }
+    out
+}
+
+/// Damages the header of batch `i` of a segment (its stored base offset).
+fn break_header(path: &Path, i: usize) {
+    let (at, _) = batches_of(path)[i];
+    flip(path, at + 8);
+}
+
+fn flip(path: &Path, at: usize) {
+    let mut bytes = fs::read(path).unwrap();
+    bytes[at] ^= 0x20;
+    fs::write(path, bytes).unwrap();
+}
+
+/// Every readable offset, stepping over damaged ranges as a consumer told of them.
+fn readable(log: &PartitionLog) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut at = log.log_start();
+    while at < log.next_offset() {
+        match log.read(at, 64 * 1024) {
+            Ok(read) => {
+                for b in read.batches() {
+                    for r in b.unwrap().records() {
+                        if r.offset >= at {
+                            out.push(r.offset);
+                        }
+                    }
+                }
+                at = read.next_offset;
+            }
+            Err(StorageError::DataLoss { to: Some(to), .. }) => at = to,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    out
+}
+
+#[test]
+fn an_incomplete_last_batch_is_cut_even_without_a_recovery_point() {
+    // What a kill -9 between the two writes of an append leaves.
+    let dir = tempfile::tempdir().unwrap();
+    let next = written(dir.path(), 5);
+    fs::remove_file(dir.path().join("recovery-point")).unwrap();
+    let path = &segments(dir.path())[0];
+    let len = fs::metadata(path).unwrap().len();
+    let mut bytes = fs::read(path).unwrap();
+    bytes.extend_from_slice(&bytes[..100].to_vec());
+    fs::write(path, &bytes).unwrap();
+    let log = PartitionLog::open(dir.path(), config()).unwrap();
+    assert!(log.damage().is_empty(), "{:?}", log.damage());
+    assert_eq!(fs::metadata(path).unwrap().len(), len);
+    assert_eq!(log.append(&batch("x", 1, 1)).unwrap().base_offset, next);
+    // The recovery point is back, durable.
+    assert!(dir.path().join("recovery-point").exists());
+}
+
+#[test]
+fn an_invalid_complete_batch_without_a_recovery_point_is_quarantined() {
+    let dir = tempfile::tempdir().unwrap();
+    let next = written(dir.path(), 5);
+    fs::remove_file(dir.path().join("recovery-point")).unwrap();
+    let path = segments(dir.path())[0].clone();
+    let len = fs::metadata(&path).unwrap().len() as usize;
+    flip(&path, len - 5); // inside the last batch's records
+    let log = PartitionLog::open(dir.path(), config()).unwrap();
+    assert_eq!(fs::metadata(&path).unwrap().len() as usize, len, "not cut");
+    let damage = log.damage();
+    assert_eq!(damage.len(), 1);
+    assert_eq!(damage[0].from_offset, next - 3);
+    assert!(log.failure().is_some());
+    assert_eq!(readable(&log).len() as u64, next - 3);
+    // The end is not known; accepting resumes past every offset it may have used.
+    let accepted = log.accept_damage(next + 10).unwrap();
+    assert_eq!(accepted[0].to_offset, Some(next + 10));
+    assert_eq!(
+        log.append(&batch("x", 1, 1)).unwrap().base_offset,
+        next + 10
+    );
+    drop(log);
+    let log = PartitionLog::open(dir.path(), config()).unwrap();
+    assert!(log.failure().is_none(), "{:?}", log.failure());
+    assert_eq!(log.next_offset(), next + 11);
+    assert!(matches!(
+        log.read(next - 3, 1 << 20),
+        Err(StorageError::DataLoss { from, to: Some(to), .. }) if from == next - 3 && to == next + 10
+    ));
+}
+
+#[test]
+fn damage_below_the_recovery_point_of_the_last_segment_is_quarantined_by_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let next = written(dir.path(), 5);
+    let path = segments(dir.path())[0].clone();
+    let len = fs::metadata(&path).unwrap().len();
+    // The second batch is synced (the recovery point is past it): recovery does not
+    // look below the point, and the read that meets it quarantines it, never cuts.
+    break_header(&path, 1);
+    let log = PartitionLog::open(dir.path(), config()).unwrap();
+    assert!(log.damage().is_empty());
+    assert!(matches!(
+        log.read(3, 1 << 20),
+        Err(StorageError::DataLoss {
+            from: 3,
+            to: Some(6),
+            ..
+        })
+    ));
+    assert_eq!(log.next_offset(), next);
+    assert_eq!(fs::metadata(&path).unwrap().len(), len);
+    assert_eq!(readable(&log).len() as u64, next - 3);
+    assert!(matches!(
+        log.append(&batch("x", 1, 1)),
+        Err(StorageError::Damaged { .. })
+    ));
+}
+
+#[test]
+fn segments_missing_at_the_end_are_a_damaged_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let next = written(dir.path(), 60);
+    let logs = segments(dir.path());
+    assert!(logs.len() >= 3);
+    let last = logs.last().unwrap();
+    let last_base: u64 = last.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+    fs::remove_file(last).unwrap();
+    let log = PartitionLog::open(dir.path(), config()).unwrap();
+    let damage = log.damage();
+    assert_eq!(damage.len(), 1, "{damage:?}");
+    assert_eq!(
+        (damage[0].from_offset, damage[0].to_offset),
+        (last_base, Some(next))
+    );
+    assert!(matches!(
+        log.append(&batch("x", 1, 1)),
+        Err(StorageError::Damaged { .. })
+    ));
+    // Accepting resumes at the old end: no offset is used twice.
+    log.accept_damage(0).unwrap();
+    assert_eq!(log.append(&batch("x", 1, 1)).unwrap().base_offset, next);
+    drop(log);
+    let log = PartitionLog::open(dir.path(), config()).unwrap();
+    assert!(log.failure().is_none(), "{:?}", log.failure());
+}
+
+#[test]
+fn a_lost_accepted_damage_file_fails_the_partition_again() {
+    let dir = tempfile::tempdir().unwrap();
+    written(dir.path(), 60);
+    let logs = segments(dir.path());
+    // The last batch of a durable segment: after its last index entry, so recovery's
+    // chain check meets it.
+    let last = batches_of(&logs[1]).len() - 1;
+    break_header(&logs[1], last);
+    let log = PartitionLog::open(dir.path(), config()).unwrap();
+    assert_eq!(log.damage().len(), 1, "{:?}", log.damage());
+    log.accept_damage(0).unwrap();
+    assert!(log.failure().is_none());
+    drop(log);
+    let log = PartitionLog::open(dir.path(), config()).unwrap();
+    assert!(log.failure().is_none(), "{:?}", log.failure());
+    drop(log);
+    fs::remove_file(dir.path().join("accepted-damage")).unwrap();
+    let log = PartitionLog::open(dir.path(), config()).unwrap();
+    assert!(log.failure().is_some(), "damage is never hidden");
+}
+
+#[test]
+fn damage_a_read_finds_is_recorded_and_its_acceptance_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let next = written(dir.path(), 60);
+    let logs = segments(dir.path());
+    // A header early in a durable segment: recovery checks a durable segment only from
+    // its last index entry, so only a read finds this.
+    break_header(&logs[0], 0);
+    let log = PartitionLog::open(dir.path(), config()).unwrap();
+    assert!(log.damage().is_empty(), "not seen by recovery");
+    let err = log.read(0, 1 << 20).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StorageError::DataLoss {
+                from: 0,
+                to: Some(3),
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(log.failure().is_some());
+    assert_eq!(readable(&log).len() as u64, next - 3);
+    log.accept_damage(0).unwrap();
+    log.append(&batch("x", 1, 1)).unwrap();
+    drop(log);
+    let log = PartitionLog::open(dir.path(), config()).unwrap();
+    assert!(log.failure().is_none(), "{:?}", log.failure());
+    assert!(matches!(
+        log.read(0, 1 << 20),
+        Err(StorageError::DataLoss {
+            from: 0,
+            to: Some(3),
+            ..
+        })
+    ));
+    assert_eq!(readable(&log).len() as u64, next - 2);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn open_files_stay_bounded_whatever_the_number_of_segments() {
+    fn open_fds() -> usize {
+        fs::read_dir("/proc/self/fd").unwrap().count()
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_bytes_max: 1024,
+        durability: Durability::Never,
+        ..LogConfig::default()
+    };
+    {
+        let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
+        for i in 0..300 {
+            log.append(&batch(&format!("b{i}"), 3, 100)).unwrap();
+        }
+        log.close().unwrap();
+    }
+    assert!(segments(dir.path()).len() >= 100);
+    let before = open_fds();
+    let env = rill_storage::LogEnv::default()
+        .with_files(std::sync::Arc::new(rill_storage::FileCache::new(8)));
+    let log = PartitionLog::open_in(dir.path(), config, &env).unwrap();
+    // Every segment was opened and scanned; read them all again.
+    assert_eq!(readable(&log).len(), 900);
+    let held = open_fds() - before;
+    // The active segment's three files, the cached sealed ones, and a few transient.
+    assert!(
+        held <= 3 + 8 + 2,
+        "{held} files open for {} segments",
+        log.segment_count()
+    );
+}
