@@ -394,12 +394,14 @@ fuzz_target!(|input: Input<'_>| {
         Some(bytes) => serde_json::from_slice(bytes).ok(),
     };
     if let Some(catalog) = &parsed {
-        // Known bug (rill-broker, not fixed here): `Broker::open` trusts the names and
-        // options in `catalog.json`. A stream named `../x` or `/tmp/x` makes it create
-        // directories outside the data directory, and `partitions: 4000000000` makes it
-        // create directories until the disk is full. Such catalogs are skipped, so
-        // fuzzing never writes outside its scratch directory; once open validates,
-        // assert here that it refuses them instead.
+        // Known bug (rill-broker, not fixed here; reproducers in
+        // `fuzz/regressions/broker_open/`): `Broker::open` trusts the names and options
+        // in `catalog.json`. A stream named `../x` or `/tmp/x` makes it create
+        // directories outside the data directory, `partitions: 4000000000` makes it
+        // create directories until the disk is full, and options `validate` rejects
+        // (0 partitions) are opened. Such catalogs are skipped, so fuzzing never writes
+        // outside its scratch directory; once open validates, assert here that it
+        // refuses them (and any topic whose options do not validate) instead.
         let unsafe_catalog = catalog.streams.iter().any(|(name, s)| {
             validate_name("stream", name).is_err()
                 || s.topics.iter().any(|(name, t)| {
