@@ -18,7 +18,11 @@ fn walk(bytes: &[u8]) {
     let _ = BatchHeader::parse(bytes);
     for batch in Batches::new(bytes) {
         let Ok(batch) = batch else { break };
-        let _ = (batch.header(), batch.producer(), batch.largest_record_bytes());
+        let _ = (
+            batch.header(),
+            batch.producer(),
+            batch.largest_record_bytes(),
+        );
         for record in batch.records() {
             for header in record.headers() {
                 std::hint::black_box(header);
@@ -32,7 +36,9 @@ fuzz_target!(|data: &[u8]| {
 
     // Structured: build a valid batch from the input, then corrupt one byte.
     let mut u = Unstructured::new(data);
-    let Ok(records) = Vec::<Rec<'_>>::arbitrary(&mut u) else { return };
+    let Ok(records) = Vec::<Rec<'_>>::arbitrary(&mut u) else {
+        return;
+    };
     if records.is_empty() {
         return;
     }
@@ -58,9 +64,16 @@ fuzz_target!(|data: &[u8]| {
     rill_format::stamp(&mut bytes, 7, 1_700_000_000_000_000).expect("stamp");
     let view = BatchView::parse(&bytes).expect("a built batch parses");
     assert_eq!(view.record_count() as usize, records.len());
-    let Ok(at) = u.int_in_range(0..=bytes.len() - 1) else { return };
-    let Ok(flip) = u.int_in_range(1..=255u8) else { return };
+    let Ok(at) = u.int_in_range(0..=bytes.len() - 1) else {
+        return;
+    };
+    let Ok(flip) = u.int_in_range(1..=255u8) else {
+        return;
+    };
     bytes[at] ^= flip;
-    assert!(BatchView::parse(&bytes).is_err(), "flip {flip:#x} at {at} undetected");
+    assert!(
+        BatchView::parse(&bytes).is_err(),
+        "flip {flip:#x} at {at} undetected"
+    );
     walk(&bytes);
 });

@@ -5,10 +5,21 @@
 //! offset, and a second open agrees with the first.
 #![no_main]
 
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use rill_format::{BatchBuilder, NewRecord};
-use rill_storage::{Durability, LogConfig, PartitionLog};
+use rill_storage::{Durability, LogConfig, ManualClock, PartitionLog, StdIo, StorageError};
+
+/// Opens with a fixed clock, so the bytes written depend on the input only.
+fn open(dir: &Path, config: &LogConfig) -> Result<PartitionLog, StorageError> {
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000_000));
+    PartitionLog::open_with(dir, config.clone(), Arc::new(StdIo), clock)
+}
 
 #[derive(Arbitrary, Debug)]
 struct Input<'a> {
@@ -24,7 +35,7 @@ struct Input<'a> {
 }
 
 fuzz_target!(|input: Input<'_>| {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::scratch_dir();
     let config = LogConfig {
         durability: Durability::Never,
         index_interval_bytes: 64,
@@ -32,7 +43,7 @@ fuzz_target!(|input: Input<'_>| {
     };
     {
         // Write valid batches through the engine, so offsets and index are real.
-        let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
+        let log = open(dir.path(), &config).unwrap();
         for records in input.batches.iter().take(50) {
             if records.is_empty() {
                 continue;
@@ -62,13 +73,19 @@ fuzz_target!(|input: Input<'_>| {
         std::fs::write(dir.path().join("00000000000000000000.index"), index).unwrap();
     }
     if let Some(time_index) = input.time_index {
-        std::fs::write(dir.path().join("00000000000000000000.timeindex"), time_index).unwrap();
+        std::fs::write(
+            dir.path().join("00000000000000000000.timeindex"),
+            time_index,
+        )
+        .unwrap();
     }
 
     if !input.keep_recovery_point {
         let _ = std::fs::remove_file(dir.path().join("recovery-point"));
     }
-    let Ok(log) = PartitionLog::open(dir.path(), config.clone()) else { return };
+    let Ok(log) = open(dir.path(), &config) else {
+        return;
+    };
     let next = log.next_offset();
     let mut at = log.log_start();
     while at < next {
@@ -76,7 +93,7 @@ fuzz_target!(|input: Input<'_>| {
             Ok(read) => read,
             // Only damage the recovery point vouched for may surface at read time.
             Err(e) if input.keep_recovery_point => {
-                assert!(matches!(e, rill_storage::StorageError::Corrupt { .. }), "{e}");
+                assert!(matches!(e, StorageError::Corrupt { .. }), "{e}");
                 break;
             }
             Err(e) => panic!("recovered data is readable: {e}"),
@@ -98,6 +115,6 @@ fuzz_target!(|input: Input<'_>| {
     let appended = log.append(&builder.finish().unwrap()).unwrap();
     assert_eq!(appended.base_offset, next);
     drop(log);
-    let log = PartitionLog::open(dir.path(), config).expect("a recovered log reopens");
+    let log = open(dir.path(), &config).expect("a recovered log reopens");
     assert_eq!(log.next_offset(), next + 1);
 });
