@@ -838,6 +838,26 @@ impl Broker {
             .collect()
     }
 
+    /// File descriptors the broker may hold open at once with the topics it has now:
+    /// three per partition (the active segment's `.log` and indexes), the offsets
+    /// log's three, the cache of sealed-segment files, and a few for the lock and
+    /// catalog changes. A server derives its connection limit from what is left.
+    pub fn files_needed(&self) -> usize {
+        const FIXED: usize = 3 + 1 + 8;
+        let partitions: usize = self
+            .read_streams()
+            .values()
+            .flat_map(|s| s.topics.values())
+            .map(|t| t.partitions.len())
+            .sum();
+        3 * partitions + self.env.files.capacity() + FIXED
+    }
+
+    /// Sealed-segment files open now (for metrics).
+    pub fn open_segment_files(&self) -> usize {
+        self.env.files.open_files()
+    }
+
     /// Re-registers a reopened `interval` log with the flusher.
     pub(crate) fn register_flush(&self, partition: &Partition) {
         if let Ok(log) = partition.log()
