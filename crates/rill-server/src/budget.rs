@@ -10,6 +10,8 @@
 //! are free, whoever waited first. A FIFO pool would let one connection waiting for a
 //! 64 MiB frame hold up every small request of every other connection behind it; a
 //! first-fit pool lets small grants pass, and a large one waits until enough is free.
+//! The price is that a steady stream of small grants can keep a large one waiting; each
+//! client's share of that stream is bounded by its own pool.
 //!
 //! Deadlock freedom rests on two rules the callers keep: the connection pool is always
 //! taken before the server pool (a fixed order), and nobody waits for a grant while
