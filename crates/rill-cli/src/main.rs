@@ -115,13 +115,16 @@ fn one_line(e: &anyhow::Error) -> String {
 }
 
 /// Logs go to stderr; `RILL_LOG` sets the filter (default `info` for the server,
-/// `warn` for other commands).
+/// `warn` for other commands). Colored only on a terminal, so files and pipes get plain
+/// `key=value` text.
 fn init_logging(server: bool) {
+    use std::io::IsTerminal as _;
     let default = if server { "info" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("RILL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }

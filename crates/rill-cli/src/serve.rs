@@ -1,8 +1,10 @@
 //! `rill serve`: the broker behind the TCP server, until SIGTERM or SIGINT.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
@@ -34,9 +36,60 @@ struct FileConfig {
     max_in_flight_per_connection: Option<usize>,
     max_frame_bytes: Option<u32>,
     max_batch_bytes: Option<u32>,
+    connection_buffer_bytes_max: Option<usize>,
+    buffer_bytes_max: Option<usize>,
+    write_timeout_ms: Option<u64>,
+    /// Milliseconds, or "off".
+    idle_timeout_ms: Option<MsOrOff>,
+    files_reserved: Option<usize>,
     /// always | never | interval:MS
     default_durability: Option<String>,
     retention_check_secs: Option<u64>,
+}
+
+/// A timeout that can be turned off: a number of milliseconds, or the word `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MsOrOff {
+    Ms(u64),
+    Off,
+}
+
+impl MsOrOff {
+    fn duration(self) -> Option<Duration> {
+        match self {
+            MsOrOff::Ms(ms) => Some(Duration::from_millis(ms)),
+            MsOrOff::Off => None,
+        }
+    }
+}
+
+impl std::str::FromStr for MsOrOff {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.trim() == "off" {
+            return Ok(MsOrOff::Off);
+        }
+        s.trim()
+            .parse()
+            .map(MsOrOff::Ms)
+            .map_err(|e| format!("{e} (milliseconds, or \"off\")"))
+    }
+}
+
+impl<'de> Deserialize<'de> for MsOrOff {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Ms(u64),
+            Word(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Ms(ms) => Ok(MsOrOff::Ms(ms)),
+            Raw::Word(word) => word.parse().map_err(serde::de::Error::custom),
+        }
+    }
 }
 
 /// Overrides file settings with `RILL_<KEY>` environment variables (`RILL_DATA`,
@@ -66,6 +119,21 @@ fn apply_env(file: &mut FileConfig, env: impl Fn(&str) -> Option<String>) -> any
     if let Some(v) = env("RILL_MAX_BATCH_BYTES") {
         file.max_batch_bytes = Some(parse("RILL_MAX_BATCH_BYTES", &v)?);
     }
+    if let Some(v) = env("RILL_CONNECTION_BUFFER_BYTES_MAX") {
+        file.connection_buffer_bytes_max = Some(parse("RILL_CONNECTION_BUFFER_BYTES_MAX", &v)?);
+    }
+    if let Some(v) = env("RILL_BUFFER_BYTES_MAX") {
+        file.buffer_bytes_max = Some(parse("RILL_BUFFER_BYTES_MAX", &v)?);
+    }
+    if let Some(v) = env("RILL_WRITE_TIMEOUT_MS") {
+        file.write_timeout_ms = Some(parse("RILL_WRITE_TIMEOUT_MS", &v)?);
+    }
+    if let Some(v) = env("RILL_IDLE_TIMEOUT_MS") {
+        file.idle_timeout_ms = Some(parse("RILL_IDLE_TIMEOUT_MS", &v)?);
+    }
+    if let Some(v) = env("RILL_FILES_RESERVED") {
+        file.files_reserved = Some(parse("RILL_FILES_RESERVED", &v)?);
+    }
     if let Some(v) = env("RILL_DEFAULT_DURABILITY") {
         file.default_durability = Some(v);
     }
@@ -81,12 +149,78 @@ fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
     toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))
 }
 
+/// The server's settings: defaults, overridden by the file (and the environment, which
+/// `apply_env` has folded into it), then by the flags; checked before anything opens.
+fn server_config(args: &ServeArgs, file: &FileConfig) -> anyhow::Result<ServerConfig> {
+    let mut config = ServerConfig::default();
+    config.listen = args.listen.or(file.listen).unwrap_or(config.listen);
+    config.http = args.http.or(file.http).or(config.http);
+    if let Some(n) = file.max_connections {
+        config.max_connections = n;
+    }
+    if let Some(n) = file.max_in_flight_per_connection {
+        config.max_in_flight_per_connection = n;
+    }
+    if let Some(n) = file.max_frame_bytes {
+        config.max_frame_bytes = n;
+    }
+    if let Some(n) = file.connection_buffer_bytes_max {
+        config.connection_buffer_bytes_max = n;
+    }
+    if let Some(n) = file.buffer_bytes_max {
+        config.buffer_bytes_max = n;
+    }
+    if let Some(ms) = file.write_timeout_ms {
+        config.write_timeout = Duration::from_millis(ms);
+    }
+    match file.idle_timeout_ms {
+        Some(MsOrOff::Ms(0)) => {
+            anyhow::bail!("idle_timeout_ms must be positive (\"off\" turns the timeout off)")
+        }
+        Some(t) => config.idle_timeout = t.duration(),
+        None => {}
+    }
+    if let Some(n) = file.files_reserved {
+        config.files_reserved = n;
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+/// Raises the soft limit on open files to the hard limit: every connection costs a
+/// descriptor, and the server derives its connection limit from what is left.
+fn raise_fd_limit() {
+    #[cfg(unix)]
+    {
+        let before = match rlimit::getrlimit(rlimit::Resource::NOFILE) {
+            Ok((soft, _)) => soft,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the open-files limit");
+                return;
+            }
+        };
+        match rlimit::increase_nofile_limit(u64::MAX) {
+            Ok(after) if after > before => {
+                tracing::info!(before, after, "raised the open-files limit (RLIMIT_NOFILE)");
+            }
+            Ok(after) => tracing::info!(limit = after, "open-files limit (RLIMIT_NOFILE)"),
+            Err(e) => {
+                tracing::warn!(before, error = %e, "cannot raise the open-files limit");
+            }
+        }
+    }
+}
+
 pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Result<()> {
     let mut file = match &args.config {
         Some(path) => load_file(path)?,
         None => FileConfig::default(),
     };
     apply_env(&mut file, |name| std::env::var(name).ok())?;
+    let server_config = server_config(&args, &file).context("invalid server settings")?;
+    raise_fd_limit();
+    // Registered before the server counts its descriptors, and before it serves.
+    let shutdown = shutdown_signal();
     let data = data
         .or(file.data)
         .unwrap_or_else(|| PathBuf::from("./rill-data"));
@@ -105,19 +239,7 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
             };
     }
     if let Some(s) = file.retention_check_secs {
-        broker_config.retention_interval = std::time::Duration::from_secs(s.max(1));
-    }
-    let mut server_config = ServerConfig::default();
-    server_config.listen = args.listen.or(file.listen).unwrap_or(server_config.listen);
-    server_config.http = args.http.or(file.http).or(server_config.http);
-    if let Some(n) = file.max_connections {
-        server_config.max_connections = n;
-    }
-    if let Some(n) = file.max_in_flight_per_connection {
-        server_config.max_in_flight_per_connection = n;
-    }
-    if let Some(n) = file.max_frame_bytes {
-        server_config.max_frame_bytes = n;
+        broker_config.retention_interval = Duration::from_secs(s.max(1));
     }
 
     broker_config.max_frame_bytes = server_config.max_frame_bytes;
@@ -133,6 +255,7 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
     tracing::info!(
         listen = %server.local_addr(),
         http = ?server.http_addr(),
+        max_connections = server.max_connections(),
         "rill is serving"
     );
     // Scripts read the bound addresses from this line (useful with port 0).
@@ -141,10 +264,7 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
         server.local_addr(),
         server.http_addr().map_or("off".into(), |a| a.to_string())
     );
-    server
-        .run(shutdown_signal())
-        .await
-        .context("server failed")?;
+    server.run(shutdown).await.context("server failed")?;
     upkeep.abort();
     tokio::task::spawn_blocking(move || broker.shutdown())
         .await?
@@ -153,28 +273,31 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
     Ok(())
 }
 
-/// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Resolves on SIGTERM or SIGINT. The handlers are installed now, not when it is first
+/// polled, so their descriptors are open before the server counts them.
+fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot listen for SIGTERM");
-                    let _ = ctrl_c.await;
-                    return;
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .inspect_err(|e| tracing::error!(error = %e, "cannot listen for SIGTERM"))
+        .ok();
+    async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        match term {
+            Some(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
                 }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+            }
+            None => {
+                let _ = ctrl_c.await;
+            }
         }
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
+        tracing::info!("shutting down");
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    tracing::info!("shutting down");
 }
 
 #[cfg(test)]
@@ -198,5 +321,59 @@ mod tests {
         let err = apply_env(&mut file, bad).unwrap_err();
         assert!(err.to_string().contains("RILL_MAX_FRAME_BYTES"), "{err}");
         assert!(toml::from_str::<FileConfig>("no_such_key = 1").is_err());
+    }
+
+    fn args() -> ServeArgs {
+        ServeArgs {
+            listen: None,
+            http: None,
+            config: None,
+        }
+    }
+
+    #[test]
+    fn buffer_timeout_and_file_settings_reach_the_server_config() {
+        let mut file: FileConfig = toml::from_str(
+            "connection_buffer_bytes_max = 100000000\nidle_timeout_ms = \"off\"\n\
+             write_timeout_ms = 5000\nfiles_reserved = 16\n",
+        )
+        .unwrap();
+        let env = |name: &str| (name == "RILL_BUFFER_BYTES_MAX").then(|| "200000000".to_owned());
+        apply_env(&mut file, env).unwrap();
+        let config = server_config(&args(), &file).unwrap();
+        assert_eq!(config.connection_buffer_bytes_max, 100_000_000);
+        assert_eq!(config.buffer_bytes_max, 200_000_000);
+        assert_eq!(config.idle_timeout, None);
+        assert_eq!(config.write_timeout, Duration::from_secs(5));
+        assert_eq!(config.files_reserved, 16);
+
+        let defaults = server_config(&args(), &FileConfig::default()).unwrap();
+        assert_eq!(defaults.idle_timeout, Some(Duration::from_secs(600)));
+        let env = |name: &str| (name == "RILL_IDLE_TIMEOUT_MS").then(|| "1500".to_owned());
+        let mut file = FileConfig::default();
+        apply_env(&mut file, env).unwrap();
+        let config = server_config(&args(), &file).unwrap();
+        assert_eq!(config.idle_timeout, Some(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn bad_buffer_and_timeout_settings_are_refused() {
+        let refused = |toml_text: &str| {
+            let file: FileConfig = toml::from_str(toml_text).unwrap();
+            server_config(&args(), &file).unwrap_err().to_string()
+        };
+        // Smaller than a 64 MiB frame.
+        let e = refused("connection_buffer_bytes_max = 1000");
+        assert!(e.contains("connection_buffer_bytes_max"), "{e}");
+        let e = refused("buffer_bytes_max = 1000");
+        assert!(e.contains("buffer_bytes_max"), "{e}");
+        let e = refused("write_timeout_ms = 0");
+        assert!(e.contains("write_timeout"), "{e}");
+        let e = refused("idle_timeout_ms = 0");
+        assert!(e.contains("\"off\""), "{e}");
+        assert!(toml::from_str::<FileConfig>("idle_timeout_ms = \"never\"").is_err());
+        let bad = |name: &str| (name == "RILL_IDLE_TIMEOUT_MS").then(|| "soon".to_owned());
+        let e = apply_env(&mut FileConfig::default(), bad).unwrap_err();
+        assert!(e.to_string().contains("RILL_IDLE_TIMEOUT_MS"), "{e}");
     }
 }

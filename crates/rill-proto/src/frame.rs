@@ -115,6 +115,23 @@ impl FrameDecoder {
         Self { max_frame_bytes }
     }
 
+    /// The bytes on the wire (length prefix included) of the frame at the front of
+    /// `buf` while only part of it is there: `Some` once its length prefix is buffered
+    /// and within bounds but its body is not all buffered yet; `None` with fewer than 4
+    /// bytes, with a whole frame, or with a length [`decode`](Self::decode) rejects.
+    ///
+    /// A reader uses it to make room for (and account for) a frame before reading its
+    /// body, rather than after.
+    pub fn pending_frame_len(&self, buf: &[u8]) -> Option<usize> {
+        let prefix: [u8; 4] = buf.get(..4)?.try_into().expect("4 bytes");
+        let frame_length = u32::from_le_bytes(prefix);
+        if frame_length > self.max_frame_bytes || frame_length < AFTER_LENGTH_HEADER {
+            return None;
+        }
+        let total = 4 + frame_length as usize;
+        (buf.len() < total).then_some(total)
+    }
+
     /// Takes one whole frame off the front of `buf`, or `Ok(None)` if more bytes are
     /// needed. An error means the stream cannot be trusted any further: reply if the
     /// error names a correlation id, then close.
@@ -171,5 +188,51 @@ impl FrameDecoder {
 impl Default for FrameDecoder {
     fn default() -> Self {
         Self::new(DEFAULT_MAX_FRAME_BYTES)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_frame_len_names_an_incomplete_frame_only() {
+        let decoder = FrameDecoder::new(1 << 20);
+        let frame = encode_frame(4, 0, 9, &crate::pb::ListStreamsRequest {}, Bytes::new())
+            .unwrap()
+            .to_bytes();
+        let whole = frame.len();
+        assert_eq!(
+            decoder.pending_frame_len(&frame[..3]),
+            None,
+            "no prefix yet"
+        );
+        for cut in 4..whole {
+            assert_eq!(
+                decoder.pending_frame_len(&frame[..cut]),
+                Some(whole),
+                "{cut}"
+            );
+        }
+        assert_eq!(decoder.pending_frame_len(&frame), None, "whole");
+        let mut two = frame.to_vec();
+        two.extend_from_slice(&frame[..5]);
+        assert_eq!(decoder.pending_frame_len(&two), None, "a whole frame first");
+
+        // A huge but allowed length is announced before any of its body is there.
+        let mut big = ((1u32 << 20) - 8).to_le_bytes().to_vec();
+        big.extend_from_slice(&[0; 10]);
+        assert_eq!(decoder.pending_frame_len(&big), Some(4 + (1 << 20) - 8));
+        // Lengths decode() rejects are left to it.
+        assert_eq!(
+            decoder.pending_frame_len(&((1u32 << 20) + 1).to_le_bytes()),
+            None
+        );
+        assert_eq!(decoder.pending_frame_len(&15u32.to_le_bytes()), None);
+        assert!(
+            decoder
+                .decode(&mut BytesMut::from(&15u32.to_le_bytes()[..]))
+                .is_err()
+        );
     }
 }

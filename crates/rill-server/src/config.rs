@@ -29,8 +29,25 @@ pub struct ServerConfig {
     /// connection is closed.
     pub max_frame_bytes: u32,
     /// Close a connection that sent nothing for this long while it had no request in
-    /// flight (default `None`: never).
+    /// flight (default 10 minutes, like Kafka's `connections.max.idle.ms`; `None`
+    /// never closes one). A pending long poll or an unwritten response counts as in
+    /// flight.
     pub idle_timeout: Option<Duration>,
+    /// Close a connection whose socket took no bytes for this long while a response
+    /// waited to be written: the client does not read (default 30 s).
+    pub write_timeout: Duration,
+    /// Bytes one connection may hold in request frames being read or handled and in
+    /// responses waiting for its socket (default 128 MiB). At least `max_frame_bytes`
+    /// plus a frame header, so every frame fits. When it is spent the server stops
+    /// reading the connection and holds its fetches back until the client reads.
+    pub connection_buffer_bytes_max: usize,
+    /// The same bound for all connections together (default 1 GiB); at least
+    /// `connection_buffer_bytes_max`.
+    pub buffer_bytes_max: usize,
+    /// File descriptors left for the broker's files when the connection limit is
+    /// derived from the process's descriptor limit (default 256; see
+    /// [`Server::max_connections`](crate::Server::max_connections)).
+    pub files_reserved: usize,
     /// At shutdown, how long in-flight requests may take to finish before their
     /// connections are cut (default 10 s).
     pub drain_timeout: Duration,
@@ -44,15 +61,19 @@ impl Default for ServerConfig {
             max_connections: 1024,
             max_in_flight_per_connection: 256,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
-            idle_timeout: None,
+            idle_timeout: Some(Duration::from_secs(10 * 60)),
+            write_timeout: Duration::from_secs(30),
+            connection_buffer_bytes_max: 128 << 20,
+            buffer_bytes_max: 1 << 30,
+            files_reserved: 256,
             drain_timeout: Duration::from_secs(10),
         }
     }
 }
 
 impl ServerConfig {
-    /// Checks every bound.
-    pub(crate) fn validate(&self) -> Result<(), ServerError> {
+    /// Checks every bound; [`Server::bind`](crate::Server::bind) does it too.
+    pub fn validate(&self) -> Result<(), ServerError> {
         let invalid = |field, reason| Err(ServerError::InvalidConfig { field, reason });
         if self.max_connections == 0 {
             return invalid("max_connections", "must be at least 1");
@@ -72,6 +93,21 @@ impl ServerConfig {
         if self.idle_timeout.is_some_and(|t| t.is_zero()) {
             return invalid("idle_timeout", "must be positive (use None for no timeout)");
         }
+        if self.write_timeout.is_zero() {
+            return invalid("write_timeout", "must be positive");
+        }
+        if self.connection_buffer_bytes_max < self.max_frame_bytes as usize + FRAME_HEADER_LEN {
+            return invalid(
+                "connection_buffer_bytes_max",
+                "must be at least max_frame_bytes plus a 20-byte frame header",
+            );
+        }
+        if self.buffer_bytes_max < self.connection_buffer_bytes_max {
+            return invalid(
+                "buffer_bytes_max",
+                "must be at least connection_buffer_bytes_max",
+            );
+        }
         Ok(())
     }
 }
@@ -86,6 +122,49 @@ mod tests {
         config.validate().unwrap();
         assert_eq!(config.listen.port(), 7171);
         assert_eq!(config.http.map(|a| a.port()), Some(7172));
+        assert_eq!(config.idle_timeout, Some(Duration::from_secs(600)));
+        assert_eq!(config.write_timeout, Duration::from_secs(30));
+        assert_eq!(config.connection_buffer_bytes_max, 128 << 20);
+        assert_eq!(config.buffer_bytes_max, 1 << 30);
+    }
+
+    #[test]
+    fn budgets_must_hold_a_frame_and_each_other() {
+        let base = ServerConfig {
+            max_frame_bytes: 1000,
+            connection_buffer_bytes_max: 1020,
+            buffer_bytes_max: 1020,
+            ..ServerConfig::default()
+        };
+        base.validate().unwrap();
+        for (config, field) in [
+            (
+                ServerConfig {
+                    connection_buffer_bytes_max: 1019,
+                    ..base.clone()
+                },
+                "connection_buffer_bytes_max",
+            ),
+            (
+                ServerConfig {
+                    buffer_bytes_max: 1019,
+                    ..base.clone()
+                },
+                "buffer_bytes_max",
+            ),
+            (
+                ServerConfig {
+                    write_timeout: Duration::ZERO,
+                    ..base
+                },
+                "write_timeout",
+            ),
+        ] {
+            match config.validate() {
+                Err(ServerError::InvalidConfig { field: got, .. }) => assert_eq!(got, field),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
     }
 
     #[test]

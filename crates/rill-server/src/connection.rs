@@ -2,40 +2,53 @@
 //!
 //! The read half splits frames off a `BytesMut` buffer and spawns one task per request,
 //! so a long poll never holds up the requests pipelined behind it. Each task calls
-//! `Broker::handle` and queues its encoded response on a channel; a single writer drains
-//! the channel, so responses go out in the order they finish, each tagged with its
-//! request's correlation id.
+//! `Broker::handle` and queues its encoded response on a channel; a single writer
+//! (`writer.rs`) drains the channel, so responses go out in the order they finish, each
+//! tagged with its request's correlation id.
 //!
 //! Bounds: a request holds a permit of the connection's in-flight semaphore from the
 //! moment its frame is taken off the buffer until its response has been handed to the
 //! socket. When every permit is taken the reader waits instead of reading, so a client
-//! that pipelines faster than it is served (or does not read its responses) is pushed
-//! back through TCP flow control, and the response queue never holds more than
-//! `max_in_flight_per_connection` frames.
+//! that pipelines faster than it is served is pushed back through TCP flow control.
+//!
+//! Memory (`budget.rs`): a frame's bytes are granted before its body is read, as soon
+//! as its length prefix is in; the grant travels with the request into its task and
+//! becomes the response's, which holds it until the writer has written it. A fetch
+//! first waits for a grant as large as the response it may get, *before* the broker
+//! reads anything. So a client that does not read its responses stops being served
+//! once its budget is spent — its fetches wait, its socket is not read — and the write
+//! timeout closes it; and a client that announces a huge frame and stalls holds at most
+//! that frame's grant. Outside the budget: one read buffer's worth (64 KiB) per
+//! connection beyond the frame being read, the writer's 64 KiB buffer, the kernel's
+//! socket buffers, and the few error frames of requests cancelled at shutdown.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{BufMut, BytesMut};
 use rill_broker::{Broker, Session};
 use rill_format::BatchHeader;
 use rill_proto::{
     EncodedFrame, ErrorCode, Frame, FrameDecoder, Kind, ProtoError, Request, RequestBody, Response,
     ResponseBody,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::Metrics;
+use crate::budget::{Budget, Grant, Pool};
+use crate::writer::{Outgoing, is_write_timeout, write_loop};
+use crate::{CloseReason, Metrics};
 
-/// Capacity of the write buffer. Larger writes (most fetch payloads) bypass it.
-const WRITE_BUFFER_BYTES: usize = 64 << 10;
-/// Read buffer growth step; a frame larger than this reserves its whole length.
+/// Read buffer growth step, and how far the reader may read past the frame it holds a
+/// grant for (the next frames' beginnings, granted once their prefixes are seen).
 const READ_BUFFER_BYTES: usize = 64 << 10;
+/// What a fetch response has besides its batches: the frame header and a
+/// `FetchResponse` (three varints), with room to spare.
+const FETCH_RESPONSE_HEAD_BYTES_MAX: usize = 256;
 /// Grow the read buffer when less than this is free.
 const READ_SPARE_BYTES_MIN: usize = 4 << 10;
 /// After a fatal framing error, how long and how much unread input is discarded before
@@ -65,13 +78,11 @@ pub(crate) struct Context {
     pub(crate) max_frame_bytes: u32,
     pub(crate) max_in_flight: usize,
     pub(crate) idle_timeout: Option<Duration>,
-}
-
-/// A response ready for the socket, with the in-flight permit its request held.
-#[derive(Debug)]
-struct Outgoing {
-    frame: EncodedFrame,
-    _permit: Option<OwnedSemaphorePermit>,
+    pub(crate) write_timeout: Duration,
+    /// Each connection's own budget.
+    pub(crate) connection_buffer_bytes_max: usize,
+    /// The budget all connections share.
+    pub(crate) buffer: Arc<Pool>,
 }
 
 /// Why the reader stopped.
@@ -103,9 +114,16 @@ pub(crate) async fn serve(
 ) {
     let (read_half, write_half) = socket.into_split();
     let (tx, rx) = mpsc::unbounded_channel();
+    let budget = Budget::new(
+        Arc::new(Pool::new(ctx.connection_buffer_bytes_max)),
+        Arc::clone(&ctx.buffer),
+    );
     let mut reader = Reader {
         socket: read_half,
         buf: BytesMut::with_capacity(READ_BUFFER_BYTES),
+        slot: None,
+        held: budget.none(),
+        budget,
         decoder: FrameDecoder::new(ctx.max_frame_bytes),
         in_flight: Arc::new(Semaphore::new(ctx.max_in_flight)),
         tasks: JoinSet::new(),
@@ -123,9 +141,18 @@ pub(crate) async fn serve(
         drop(tx);
         (end, socket)
     };
-    let ((end, mut read_half), written) = tokio::join!(read_side, write_loop(write_half, rx));
-    if let Err(e) = written {
-        tracing::debug!(%peer, error = %e, "writing to a client failed");
+    // When the writer fails (the write timeout included) it drops the queue, whose
+    // grants go back; the reader sees the queue closed, stops, and cancels what is in
+    // flight.
+    let ((end, mut read_half), written) =
+        tokio::join!(read_side, write_loop(write_half, rx, ctx.write_timeout));
+    match written {
+        Ok(()) => {}
+        Err(e) if is_write_timeout(&e) => {
+            ctx.metrics.connection_closed(CloseReason::WriteTimeout);
+            tracing::warn!(%peer, error = %e, "closing a connection that does not read");
+        }
+        Err(e) => tracing::debug!(%peer, error = %e, "writing to a client failed"),
     }
     match &end {
         End::Truncated { buffered } => {
@@ -135,7 +162,8 @@ pub(crate) async fn serve(
         End::BadFrame => {
             let _ = tokio::time::timeout(LINGER, discard(&mut read_half, LINGER_BYTES_MAX)).await;
         }
-        End::Eof | End::Shutdown | End::Idle | End::WriterGone => {}
+        End::Idle => ctx.metrics.connection_closed(CloseReason::Idle),
+        End::Eof | End::Shutdown | End::WriterGone => {}
     }
     // Group members that joined over this connection leave with it.
     ctx.broker.end_session(&session);
@@ -144,11 +172,19 @@ pub(crate) async fn serve(
 
 /// The frame sent to a connection refused because `max_connections` are open.
 pub(crate) fn busy_frame(max_connections: usize) -> EncodedFrame {
-    let response = Response::error(
-        NO_KIND,
-        ErrorCode::Busy,
-        format!("the server has {max_connections} connections open, its limit"),
-    );
+    busy(format!(
+        "the server has {max_connections} connections open, its limit"
+    ))
+}
+
+/// The frame sent to a connection refused because the server is out of file
+/// descriptors.
+pub(crate) fn out_of_fds_frame() -> EncodedFrame {
+    busy("the server is out of file descriptors".to_owned())
+}
+
+fn busy(message: String) -> EncodedFrame {
+    let response = Response::error(NO_KIND, ErrorCode::Busy, message);
     response.encode(0).expect("an error frame is small")
 }
 
@@ -156,6 +192,11 @@ pub(crate) fn busy_frame(max_connections: usize) -> EncodedFrame {
 struct Reader {
     socket: OwnedReadHalf,
     buf: BytesMut,
+    /// The in-flight slot and the grant for the frame at the front of `buf`, taken in
+    /// that order once its length prefix is in (empty between frames).
+    slot: Option<OwnedSemaphorePermit>,
+    held: Grant,
+    budget: Budget,
     decoder: FrameDecoder,
     in_flight: Arc<Semaphore>,
     tasks: JoinSet<()>,
@@ -171,24 +212,47 @@ impl Reader {
         loop {
             // Every whole frame already buffered, before reading more.
             loop {
-                let frame = match self.decoder.decode(&mut self.buf) {
-                    Ok(Some(frame)) => frame,
-                    Ok(None) => break,
-                    Err(e) => {
-                        self.reject_stream(&e);
-                        return End::BadFrame;
-                    }
+                let pending = self.decoder.pending_frame_len(&self.buf);
+                let buffered = self.buf.len();
+                let frame = match pending {
+                    Some(_) => None,
+                    None => match self.decoder.decode(&mut self.buf) {
+                        Ok(Some(frame)) => Some(frame),
+                        Ok(None) => break,
+                        Err(e) => {
+                            self.reject_stream(&e);
+                            return End::BadFrame;
+                        }
+                    },
                 };
-                // Waiting here, rather than reading on, is the backpressure.
-                let permit = tokio::select! {
-                    biased;
-                    () = reached(phase, Phase::Draining) => return End::Shutdown,
-                    () = self.tx.closed() => return End::WriterGone,
-                    permit = Arc::clone(&self.in_flight).acquire_owned() => {
-                        permit.expect("the in-flight semaphore is never closed")
+                // A frame is at the front (pending) or in hand (whole): its in-flight
+                // slot first, then its bytes. Waiting for a slot while holding budget
+                // could deadlock: the requests that would free the slot may be waiting
+                // for that budget. Waiting here, rather than reading on, is the
+                // backpressure.
+                if let Err(end) = self.take_slot(phase).await {
+                    return end;
+                }
+                let Some(frame) = frame else {
+                    // Only part of the frame is here: hold its whole size before reading
+                    // the rest.
+                    let total = pending.expect("no frame in hand means one is pending");
+                    if let Err(end) = self.hold(total, phase).await {
+                        return end;
                     }
+                    self.buf.reserve(total - self.buf.len());
+                    break;
                 };
-                if !self.dispatch(frame, permit) {
+                // A frame that came whole in one read (it fitted the read buffer) is
+                // granted now; one granted while pending already is.
+                let frame_bytes = buffered - self.buf.len();
+                if let Err(end) = self.hold(frame_bytes, phase).await {
+                    return end;
+                }
+                let mut grant = self.held.take();
+                grant.shrink_to(frame_bytes);
+                let permit = self.slot.take().expect("taken above");
+                if !self.dispatch(frame, permit, grant) {
                     return End::BadFrame;
                 }
                 self.reap();
@@ -196,19 +260,25 @@ impl Reader {
             if self.buf.capacity() - self.buf.len() < READ_SPARE_BYTES_MIN {
                 self.buf.reserve(READ_BUFFER_BYTES);
             }
+            // Past the granted frame, at most one read buffer of what follows.
+            let room = (self.held.bytes() + READ_BUFFER_BYTES).saturating_sub(self.buf.len());
+            debug_assert!(room > 0, "the granted frame is not whole yet");
             let idle = async {
                 match self.ctx.idle_timeout {
                     Some(timeout) => tokio::time::sleep(timeout).await,
                     None => std::future::pending().await,
                 }
             };
+            let mut limited = (&mut self.buf).limit(room);
             let read = tokio::select! {
                 biased;
                 () = reached(phase, Phase::Draining) => return End::Shutdown,
                 () = self.tx.closed() => return End::WriterGone,
-                read = self.socket.read_buf(&mut self.buf) => read,
+                read = self.socket.read_buf(&mut limited) => read,
                 () = idle => {
-                    if self.in_flight.available_permits() == self.ctx.max_in_flight {
+                    // The slot of a frame not yet whole is no request in flight.
+                    let waiting = usize::from(self.slot.is_some());
+                    if self.in_flight.available_permits() + waiting == self.ctx.max_in_flight {
                         return End::Idle;
                     }
                     // Quiet, but waiting on its own requests (a long poll): not idle.
@@ -228,18 +298,60 @@ impl Reader {
         }
     }
 
+    /// Takes an in-flight slot for the frame at the front, unless it has one.
+    async fn take_slot(&mut self, phase: &mut watch::Receiver<Phase>) -> Result<(), End> {
+        if self.slot.is_some() {
+            return Ok(());
+        }
+        let permit = tokio::select! {
+            biased;
+            () = reached(phase, Phase::Draining) => return Err(End::Shutdown),
+            () = self.tx.closed() => return Err(End::WriterGone),
+            permit = Arc::clone(&self.in_flight).acquire_owned() => {
+                permit.expect("the in-flight semaphore is never closed")
+            }
+        };
+        self.slot = Some(permit);
+        Ok(())
+    }
+
+    /// Makes `held` cover `bytes`, waiting for the budgets if need be; fails when the
+    /// connection must stop instead.
+    async fn hold(&mut self, bytes: usize, phase: &mut watch::Receiver<Phase>) -> Result<(), End> {
+        let Some(more) = bytes.checked_sub(self.held.bytes()).filter(|&n| n > 0) else {
+            return Ok(());
+        };
+        // The configuration makes every frame fit one grant, so none is clamped.
+        debug_assert!(bytes <= self.budget.grant_bytes_max());
+        let grant = tokio::select! {
+            biased;
+            () = reached(phase, Phase::Draining) => return Err(End::Shutdown),
+            () = self.tx.closed() => return Err(End::WriterGone),
+            grant = self.budget.acquire(more) => grant,
+        };
+        self.held.merge(grant);
+        Ok(())
+    }
+
     /// Starts handling one frame; false if the connection must close after the reply.
-    fn dispatch(&mut self, frame: Frame, permit: OwnedSemaphorePermit) -> bool {
+    fn dispatch(&mut self, frame: Frame, permit: OwnedSemaphorePermit, grant: Grant) -> bool {
         let correlation_id = frame.correlation_id;
         let raw_kind = frame.kind;
         match Request::decode(frame) {
             Ok(request) => {
-                let reply = Reply::new(self.tx.clone(), correlation_id, raw_kind, permit);
+                let reply = Reply::new(
+                    self.tx.clone(),
+                    self.budget.clone(),
+                    correlation_id,
+                    raw_kind,
+                    permit,
+                );
                 self.tasks.spawn(handle(
                     Arc::clone(&self.ctx),
                     Arc::clone(&self.session),
                     request,
                     reply,
+                    grant,
                 ));
                 true
             }
@@ -248,8 +360,8 @@ impl Reader {
                 tracing::warn!(peer = %self.peer, error = %e, recoverable, "bad request frame");
                 self.ctx.metrics.rejected(Kind::from_u16(raw_kind));
                 let cid = e.correlation_id().unwrap_or(correlation_id);
-                let reply = Reply::new(self.tx.clone(), cid, raw_kind, permit);
-                reply.send(&Response::error(raw_kind, e.code(), e.to_string()));
+                let reply = Reply::new(self.tx.clone(), self.budget.clone(), cid, raw_kind, permit);
+                reply.send_now(&Response::error(raw_kind, e.code(), e.to_string()), grant);
                 recoverable
             }
         }
@@ -263,10 +375,11 @@ impl Reader {
         let frame = response
             .encode(e.correlation_id().unwrap_or(0))
             .expect("an error frame is small");
-        // Without a permit: this is the connection's last frame.
+        // Without a permit or a grant: this is the connection's last frame.
         let _ = self.tx.send(Outgoing {
             frame,
-            _permit: None,
+            permit: None,
+            grant: None,
         });
     }
 
@@ -308,9 +421,31 @@ async fn reached(phase: &mut watch::Receiver<Phase>, at_least: Phase) {
     let _ = phase.wait_for(|now| *now >= at_least).await;
 }
 
-/// One request: ask the broker, record metrics, queue the reply.
-async fn handle(ctx: Arc<Context>, session: Arc<Session>, request: Request, reply: Reply) {
+/// One request: wait for the budget of its response if it is a fetch, ask the broker,
+/// record metrics, queue the reply. `grant` holds the request frame's bytes.
+async fn handle(
+    ctx: Arc<Context>,
+    session: Arc<Session>,
+    request: Request,
+    reply: Reply,
+    mut grant: Grant,
+) {
     let kind = request.body.kind();
+    if let RequestBody::Fetch(f) = &request.body {
+        // What the broker may return, granted before it reads anything: so a client
+        // that does not read makes its fetches wait here rather than pile up data.
+        // (The first batch may be larger than `max_bytes`; `Reply::send` grants the
+        // difference then.)
+        let fetch_bytes_max = ctx.broker.config().max_fetch_bytes;
+        let batches = f.max_bytes.clamp(1, fetch_bytes_max) as usize;
+        // The request's own few bytes go back first: waiting for a grant while holding
+        // one is what could deadlock.
+        drop(grant);
+        grant = reply
+            .budget
+            .acquire(batches + FETCH_RESPONSE_HEAD_BYTES_MAX)
+            .await;
+    }
     // Per-topic traffic, taken before the request moves into the broker.
     let topic = match &request.body {
         RequestBody::Produce(r) => Some((
@@ -339,7 +474,7 @@ async fn handle(ctx: Arc<Context>, session: Arc<Session>, request: Request, repl
             _ => {}
         }
     }
-    reply.send(&response);
+    reply.send(&response, grant).await;
 }
 
 /// The obligation to answer one request. Dropped unanswered — the task panicked or was
@@ -347,6 +482,7 @@ async fn handle(ctx: Arc<Context>, session: Arc<Session>, request: Request, repl
 #[derive(Debug)]
 struct Reply {
     tx: mpsc::UnboundedSender<Outgoing>,
+    budget: Budget,
     correlation_id: u64,
     kind: u16,
     permit: Option<OwnedSemaphorePermit>,
@@ -355,34 +491,80 @@ struct Reply {
 impl Reply {
     fn new(
         tx: mpsc::UnboundedSender<Outgoing>,
+        budget: Budget,
         correlation_id: u64,
         kind: u16,
         permit: OwnedSemaphorePermit,
     ) -> Self {
         Self {
             tx,
+            budget,
             correlation_id,
             kind,
             permit: Some(permit),
         }
     }
 
-    fn send(mut self, response: &Response) {
+    /// Queues the response once `grant` covers its bytes: the unused part of the grant
+    /// goes back; a shortfall is taken at once if free, else the grant is given back
+    /// and the whole size waited for (never waiting while holding).
+    async fn send(mut self, response: &Response, mut grant: Grant) {
+        let frame = self.encode(response);
+        let bytes = frame.len();
+        if !self.top_up(&mut grant, bytes) {
+            drop(grant);
+            grant = self.budget.acquire(bytes).await;
+        }
         let permit = self.permit.take();
-        self.push(response, permit);
+        self.push(frame, permit, Some(grant));
     }
 
-    fn push(&self, response: &Response, permit: Option<OwnedSemaphorePermit>) {
-        let frame = response.encode(self.correlation_id).unwrap_or_else(|e| {
+    /// Queues the response without waiting (the reader's own error replies): `grant`
+    /// is what the bad frame held, topped up if the budget has the bytes free now.
+    fn send_now(mut self, response: &Response, mut grant: Grant) {
+        let frame = self.encode(response);
+        self.top_up(&mut grant, frame.len());
+        let permit = self.permit.take();
+        self.push(frame, permit, Some(grant));
+    }
+
+    /// Makes `grant` exactly `bytes` if it can without waiting.
+    fn top_up(&self, grant: &mut Grant, bytes: usize) -> bool {
+        match bytes.checked_sub(grant.bytes()) {
+            None | Some(0) => {
+                grant.shrink_to(bytes);
+                true
+            }
+            Some(more) => match self.budget.try_acquire(more) {
+                Some(extra) => {
+                    grant.merge(extra);
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+
+    fn encode(&self, response: &Response) -> EncodedFrame {
+        response.encode(self.correlation_id).unwrap_or_else(|e| {
             tracing::warn!(error = %e, "a response could not be encoded");
             Response::error(self.kind, ErrorCode::Internal, e.to_string())
                 .encode(self.correlation_id)
                 .expect("an error frame is small")
-        });
+        })
+    }
+
+    fn push(
+        &self,
+        frame: EncodedFrame,
+        permit: Option<OwnedSemaphorePermit>,
+        grant: Option<Grant>,
+    ) {
         // Fails only when the writer is gone: then nobody is listening for the answer.
         let _ = self.tx.send(Outgoing {
             frame,
-            _permit: permit,
+            permit,
+            grant,
         });
     }
 }
@@ -405,39 +587,11 @@ impl Drop for Reply {
                 "the request was cancelled: the server is shutting down",
             )
         };
-        self.push(&response, Some(permit));
+        // Without a grant: cancelled requests answer at shutdown or when the writer
+        // is gone, a few dozen bytes each, at most one per in-flight slot.
+        let frame = self.encode(&response);
+        self.push(frame, Some(permit), None);
     }
-}
-
-/// The single writer: writes responses as they come, flushing only when none is waiting,
-/// so a burst of pipelined responses leaves in few system calls.
-async fn write_loop(
-    half: OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Outgoing>,
-) -> std::io::Result<()> {
-    let mut out = BufWriter::with_capacity(WRITE_BUFFER_BYTES, half);
-    while let Some(next) = rx.recv().await {
-        write_frame(&mut out, next).await?;
-        while let Ok(next) = rx.try_recv() {
-            write_frame(&mut out, next).await?;
-        }
-        out.flush().await?;
-    }
-    out.shutdown().await
-}
-
-/// Writes the two parts of a frame without joining them; `BufWriter` passes a payload at
-/// least as large as its buffer straight to the socket.
-async fn write_frame(
-    out: &mut BufWriter<OwnedWriteHalf>,
-    outgoing: Outgoing,
-) -> std::io::Result<()> {
-    out.write_all(&outgoing.frame.head).await?;
-    if !outgoing.frame.payload.is_empty() {
-        out.write_all(&outgoing.frame.payload).await?;
-    }
-    // The permit drops here: the response has left the queue.
-    Ok(())
 }
 
 /// Reads and throws away up to `limit` bytes, until EOF.

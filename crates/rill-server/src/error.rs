@@ -26,4 +26,18 @@ pub enum ServerError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// The process's file-descriptor limit leaves no room for a single connection once
+    /// the open descriptors and the reserve are counted.
+    #[error(
+        "too few file descriptors for a connection: the limit is {limit}, {open} are open \
+         and {reserved} are reserved (admin connections, spares, files_reserved)"
+    )]
+    TooFewFiles {
+        /// The soft `RLIMIT_NOFILE`.
+        limit: u64,
+        /// Descriptors open when the server started.
+        open: usize,
+        /// Descriptors kept back for other uses.
+        reserved: usize,
+    },
 }

@@ -5,7 +5,9 @@
 //! [`rill_proto::Request`]s, hands each to [`rill_broker::Broker::handle`] in its own task
 //! (so a long poll never blocks the requests pipelined behind it), and writes the
 //! encoded responses back in whatever order they finish. Everything it owns is a bound:
-//! connections, in-flight requests per connection, frame size, idle time, drain time.
+//! connections (lowered to what the file-descriptor limit allows), in-flight requests
+//! per connection, frame size, bytes buffered per connection and in all, the time a
+//! write may stall, idle time, drain time.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -27,21 +29,26 @@
 //! ```
 //!
 //! Module map: `server.rs` (listeners, accept loops, connection limit, shutdown),
-//! `connection.rs` (one client: reader, per-request tasks, single writer), `http.rs`
-//! (the admin responder), `metrics.rs` (counters and histograms, Prometheus text).
+//! `connection.rs` (one client: reader, per-request tasks), `writer.rs` (the single
+//! writer and its write timeout), `budget.rs` (the byte budgets), `fds.rs` (the
+//! descriptor-derived connection limit and the spare descriptor), `http.rs` (the admin
+//! responder), `metrics.rs` (counters and histograms, Prometheus text).
 //!
 //! Architecture Invariant: no business logic here: every decision about streams, topics,
 //! records and offsets is in `rill-broker`; this crate decodes frames, calls
 //! `Broker::handle`, encodes replies, and enforces transport bounds.
 
+mod budget;
 mod config;
 mod connection;
 mod error;
+mod fds;
 mod http;
 mod metrics;
 mod server;
+mod writer;
 
 pub use config::ServerConfig;
 pub use error::ServerError;
-pub use metrics::{DURATION_BUCKETS_SECONDS, Metrics};
+pub use metrics::{CloseReason, DURATION_BUCKETS_SECONDS, Metrics};
 pub use server::Server;

@@ -93,6 +93,15 @@ pub struct Metrics {
     connections: AtomicI64,
     connections_accepted: AtomicU64,
     connections_rejected: AtomicU64,
+    /// The connection limit in force (see `Server::max_connections`); 0 until a server
+    /// sets it.
+    connections_max: AtomicU64,
+    /// Connections closed by the server, by [`CloseReason`].
+    connections_closed: [AtomicU64; CloseReason::ALL.len()],
+    /// Accepts that failed for want of a file descriptor.
+    accept_out_of_fds: AtomicU64,
+    /// The server-wide buffer budget, for its gauge.
+    buffer: std::sync::OnceLock<Arc<crate::budget::Pool>>,
     /// One slot per `Kind::ALL` entry, then one for unknown kinds.
     kinds: Box<[KindMetrics]>,
     topics: RwLock<BTreeMap<String, BTreeMap<String, Arc<TopicMetrics>>>>,
@@ -113,6 +122,10 @@ impl Metrics {
             connections: AtomicI64::new(0),
             connections_accepted: AtomicU64::new(0),
             connections_rejected: AtomicU64::new(0),
+            connections_max: AtomicU64::new(0),
+            connections_closed: std::array::from_fn(|_| AtomicU64::new(0)),
+            accept_out_of_fds: AtomicU64::new(0),
+            buffer: std::sync::OnceLock::new(),
             kinds: (0..=Kind::ALL.len())
                 .map(|_| KindMetrics {
                     requests: AtomicU64::new(0),
@@ -128,6 +141,23 @@ impl Metrics {
     /// Client connections open now.
     pub fn connections(&self) -> i64 {
         self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of the server-wide buffer budget in use now: request frames being read or
+    /// handled and responses not yet written (see `ServerConfig::buffer_bytes_max`).
+    pub fn buffer_bytes(&self) -> u64 {
+        self.buffer.get().map_or(0, |pool| pool.used() as u64)
+    }
+
+    /// Connections the server closed for `reason` so far.
+    pub fn connections_closed_total(&self, reason: CloseReason) -> u64 {
+        self.connections_closed[reason as usize].load(Ordering::Relaxed)
+    }
+
+    /// Accepts that failed for want of a file descriptor so far; each such client was
+    /// answered through the spare descriptor when there was one.
+    pub fn accept_out_of_fds_total(&self) -> u64 {
+        self.accept_out_of_fds.load(Ordering::Relaxed)
     }
 
     /// Requests of `kind` answered so far (successes and errors).
@@ -156,6 +186,22 @@ impl Metrics {
 
     pub(crate) fn connection_rejected(&self) {
         self.connections_rejected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn connection_closed(&self, reason: CloseReason) {
+        self.connections_closed[reason as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn accept_out_of_fds(&self) {
+        self.accept_out_of_fds.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_connections_max(&self, max: usize) {
+        self.connections_max.store(max as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn attach_buffer(&self, pool: Arc<crate::budget::Pool>) {
+        let _ = self.buffer.set(pool);
     }
 
     /// Records one request the broker answered.
@@ -251,6 +297,7 @@ impl Metrics {
             "",
             self.connections_rejected.load(Ordering::Relaxed),
         );
+        self.render_limits(&mut out);
         self.render_requests(&mut out);
         self.render_topics(&mut out);
         render_fsync(&mut out);
@@ -258,6 +305,67 @@ impl Metrics {
             render_group_lag(&mut out, broker);
         }
         out
+    }
+
+    fn render_limits(&self, out: &mut String) {
+        header(
+            out,
+            "rill_connections_max",
+            "gauge",
+            "The connection limit in force: max_connections, lowered to what the file-descriptor limit allows.",
+        );
+        line(
+            out,
+            "rill_connections_max",
+            "",
+            self.connections_max.load(Ordering::Relaxed),
+        );
+        header(
+            out,
+            "rill_connections_closed_total",
+            "counter",
+            "Client connections the server closed: write_timeout (the client did not read), idle (it sent nothing).",
+        );
+        for reason in CloseReason::ALL {
+            let labels = format!("reason=\"{}\"", reason.label());
+            line(
+                out,
+                "rill_connections_closed_total",
+                &labels,
+                self.connections_closed_total(reason),
+            );
+        }
+        header(
+            out,
+            "rill_accept_out_of_fds_total",
+            "counter",
+            "Accepts that failed for want of a file descriptor (EMFILE, ENFILE).",
+        );
+        line(
+            out,
+            "rill_accept_out_of_fds_total",
+            "",
+            self.accept_out_of_fds_total(),
+        );
+        header(
+            out,
+            "rill_buffer_bytes",
+            "gauge",
+            "Bytes of the server-wide buffer budget in use: request frames being read or handled, responses not yet written.",
+        );
+        line(out, "rill_buffer_bytes", "", self.buffer_bytes());
+        header(
+            out,
+            "rill_buffer_bytes_max",
+            "gauge",
+            "The server-wide buffer budget (buffer_bytes_max).",
+        );
+        line(
+            out,
+            "rill_buffer_bytes_max",
+            "",
+            self.buffer.get().map_or(0, |pool| pool.capacity()),
+        );
     }
 
     fn kinds_with_names(&self) -> impl Iterator<Item = (&'static str, &KindMetrics)> {
@@ -368,6 +476,28 @@ impl Metrics {
             for (labels, m) in &series {
                 line(out, name, labels, pick(m).load(Ordering::Relaxed));
             }
+        }
+    }
+}
+
+/// Why the server closed a connection on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CloseReason {
+    /// A response made no progress into the socket for `write_timeout`: the client
+    /// does not read.
+    WriteTimeout,
+    /// The client sent nothing for `idle_timeout` with no request in flight.
+    Idle,
+}
+
+impl CloseReason {
+    const ALL: [CloseReason; 2] = [CloseReason::WriteTimeout, CloseReason::Idle];
+
+    fn label(self) -> &'static str {
+        match self {
+            CloseReason::WriteTimeout => "write_timeout",
+            CloseReason::Idle => "idle",
         }
     }
 }
@@ -509,6 +639,15 @@ mod tests {
         assert!(text.contains("rill_connections 1\n"));
         drop(gauge);
         assert_eq!(m.connections(), 0);
+        m.connection_closed(CloseReason::Idle);
+        m.connection_closed(CloseReason::Idle);
+        m.connection_closed(CloseReason::WriteTimeout);
+        m.set_connections_max(77);
+        let text = m.render();
+        assert!(text.contains("rill_connections_closed_total{reason=\"idle\"} 2\n"));
+        assert!(text.contains("rill_connections_closed_total{reason=\"write_timeout\"} 1\n"));
+        assert!(text.contains("rill_connections_max 77\n"));
+        assert_eq!(m.connections_closed_total(CloseReason::Idle), 2);
     }
 
     #[test]
@@ -516,6 +655,11 @@ mod tests {
         let text = Metrics::new().render();
         for name in [
             "rill_connections",
+            "rill_connections_max",
+            "rill_connections_closed_total",
+            "rill_accept_out_of_fds_total",
+            "rill_buffer_bytes",
+            "rill_buffer_bytes_max",
             "rill_requests_total",
             "rill_request_errors_total",
             "rill_request_duration_seconds",

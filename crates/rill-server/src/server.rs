@@ -11,10 +11,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
+use crate::budget::Pool;
 use crate::connection::{self, Context, Phase};
+use crate::fds::{self, Spare};
 use crate::{Metrics, ServerConfig, ServerError, http};
 
-/// Admin HTTP connections served at once; more are closed unanswered.
+/// Admin HTTP connections served at once; more are closed unanswered. Their file
+/// descriptors are kept out of the connection limit.
 const HTTP_CONNECTIONS_MAX: usize = 64;
 /// After the drain timeout, how long cancelled requests get to send their
 /// `SHUTTING_DOWN` replies before connections are dropped outright.
@@ -36,13 +39,25 @@ pub struct Server {
     local_addr: SocketAddr,
     http_addr: Option<SocketAddr>,
     metrics: Arc<Metrics>,
+    /// The connection limit in force (see [`Server::max_connections`]).
+    max_connections: usize,
+    /// Given up when an accept on the protocol listener runs out of descriptors.
+    spare: Spare,
+    /// The same for the admin listener, so a stalled admin client cannot take the
+    /// protocol listener's.
+    http_spare: Spare,
 }
 
 impl Server {
-    /// Checks `config` and binds both listeners (port 0 picks a free port).
+    /// Checks `config`, binds both listeners (port 0 picks a free port) and derives the
+    /// connection limit from the file descriptors left (see
+    /// [`max_connections`](Self::max_connections)). Call it after the broker has opened
+    /// its files, so they are counted.
     ///
-    /// Fails with [`ServerError::InvalidConfig`] for an out-of-range bound and
-    /// [`ServerError::Bind`] if an address cannot be bound.
+    /// Fails with [`ServerError::InvalidConfig`] for an out-of-range bound,
+    /// [`ServerError::Bind`] if an address cannot be bound, and
+    /// [`ServerError::TooFewFiles`] if the descriptor limit leaves no room for a
+    /// connection.
     pub async fn bind(config: ServerConfig, broker: Arc<Broker>) -> Result<Server, ServerError> {
         config.validate()?;
         let listener = bind(config.listen).await?;
@@ -52,8 +67,40 @@ impl Server {
             None => None,
         };
         let http_addr = http.as_ref().map(TcpListener::local_addr).transpose()?;
+        let spare = Spare::open();
+        let http_spare = Spare::open();
+        // Everything open by now is counted; what is reserved covers what opens later.
+        let http_fds = if http.is_some() {
+            HTTP_CONNECTIONS_MAX
+        } else {
+            0
+        };
+        let reserved = http_fds + fds::FDS_SLACK + config.files_reserved;
+        let usage = fds::usage();
+        let max_connections = fds::connection_limit(config.max_connections, usage, reserved)?;
+        if let Some(usage) = usage {
+            if max_connections < config.max_connections {
+                tracing::warn!(
+                    max_connections,
+                    configured = config.max_connections,
+                    fd_limit = usage.limit,
+                    fds_open = usage.open,
+                    fds_reserved = reserved,
+                    "the file-descriptor limit lowers the connection limit \
+                     (raise RLIMIT_NOFILE to allow more)"
+                );
+            } else {
+                tracing::debug!(
+                    max_connections,
+                    fd_limit = usage.limit,
+                    fds_open = usage.open,
+                    "the connection limit fits the file-descriptor limit"
+                );
+            }
+        }
         let metrics = Arc::new(Metrics::new());
         metrics.attach_broker(Arc::clone(&broker));
+        metrics.set_connections_max(max_connections);
         Ok(Server {
             config,
             broker,
@@ -62,7 +109,19 @@ impl Server {
             local_addr,
             http_addr,
             metrics,
+            max_connections,
+            spare,
+            http_spare,
         })
+    }
+
+    /// The connection limit in force: the configured `max_connections`, lowered (on
+    /// Linux) so that a connection over the limit can still be accepted and answered
+    /// `BUSY` before the process runs out of file descriptors. What is left of the soft
+    /// `RLIMIT_NOFILE` after the descriptors open at [`bind`](Self::bind) is kept for
+    /// the admin connections, a few spares and `files_reserved`.
+    pub fn max_connections(&self) -> usize {
+        self.max_connections
     }
 
     /// The protocol listener's address, with the real port when bound on port 0.
@@ -98,15 +157,23 @@ impl Server {
             local_addr,
             http_addr,
             metrics,
+            max_connections,
+            mut spare,
+            mut http_spare,
         } = self;
+        let buffer = Arc::new(Pool::new(config.buffer_bytes_max));
+        metrics.attach_buffer(Arc::clone(&buffer));
         let ctx = Arc::new(Context {
             broker,
             metrics: Arc::clone(&metrics),
             max_frame_bytes: config.max_frame_bytes,
             max_in_flight: config.max_in_flight_per_connection,
             idle_timeout: config.idle_timeout,
+            write_timeout: config.write_timeout,
+            connection_buffer_bytes_max: config.connection_buffer_bytes_max,
+            buffer,
         });
-        let connection_limit = Arc::new(Semaphore::new(config.max_connections));
+        let connection_limit = Arc::new(Semaphore::new(max_connections));
         let http_limit = Arc::new(Semaphore::new(HTTP_CONNECTIONS_MAX));
         let (phase_tx, phase_rx) = watch::channel(Phase::Running);
         let mut connections = JoinSet::new();
@@ -118,6 +185,13 @@ impl Server {
             tokio::select! {
                 () = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
+                    // Out of descriptors a moment ago: this one got the spare's. Answer
+                    // it and free it, then take the spare back.
+                    Ok((socket, peer)) if spare.is_released() => {
+                        tracing::warn!(%peer, "connection refused: out of file descriptors");
+                        refuse(socket, &connection::out_of_fds_frame());
+                        spare.restore();
+                    }
                     Ok((socket, peer)) => match Arc::clone(&connection_limit).try_acquire_owned() {
                         Ok(permit) => {
                             if let Err(e) = socket.set_nodelay(true) {
@@ -136,17 +210,20 @@ impl Server {
                             metrics.connection_rejected();
                             tracing::warn!(
                                 %peer,
-                                max_connections = config.max_connections,
+                                max_connections,
                                 "connection refused: too many connections"
                             );
-                            refuse(socket, config.max_connections);
+                            refuse(socket, &connection::busy_frame(max_connections));
                         }
                     },
-                    Err(e) => accept_failed("protocol", &e).await,
+                    Err(e) => accept_failed("protocol", &e, &mut spare, &metrics).await,
                 },
                 accepted = accept(http.as_ref()) => match accepted {
                     Ok((socket, peer)) => match Arc::clone(&http_limit).try_acquire_owned() {
                         Ok(permit) => {
+                            // Served even when it holds the spare's descriptor: /health
+                            // must answer most when the server is short of them. The
+                            // spare is taken back when an exchange ends.
                             let metrics = Arc::clone(&metrics);
                             admin.spawn(async move {
                                 http::serve(socket, metrics).await;
@@ -155,13 +232,14 @@ impl Server {
                         }
                         Err(_) => tracing::warn!(%peer, "admin connection refused: too many"),
                     },
-                    Err(e) => accept_failed("admin", &e).await,
+                    Err(e) => accept_failed("admin", &e, &mut http_spare, &metrics).await,
                 },
                 Some(done) = connections.join_next(), if !connections.is_empty() => {
                     log_task_end("connection", done);
                 }
                 Some(done) = admin.join_next(), if !admin.is_empty() => {
                     log_task_end("admin", done);
+                    http_spare.restore();
                 }
             }
         }
@@ -207,17 +285,27 @@ async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(TcpStream, S
 }
 
 /// `accept` fails for reasons that pass (out of file descriptors or memory, a connection
-/// aborted in the backlog): log, pause, and keep serving.
-async fn accept_failed(listener: &str, e: &std::io::Error) {
+/// aborted in the backlog): log and keep serving. Out of descriptors with the spare at
+/// hand, give the spare up so the next accept succeeds (the caller answers that one and
+/// restores the spare); otherwise pause, so the loop does not spin while it lasts.
+async fn accept_failed(listener: &str, e: &std::io::Error, spare: &mut Spare, metrics: &Metrics) {
+    if fds::out_of_fds(e) {
+        metrics.accept_out_of_fds();
+        spare.restore();
+        if spare.release() {
+            tracing::warn!(listener, error = %e, "out of file descriptors: using the spare");
+            return;
+        }
+    }
     tracing::warn!(listener, error = %e, "accept failed");
     tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
 }
 
-/// Sends a `BUSY` error frame to a connection over the limit and closes it, without a
-/// task: a fresh socket's send buffer is empty, so one non-blocking write of a small
-/// frame goes through, and if it does not the close alone tells the client.
-fn refuse(socket: TcpStream, max_connections: usize) {
-    let frame = connection::busy_frame(max_connections).to_bytes();
+/// Sends a `BUSY` error frame to a connection the server will not serve and closes it,
+/// without a task: a fresh socket's send buffer is empty, so one non-blocking write of a
+/// small frame goes through, and if it does not the close alone tells the client.
+fn refuse(socket: TcpStream, frame: &rill_proto::EncodedFrame) {
+    let frame = frame.to_bytes();
     match socket.into_std() {
         Ok(mut socket) => {
             let _ = socket.write(&frame);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use rill_broker::{Broker, BrokerConfig};
 use rill_proto::{ErrorCode, Kind};
-use rill_server::{Server, ServerConfig, ServerError};
+use rill_server::{CloseReason, Server, ServerConfig, ServerError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -101,6 +101,11 @@ async fn an_idle_connection_is_closed_but_a_long_poll_is_not_idle() {
     .await;
     let mut idle = server.client().await;
     assert!(idle.until_closed().await.is_empty());
+    let metrics = Arc::clone(&server.metrics);
+    eventually("the idle close is counted", || {
+        metrics.connections_closed_total(CloseReason::Idle) == 1
+    })
+    .await;
 
     let mut polling = server.client().await;
     setup_topic(&mut polling, "shop", "orders").await;
@@ -109,6 +114,36 @@ async fn an_idle_connection_is_closed_but_a_long_poll_is_not_idle() {
     assert_eq!(got, id);
     let (_, payload) = ok(response);
     assert!(payload.is_empty());
+    // Five idle timeouts passed during the long poll: the connection is still open.
+    assert_serves_on(&mut polling).await;
+    assert_eq!(metrics.connections_closed_total(CloseReason::Idle), 1);
+    assert!(
+        metrics
+            .render()
+            .contains("rill_connections_closed_total{reason=\"idle\"} 1\n")
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_time_out_by_default_and_the_timeout_can_be_disabled() {
+    assert_eq!(
+        ServerConfig::default().idle_timeout,
+        Some(Duration::from_secs(10 * 60))
+    );
+    let server = Harness::start(ServerConfig {
+        idle_timeout: None,
+        ..config()
+    })
+    .await;
+    let mut quiet = server.client().await;
+    assert_serves_on(&mut quiet).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_serves_on(&mut quiet).await;
+    assert_eq!(
+        server.metrics.connections_closed_total(CloseReason::Idle),
+        0
+    );
     server.stop().await;
 }
 

@@ -97,12 +97,30 @@ pub struct TestClient {
 
 impl TestClient {
     pub async fn connect(addr: SocketAddr) -> TestClient {
+        Self::over(TcpStream::connect(addr).await.unwrap())
+    }
+
+    /// A connection whose kernel buffers are small (64 KiB each way), so that what a
+    /// test counts as sent or answered is not hidden in socket buffers.
+    pub async fn connect_small(addr: SocketAddr) -> TestClient {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(64 << 10).unwrap();
+        socket.set_send_buffer_size(64 << 10).unwrap();
+        Self::over(socket.connect(addr).await.unwrap())
+    }
+
+    fn over(stream: TcpStream) -> TestClient {
         TestClient {
-            stream: TcpStream::connect(addr).await.unwrap(),
+            stream,
             buf: BytesMut::new(),
             decoder: FrameDecoder::default(),
             next_id: 1,
         }
+    }
+
+    /// The socket, for tests that write raw bytes at their own pace.
+    pub fn into_stream(self) -> TcpStream {
+        self.stream
     }
 
     /// Sends a request and returns its correlation id.
@@ -231,6 +249,15 @@ pub fn records(payload: &[u8]) -> Vec<(u64, Vec<u8>)> {
         }
     }
     out
+}
+
+/// Polls `condition` every 10 ms until it holds; panics after [`PATIENCE`].
+pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !condition() {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// Checks that a fresh connection is served.
