@@ -45,6 +45,10 @@ struct FileConfig {
     /// always | never | interval:MS
     default_durability: Option<String>,
     retention_check_secs: Option<u64>,
+    max_timestamp_ahead_ms: Option<u64>,
+    producer_batches_remembered: Option<usize>,
+    open_files_max: Option<usize>,
+    reserved_space_bytes: Option<u64>,
 }
 
 /// A timeout that can be turned off: a number of milliseconds, or the word `off`.
@@ -140,7 +144,56 @@ fn apply_env(file: &mut FileConfig, env: impl Fn(&str) -> Option<String>) -> any
     if let Some(v) = env("RILL_RETENTION_CHECK_SECS") {
         file.retention_check_secs = Some(parse("RILL_RETENTION_CHECK_SECS", &v)?);
     }
+    if let Some(v) = env("RILL_MAX_TIMESTAMP_AHEAD_MS") {
+        file.max_timestamp_ahead_ms = Some(parse("RILL_MAX_TIMESTAMP_AHEAD_MS", &v)?);
+    }
+    if let Some(v) = env("RILL_PRODUCER_BATCHES_REMEMBERED") {
+        file.producer_batches_remembered = Some(parse("RILL_PRODUCER_BATCHES_REMEMBERED", &v)?);
+    }
+    if let Some(v) = env("RILL_OPEN_FILES_MAX") {
+        file.open_files_max = Some(parse("RILL_OPEN_FILES_MAX", &v)?);
+    }
+    if let Some(v) = env("RILL_RESERVED_SPACE_BYTES") {
+        file.reserved_space_bytes = Some(parse("RILL_RESERVED_SPACE_BYTES", &v)?);
+    }
     Ok(())
+}
+
+/// The broker's settings from the file (and the environment), checked before the data
+/// directory opens.
+fn broker_config(file: &FileConfig, data: &Path, max_frame_bytes: u32) -> anyhow::Result<BrokerConfig> {
+    let mut config = BrokerConfig::new(data);
+    if let Some(n) = file.max_batch_bytes {
+        config.max_batch_bytes = n;
+    }
+    if let Some(d) = &file.default_durability {
+        config.default_durability =
+            match crate::admin::parse_durability(d).map_err(anyhow::Error::msg)? {
+                rill_client::Durability::Always => DurabilityConfig::Always,
+                rill_client::Durability::Never => DurabilityConfig::Never,
+                rill_client::Durability::Interval(i) => DurabilityConfig::Interval {
+                    ms: i.as_millis() as u64,
+                },
+            };
+    }
+    if let Some(s) = file.retention_check_secs {
+        config.retention_interval = Duration::from_secs(s.max(1));
+    }
+    if let Some(ms) = file.max_timestamp_ahead_ms {
+        config.max_timestamp_ahead = Duration::from_millis(ms);
+    }
+    if let Some(n) = file.producer_batches_remembered {
+        config.producer_batches_remembered = n;
+    }
+    if let Some(n) = file.open_files_max {
+        config.open_files_max = n;
+    }
+    if let Some(n) = file.reserved_space_bytes {
+        config.reserved_space_bytes = n;
+    }
+    config.max_frame_bytes = max_frame_bytes;
+    config.validate()?;
+    Ok(config)
 }
 
 fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
@@ -187,6 +240,10 @@ fn server_config(args: &ServeArgs, file: &FileConfig) -> anyhow::Result<ServerCo
     Ok(config)
 }
 
+/// Descriptors kept for the files of topics created while the server runs (three per
+/// partition), on top of the broker's sealed-segment cache.
+const FILES_FOR_NEW_TOPICS: usize = 256;
+
 /// Raises the soft limit on open files to the hard limit: every connection costs a
 /// descriptor, and the server derives its connection limit from what is left.
 fn raise_fd_limit() {
@@ -222,27 +279,17 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
     // Registered before the server counts its descriptors, and before it serves.
     let shutdown = shutdown_signal();
     let data = data
-        .or(file.data)
+        .or_else(|| file.data.clone())
         .unwrap_or_else(|| PathBuf::from("./rill-data"));
-    let mut broker_config = BrokerConfig::new(&data);
-    if let Some(n) = file.max_batch_bytes {
-        broker_config.max_batch_bytes = n;
+    let broker_config = broker_config(&file, &data, server_config.max_frame_bytes)
+        .context("invalid broker settings")?;
+    let mut server_config = server_config;
+    if file.files_reserved.is_none() {
+        // What the broker may still open beyond what it holds when the server counts:
+        // its whole sealed-segment cache (it fills as reads reach old segments) and
+        // room for the files of topics created later.
+        server_config.files_reserved = broker_config.open_files_max + FILES_FOR_NEW_TOPICS;
     }
-    if let Some(d) = &file.default_durability {
-        broker_config.default_durability =
-            match crate::admin::parse_durability(d).map_err(anyhow::Error::msg)? {
-                rill_client::Durability::Always => DurabilityConfig::Always,
-                rill_client::Durability::Never => DurabilityConfig::Never,
-                rill_client::Durability::Interval(i) => DurabilityConfig::Interval {
-                    ms: i.as_millis() as u64,
-                },
-            };
-    }
-    if let Some(s) = file.retention_check_secs {
-        broker_config.retention_interval = Duration::from_secs(s.max(1));
-    }
-
-    broker_config.max_frame_bytes = server_config.max_frame_bytes;
     let broker = Arc::new(
         tokio::task::spawn_blocking(move || Broker::open(broker_config))
             .await?
