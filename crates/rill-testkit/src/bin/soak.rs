@@ -93,11 +93,20 @@ fn rill_binary(given: Option<PathBuf>) -> Result<PathBuf, String> {
     if path.is_file() {
         return Ok(path);
     }
-    let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
+    // In a cargo target directory (it holds CACHEDIR.TAG), this directory is named
+    // after the profile the soak was built with.
+    let in_target_dir = dir
+        .parent()
+        .is_some_and(|t| t.join("CACHEDIR.TAG").is_file());
+    let profile = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|_| in_target_dir);
     let build = match profile {
-        "debug" => "cargo build -p rill-cli".to_owned(),
-        "release" => "cargo build --release -p rill-cli".to_owned(),
-        other => format!("cargo build --profile {other} -p rill-cli"),
+        Some("debug") => "cargo build -p rill-cli".to_owned(),
+        Some("release") => "cargo build --release -p rill-cli".to_owned(),
+        Some(other) => format!("cargo build --profile {other} -p rill-cli"),
+        None => "cargo build -p rill-cli   (with the soak's profile, e.g. --release)".to_owned(),
     };
     Err(format!(
         "soak: no rill binary at {}\n\
