@@ -23,8 +23,10 @@
 //!   out by the group at least once (`undelivered`); a clean exit on SIGTERM.
 //!
 //! Re-deliveries by the group (at least once) are allowed and only counted. The run is
-//! replayable from its seed: the kill schedule and the produced records follow from it
-//! (the timing of the processes does not).
+//! replayable from its seed: the kill schedule, the produced records and the members'
+//! commit policies follow from it (the timing of the processes does not). A failing run
+//! keeps its data directory, with the run's history (`<data>.events.log`) and the
+//! server's log (`<data>.server.log`) beside it.
 
 mod check;
 mod events;
