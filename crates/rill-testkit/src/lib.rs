@@ -1,7 +1,12 @@
 //! Test-only helpers for Rill: child processes that a test kills with SIGKILL, and
-//! the deterministic record contents they write so a parent can verify them.
+//! the deterministic record contents they write so a parent can verify them; and the
+//! [`soak`], which kills a real `rill serve` under load many times and checks the
+//! history.
 //!
-//! Architecture Invariant: nothing outside tests depends on this crate.
+//! Architecture Invariant: nothing outside tests depends on this crate (only
+//! dev-dependencies; checked by `tests/architecture.rs`).
+
+pub mod soak;
 
 /// The value of record `index` of batch `seq` appended by writer `thread`.
 ///

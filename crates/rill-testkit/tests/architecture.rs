@@ -19,7 +19,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("rill-client", &["rill-format", "rill-proto", "rill-broker"]),
     ("rill-cli", &["rill-client", "rill-server", "rill-broker"]),
     ("rill", &["rill-client"]),
-    ("rill-testkit", &["rill-format", "rill-storage"]),
+    // Test tools drive Rill from outside: the soak runs `rill serve` and talks to it
+    // through the SDK. Dev-only (see `testkit_is_only_a_dev_dependency`).
+    (
+        "rill-testkit",
+        &["rill-format", "rill-storage", "rill-client"],
+    ),
     // The peer harness drives Rill only through the `rill` binary.
     ("rill-peers", &[]),
 ];
@@ -62,6 +67,23 @@ fn crates_depend_only_on_allowed_rill_crates() {
                 assert!(
                     allowed.contains(&dep_name),
                     "{name} must not depend on {dep_name} (see ARCHITECTURE.md)"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn testkit_is_only_a_dev_dependency() {
+    let meta = metadata();
+    for package in meta["packages"].as_array().unwrap() {
+        let name = package["name"].as_str().unwrap();
+        for dep in package["dependencies"].as_array().unwrap() {
+            if dep["name"] == "rill-testkit" {
+                assert_eq!(
+                    dep["kind"].as_str(),
+                    Some("dev"),
+                    "{name} depends on rill-testkit other than as a dev-dependency"
                 );
             }
         }

@@ -1,0 +1,189 @@
+//! The real `rill serve` as a child process on a fixed port, so a restarted server is
+//! found by the same clients, killed with SIGKILL and started again on its data.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::SoakError;
+
+/// How long one start may take to print its "listening" line.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long starts are retried (a port briefly held elsewhere, say).
+const START_DEADLINE: Duration = Duration::from_secs(20);
+/// How long a SIGTERM may take to end the server.
+const TERMINATE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A running `rill serve`; killed when dropped. Its log (level `info`: joins, leaves,
+/// expiries, recoveries) goes to `log`, appended over every start; errors are also
+/// shown on stderr (warnings are not: every restart warns of the torn tail it cut).
+#[derive(Debug)]
+pub(crate) struct Server {
+    child: Option<Child>,
+    rill: PathBuf,
+    data: PathBuf,
+    log: PathBuf,
+    port: u16,
+    starts: u32,
+}
+
+impl Server {
+    /// Starts `rill serve` on `127.0.0.1:port` with its data in `data` and waits until it
+    /// listens.
+    pub(crate) fn start(
+        rill: &Path,
+        data: &Path,
+        log: &Path,
+        port: u16,
+    ) -> Result<Self, SoakError> {
+        let mut server = Self {
+            child: None,
+            rill: rill.to_path_buf(),
+            data: data.to_path_buf(),
+            log: log.to_path_buf(),
+            port,
+            starts: 0,
+        };
+        server.start_again()?;
+        Ok(server)
+    }
+
+    /// The client URL.
+    pub(crate) fn url(&self) -> String {
+        format!("rill://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the server again (after [`Server::kill9`]) on the same port and data;
+    /// returns how long it took to listen.
+    pub(crate) fn start_again(&mut self) -> Result<Duration, SoakError> {
+        assert!(self.child.is_none(), "the server is already running");
+        let started = Instant::now();
+        loop {
+            match self.try_start() {
+                Ok(child) => {
+                    self.child = Some(child);
+                    return Ok(started.elapsed());
+                }
+                Err(reason) if started.elapsed() < START_DEADLINE => {
+                    eprintln!("[soak] rill serve did not start ({reason}); retrying");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(reason) => {
+                    return Err(SoakError::ServerStart {
+                        port: self.port,
+                        reason,
+                    });
+                }
+            }
+        }
+    }
+
+    fn try_start(&mut self) -> Result<Child, String> {
+        self.starts += 1;
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| format!("cannot open {}: {e}", self.log.display()))?;
+        let _ = writeln!(log, "--- start {}", self.starts);
+        let mut child = Command::new(&self.rill)
+            .arg("serve")
+            .arg("--data")
+            .arg(&self.data)
+            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+            // The admin endpoint cannot be turned off; a port of the OS's choosing keeps
+            // it out of the way.
+            .args(["--http", "127.0.0.1:0"])
+            .env("RILL_LOG", "info")
+            .env("NO_COLOR", "1")
+            .env_remove("RILL_CONFIG")
+            .env_remove("RILL_DATA")
+            .env_remove("RILL_LISTEN")
+            .env_remove("RILL_HTTP")
+            .env_remove("RILL_DEFAULT_DURABILITY")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", self.rill.display()))?;
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut listening = Some(tx);
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                // Keep draining: a full pipe would block the server.
+                let _ = writeln!(log, "{line}");
+                if line.starts_with("rill listening on ")
+                    && let Some(tx) = listening.take()
+                {
+                    let _ = tx.send(());
+                } else if line.contains("ERROR") {
+                    eprintln!("[server] {line}");
+                }
+            }
+        });
+        match rx.recv_timeout(LISTEN_TIMEOUT) {
+            Ok(()) => Ok(child),
+            Err(_) => {
+                let _ = child.kill();
+                let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+                Err(format!("it ended ({status}) without listening"))
+            }
+        }
+    }
+
+    /// SIGKILL, and wait until the process is gone (and its data-directory lock).
+    pub(crate) fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // `kill` is SIGKILL on Unix; the server is one process (its threads die
+            // with it).
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, and wait for the clean exit it promises; returns the exit code (`None`:
+    /// it did not exit in time and was killed, or died of a signal).
+    pub(crate) fn terminate(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        let pid = child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + TERMINATE_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A port of 127.0.0.1 that was free a moment ago.
+pub(crate) fn free_port() -> Result<u16, SoakError> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|source| SoakError::Io {
+        what: "bind a probe listener".into(),
+        source,
+    })?;
+    let port = listener
+        .local_addr()
+        .map_err(|source| SoakError::Io {
+            what: "read the probe listener's port".into(),
+            source,
+        })?
+        .port();
+    Ok(port)
+}
