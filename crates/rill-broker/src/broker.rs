@@ -760,12 +760,8 @@ impl Broker {
         self.store_offset_key(key, offset).await
     }
 
-    /// Stores an offset durably, refusing one beyond the partition's end.
-    pub(crate) async fn store_offset_key(
-        self: &Arc<Self>,
-        key: OffsetKey,
-        offset: u64,
-    ) -> Result<(), BrokerError> {
+    /// Refuses to store an offset beyond the partition's end.
+    pub(crate) fn check_storable(&self, key: &OffsetKey, offset: u64) -> Result<(), BrokerError> {
         let end = self
             .partition(&key.stream, &key.topic, key.partition)?
             .log()?
@@ -777,6 +773,16 @@ impl Broker {
             }
             .into());
         }
+        Ok(())
+    }
+
+    /// Stores an offset durably, refusing one beyond the partition's end.
+    pub(crate) async fn store_offset_key(
+        self: &Arc<Self>,
+        key: OffsetKey,
+        offset: u64,
+    ) -> Result<(), BrokerError> {
+        self.check_storable(&key, offset)?;
         let broker = Arc::clone(self);
         tokio::task::spawn_blocking(move || broker.offsets.store(key, offset))
             .await

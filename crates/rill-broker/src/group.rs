@@ -28,8 +28,12 @@ pub enum GroupError {
         /// The partition.
         partition: u32,
     },
-    /// The request names a generation the group has not reached.
-    #[error("generation {got} is newer than the group's {current}")]
+    /// The request names a generation the group has not reached, or one from before
+    /// the member's current session (a commit sent before the member rejoined, or
+    /// before the broker restarted).
+    #[error(
+        "generation {got} is not of the member's current session (the group is at {current}); rejoin and read the stored offsets again"
+    )]
     StaleGeneration {
         /// The generation in the request.
         got: u64,
@@ -57,6 +61,9 @@ struct Member {
     /// Partitions it should own once the rebalance settles.
     target: BTreeSet<u32>,
     last_seen: Instant,
+    /// The generation the member joined at: requests of an earlier generation come
+    /// from a session before this one.
+    joined: u64,
 }
 
 /// One group's membership and assignment.
@@ -72,10 +79,18 @@ impl Coordinator {
     /// A group over `partitions` partitions whose members expire after
     /// `session_timeout` without a heartbeat.
     pub fn new(partitions: u32, session_timeout: Duration) -> Self {
+        Self::starting_at(partitions, session_timeout, 0)
+    }
+
+    /// Like [`Coordinator::new`], with generations counting from `generation`. A broker
+    /// starts each group's generations at its clock (µs), so a generation never repeats
+    /// across restarts: a commit sent to a broker that then died is refused by the next
+    /// one instead of landing in a new session that started from an older offset.
+    pub fn starting_at(partitions: u32, session_timeout: Duration, generation: u64) -> Self {
         Self {
             partitions,
             session_timeout,
-            generation: 0,
+            generation,
             members: BTreeMap::new(),
         }
     }
@@ -106,9 +121,20 @@ impl Coordinator {
                     owned: BTreeSet::new(),
                     target: BTreeSet::new(),
                     last_seen: now,
+                    joined: u64::MAX,
                 },
             );
+            let before = self.generation;
             self.rebalance();
+            // Every session starts its own generation, even when nothing moved, so a
+            // request from an earlier session of this member id can be told apart.
+            if self.generation == before {
+                self.generation += 1;
+            }
+            let generation = self.generation;
+            if let Some(m) = self.members.get_mut(member) {
+                m.joined = generation;
+            }
         }
         self.view(member).expect("just joined")
     }
@@ -181,7 +207,7 @@ impl Coordinator {
             .members
             .get(member)
             .ok_or_else(|| GroupError::NotMember(member.to_owned()))?;
-        if generation > self.generation {
+        if generation > self.generation || generation < m.joined {
             return Err(GroupError::StaleGeneration {
                 got: generation,
                 current: self.generation,

@@ -62,6 +62,15 @@ impl Groups {
     }
 }
 
+/// Where a new group's generations start: the broker's clock in µs, so generations of
+/// one group never repeat across broker restarts (as long as the clock does not go
+/// back by more than the uptime).
+fn generation_base() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2))
+}
+
 fn group_offset_key(stream: &str, topic: &str, group: &str, partition: u32) -> OffsetKey {
     // "group:" cannot collide with a named consumer: names have no ':'.
     OffsetKey {
@@ -124,7 +133,7 @@ impl Broker {
         let mut groups = self.groups.lock();
         let c = groups
             .entry(key.clone())
-            .or_insert_with(|| Coordinator::new(partitions, timeout));
+            .or_insert_with(|| Coordinator::starting_at(partitions, timeout, generation_base()));
         c.expire(now);
         c.join(&member, now);
         let timeout = c.session_timeout();
@@ -196,16 +205,27 @@ impl Broker {
             offset,
         } = request;
         let (generation, partition, offset) = (*generation, *partition, *offset);
-        {
-            let key: GroupKey = (stream.to_owned(), topic.to_owned(), group.to_owned());
-            let groups = self.groups.lock();
-            let c = groups
-                .get(&key)
-                .ok_or_else(|| GroupError::NotMember(member.to_owned()))?;
-            c.check_commit(member, generation, partition)?;
-        }
-        self.store_offset_key(group_offset_key(stream, topic, group, partition), offset)
-            .await
+        let key: GroupKey = (stream.to_owned(), topic.to_owned(), group.to_owned());
+        let offset_key = group_offset_key(stream, topic, group, partition);
+        let member = member.to_owned();
+        let broker = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let pending = {
+                // The ownership check and the append happen under the group lock, so
+                // commits reach the log in the order ownership changed: a member that
+                // lost a partition cannot store after its new owner.
+                let groups = broker.groups.lock();
+                let c = groups
+                    .get(&key)
+                    .ok_or_else(|| GroupError::NotMember(member.clone()))?;
+                c.check_commit(&member, generation, partition)?;
+                broker.check_storable(&offset_key, offset)?;
+                broker.offsets.begin_store(offset_key, offset)?
+            };
+            broker.offsets.finish(pending)
+        })
+        .await
+        .map_err(|e| BrokerError::Internal(format!("group commit task failed: {e}")))?
     }
 
     /// Lag of every live group: (stream, topic, group, partition, lag), for metrics.

@@ -69,6 +69,13 @@ struct Inner {
     live: Live,
 }
 
+/// A store appended to the offsets log but not yet known durable.
+#[derive(Debug)]
+pub(crate) struct PendingStore {
+    log: Arc<PartitionLog>,
+    ticket: DurableTicket,
+}
+
 /// The stored-offset table.
 #[derive(Debug)]
 pub struct OffsetStore {
@@ -198,6 +205,28 @@ impl OffsetStore {
     }
 
     fn write(&self, key: OffsetKey, offset: Option<u64>) -> Result<bool, BrokerError> {
+        let (pending, existed) = self.begin(key, offset)?;
+        self.finish(pending)?;
+        Ok(existed)
+    }
+
+    /// Stores `offset` in two steps: `begin_store` appends (a write, no fsync) and
+    /// `finish` waits until it is durable. A caller that must order stores with its own
+    /// decisions (group commits against ownership changes) calls `begin_store` under its
+    /// lock and `finish` after releasing it.
+    pub(crate) fn begin_store(
+        &self,
+        key: OffsetKey,
+        offset: u64,
+    ) -> Result<PendingStore, BrokerError> {
+        self.begin(key, Some(offset)).map(|(pending, _)| pending)
+    }
+
+    fn begin(
+        &self,
+        key: OffsetKey,
+        offset: Option<u64>,
+    ) -> Result<(PendingStore, bool), BrokerError> {
         let encoded_key = key.encode();
         let value = offset.map(u64::to_le_bytes);
         let mut builder = BatchBuilder::new();
@@ -205,19 +234,26 @@ impl OffsetStore {
             .push(NewRecord::value(value.as_ref().map_or(&[][..], |v| &v[..])).key(&encoded_key))
             .map_err(StorageError::from)?;
         let batch = builder.finish().map_err(StorageError::from)?;
-        let (log, ticket, existed) = {
-            let mut inner = self.lock();
-            let (_, ticket) = inner.log.append_deferred(&batch)?;
-            // Map updates happen in log order, under the same lock as the write.
-            let existed = match offset {
-                Some(o) => inner.live.insert(key, (o, ticket)).is_some(),
-                None => inner.live.remove(&key).is_some(),
-            };
-            (Arc::clone(&inner.log), ticket, existed)
+        let mut inner = self.lock();
+        let (_, ticket) = inner.log.append_deferred(&batch)?;
+        // Map updates happen in log order, under the same lock as the write.
+        let existed = match offset {
+            Some(o) => inner.live.insert(key, (o, ticket)).is_some(),
+            None => inner.live.remove(&key).is_some(),
         };
-        log.wait_durable(ticket)?;
-        self.maybe_compact()?;
-        Ok(existed)
+        Ok((
+            PendingStore {
+                log: Arc::clone(&inner.log),
+                ticket,
+            },
+            existed,
+        ))
+    }
+
+    /// Waits until a store begun with `begin_store` is durable.
+    pub(crate) fn finish(&self, pending: PendingStore) -> Result<(), BrokerError> {
+        pending.log.wait_durable(pending.ticket)?;
+        self.maybe_compact()
     }
 
     fn maybe_compact(&self) -> Result<(), BrokerError> {

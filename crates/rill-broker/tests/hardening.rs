@@ -550,3 +550,60 @@ async fn a_slow_disk_does_not_stall_the_runtime() {
     faults.delay_reads(None);
     slow.await.unwrap().unwrap();
 }
+
+/// A commit sent just before the broker died, resent to the restarted broker after
+/// the member rejoined, used to be accepted: the new session had started from the
+/// older durable offset, and its next commit moved the group's offset backward.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_from_before_a_restart_is_refused_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = BrokerConfig::new(dir.path());
+    let old_generation = {
+        let broker = Arc::new(Broker::open(config.clone()).unwrap());
+        create(&broker, "t", options(1));
+        for i in 0..10 {
+            broker
+                .produce("s", "t", 0, batch(None, &[&i.to_string()]))
+                .await
+                .unwrap();
+        }
+        let a = broker.join_group("s", "t", "g", "m1", None).unwrap();
+        broker
+            .commit_group_offset(&pb::CommitGroupOffsetRequest {
+                stream: "s".into(),
+                topic: "t".into(),
+                group: "g".into(),
+                member_id: "m1".into(),
+                generation: a.generation,
+                partition: 0,
+                offset: 4,
+            })
+            .await
+            .unwrap();
+        broker.shutdown().unwrap();
+        a.generation
+    };
+    let broker = Arc::new(Broker::open(config).unwrap());
+    let a = broker.join_group("s", "t", "g", "m1", None).unwrap();
+    assert!(a.generation > old_generation, "generations never repeat");
+    assert_eq!(a.offsets[0].offset, Some(4));
+    let stale = broker
+        .commit_group_offset(&pb::CommitGroupOffsetRequest {
+            stream: "s".into(),
+            topic: "t".into(),
+            group: "g".into(),
+            member_id: "m1".into(),
+            generation: old_generation,
+            partition: 0,
+            offset: 8,
+        })
+        .await;
+    assert!(
+        matches!(&stale, Err(e) if e.code() == ErrorCode::StaleGeneration),
+        "{stale:?}"
+    );
+    assert_eq!(
+        broker.describe_group("s", "t", "g").unwrap().partitions[0].stored_offset,
+        Some(4)
+    );
+}

@@ -161,7 +161,11 @@ fn apply_env(file: &mut FileConfig, env: impl Fn(&str) -> Option<String>) -> any
 
 /// The broker's settings from the file (and the environment), checked before the data
 /// directory opens.
-fn broker_config(file: &FileConfig, data: &Path, max_frame_bytes: u32) -> anyhow::Result<BrokerConfig> {
+fn broker_config(
+    file: &FileConfig,
+    data: &Path,
+    max_frame_bytes: u32,
+) -> anyhow::Result<BrokerConfig> {
     let mut config = BrokerConfig::new(data);
     if let Some(n) = file.max_batch_bytes {
         config.max_batch_bytes = n;
