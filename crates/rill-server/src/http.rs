@@ -1,4 +1,6 @@
-//! The HTTP admin endpoint: `GET /health` and `GET /metrics`, nothing else.
+//! The HTTP admin endpoint: `GET /health` (200 `ok`, or 503 with every partition that
+//! refuses appends and why), `GET /health/live` (200 while the process answers) and
+//! `GET /metrics`, nothing else.
 //!
 //! A minimal HTTP/1.1 responder rather than an HTTP library: one request per
 //! connection, the request head read up to 8 KiB, a response with `Content-Length` and
@@ -75,7 +77,7 @@ fn respond(head: &[u8], metrics: &Metrics) -> Vec<u8> {
     };
     let path = target.split('?').next().unwrap_or(target);
     let with_body = method != "HEAD";
-    let known = matches!(path, "/health" | "/metrics");
+    let known = matches!(path, "/health" | "/health/live" | "/metrics");
     if known && !matches!(method, "GET" | "HEAD") {
         return response(
             405,
@@ -86,7 +88,22 @@ fn respond(head: &[u8], metrics: &Metrics) -> Vec<u8> {
         );
     }
     match path {
-        "/health" => response(200, "OK", TEXT_CONTENT_TYPE, b"ok\n", with_body),
+        "/health" => match metrics.health_problems() {
+            // Every partition takes appends.
+            None => response(200, "OK", TEXT_CONTENT_TYPE, b"ok\n", with_body),
+            // The server serves, but some partitions refuse appends: a monitor should
+            // alert; restarting the process would not help.
+            Some(problems) => response(
+                503,
+                "Service Unavailable",
+                TEXT_CONTENT_TYPE,
+                problems.as_bytes(),
+                with_body,
+            ),
+        },
+        // The process is up and answering (for a liveness probe, which must not restart
+        // a server because one partition is damaged).
+        "/health/live" => response(200, "OK", TEXT_CONTENT_TYPE, b"ok\n", with_body),
         "/metrics" => response(
             200,
             "OK",
@@ -180,6 +197,59 @@ mod tests {
         assert!(answer("\u{1}\u{2}\r\n\r\n").starts_with("HTTP/1.1 400 "));
         assert!(answer("GET /health SPDY/3\r\n\r\n").starts_with("HTTP/1.1 400 "));
         assert!(answer("GET  /health HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 400 "));
+    }
+
+    #[tokio::test]
+    async fn health_names_failed_partitions_and_live_does_not_care() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = rill_broker::BrokerConfig::new(dir.path());
+        {
+            let broker = rill_broker::Broker::open(config.clone()).unwrap();
+            let options = rill_proto::pb::TopicOptions {
+                partitions: 2,
+                segment_bytes: Some(1024),
+                ..Default::default()
+            };
+            broker
+                .create_topic("s", "t", &options, false, true)
+                .unwrap();
+            for _ in 0..12 {
+                let mut b = rill_format::BatchBuilder::new();
+                b.push(rill_format::NewRecord::value(&[7u8; 300])).unwrap();
+                let batch = bytes::Bytes::from(b.finish().unwrap());
+                broker.produce("s", "t", 1, batch).await.unwrap();
+            }
+            broker.shutdown().unwrap();
+        }
+        // Partition 1 loses a segment file in the middle of its offsets.
+        let part = dir.path().join("streams/s/t/1");
+        let mut logs: Vec<_> = std::fs::read_dir(&part)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .collect();
+        logs.sort();
+        std::fs::remove_file(&logs[1]).unwrap();
+        let broker = std::sync::Arc::new(rill_broker::Broker::open(config).unwrap());
+        let metrics = Metrics::new();
+        assert!(answer_with("GET /health HTTP/1.1\r\n\r\n", &metrics).starts_with("HTTP/1.1 200 "));
+        metrics.attach_broker(std::sync::Arc::clone(&broker));
+        let health = answer_with("GET /health HTTP/1.1\r\n\r\n", &metrics);
+        assert!(health.starts_with("HTTP/1.1 503 "), "{health}");
+        assert!(health.contains("degraded: 1 partition"), "{health}");
+        assert!(health.contains("s/t/1: "), "{health}");
+        let live = answer_with("GET /health/live HTTP/1.1\r\n\r\n", &metrics);
+        assert!(live.starts_with("HTTP/1.1 200 "), "{live}");
+        let m = answer_with("GET /metrics HTTP/1.1\r\n\r\n", &metrics);
+        assert!(m.contains("rill_partitions_failed 1"), "{m}");
+        assert!(
+            m.contains("rill_partition_failed{stream=\"s\",topic=\"t\",partition=\"1\"} 1"),
+            "{m}"
+        );
+    }
+
+    fn answer_with(request: &str, metrics: &Metrics) -> String {
+        String::from_utf8(respond(request.as_bytes(), metrics)).unwrap()
     }
 
     #[test]

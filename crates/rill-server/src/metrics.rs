@@ -3,8 +3,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+
+use parking_lot::RwLock;
 use std::time::Duration;
 
 use rill_proto::Kind;
@@ -240,12 +242,12 @@ impl Metrics {
     /// The counters of one topic, created on first use; `None` past the series bound.
     fn topic(&self, stream: &str, topic: &str) -> Option<Arc<TopicMetrics>> {
         {
-            let topics = self.topics.read().unwrap_or_else(|e| e.into_inner());
+            let topics = self.topics.read();
             if let Some(t) = topics.get(stream).and_then(|s| s.get(topic)) {
                 return Some(Arc::clone(t));
             }
         }
-        let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
+        let mut topics = self.topics.write();
         let series: usize = topics.values().map(BTreeMap::len).sum();
         if series >= TOPIC_SERIES_MAX {
             return None;
@@ -258,9 +260,27 @@ impl Metrics {
         Some(Arc::clone(t))
     }
 
-    /// Lets `render` report the broker's consumer-group lag.
+    /// Lets `render` report the broker's consumer-group lag and failed partitions.
     pub fn attach_broker(&self, broker: Arc<rill_broker::Broker>) {
         let _ = self.broker.set(broker);
+    }
+
+    /// What `/health` reports when something refuses appends: `degraded`, then one line
+    /// per failed partition (`stream/topic/partition: reason`). `None` while healthy.
+    pub fn health_problems(&self) -> Option<String> {
+        let failed = self.broker.get()?.failed_partitions();
+        if failed.is_empty() {
+            return None;
+        }
+        let mut out = format!("degraded: {} partition(s) refuse appends\n", failed.len());
+        for f in failed {
+            let _ = writeln!(
+                out,
+                "{}/{}/{}: {}",
+                f.stream, f.topic, f.partition, f.reason
+            );
+        }
+        Some(out)
     }
 
     /// Every metric in the Prometheus text exposition format, version 0.0.4.
@@ -303,6 +323,7 @@ impl Metrics {
         render_fsync(&mut out);
         if let Some(broker) = self.broker.get() {
             render_group_lag(&mut out, broker);
+            render_partition_health(&mut out, broker);
         }
         out
     }
@@ -441,7 +462,7 @@ impl Metrics {
     }
 
     fn render_topics(&self, out: &mut String) {
-        let topics = self.topics.read().unwrap_or_else(|e| e.into_inner());
+        let topics = self.topics.read();
         let series: Vec<(String, &TopicMetrics)> = topics
             .iter()
             .flat_map(|(stream, ts)| {
@@ -550,6 +571,45 @@ fn render_group_lag(out: &mut String, broker: &rill_broker::Broker) {
         );
         line(out, "rill_group_lag", &labels, lag);
     }
+}
+
+/// Partitions that refuse appends (poisoned, damaged or unopenable), and open files.
+fn render_partition_health(out: &mut String, broker: &rill_broker::Broker) {
+    let failed = broker.failed_partitions();
+    header(
+        out,
+        "rill_partitions_failed",
+        "gauge",
+        "Partitions that refuse appends: poisoned after a failed write or fsync, damaged, or unopenable (the offsets log counts as one).",
+    );
+    line(out, "rill_partitions_failed", "", failed.len() as u64);
+    header(
+        out,
+        "rill_partition_failed",
+        "gauge",
+        "1 for each partition that refuses appends; the reason is in /health and `rill topic describe`.",
+    );
+    for f in &failed {
+        let labels = format!(
+            "stream=\"{}\",topic=\"{}\",partition=\"{}\"",
+            escape(&f.stream),
+            escape(&f.topic),
+            f.partition
+        );
+        line(out, "rill_partition_failed", &labels, 1);
+    }
+    header(
+        out,
+        "rill_open_segment_files",
+        "gauge",
+        "Sealed-segment files the broker keeps open (bounded by open_files_max).",
+    );
+    line(
+        out,
+        "rill_open_segment_files",
+        "",
+        broker.open_segment_files() as u64,
+    );
 }
 
 /// The log engine's process-wide fsync latency histogram.
