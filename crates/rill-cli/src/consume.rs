@@ -192,7 +192,6 @@ fn to_json(record: &Record) -> serde_json::Value {
                 Value::U128(n) => json!(n.to_string()),
                 Value::F32(n) => json!(n),
                 Value::F64(n) => json!(n),
-                _ => serde_json::Value::Null,
             };
             (name.clone(), v)
         })

@@ -3,9 +3,13 @@
 use bytes::Bytes;
 use rill_format::{Header, HeaderValue};
 
-/// An owned, typed header value.
+/// An owned, typed header value: one variant per header type of the record-batch
+/// format (`docs/FORMAT.md`), each read back with the type it was written with.
+///
+/// Exhaustive on purpose: a header is never turned into another type or a placeholder.
+/// A new header type comes with a new batch format version and is a breaking change of
+/// this enum, so every `match` on it is revisited at compile time.
 #[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
 #[allow(missing_docs)]
 pub enum Value {
     Str(String),
@@ -63,8 +67,6 @@ impl Value {
             HeaderValue::U128(v) => Self::U128(v),
             HeaderValue::F32(v) => Self::F32(v),
             HeaderValue::F64(v) => Self::F64(v),
-            // HeaderValue is non-exhaustive; new variants arrive with a format version.
-            _ => Self::Bytes(Bytes::new()),
         }
     }
 }
