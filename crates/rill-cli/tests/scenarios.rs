@@ -87,6 +87,7 @@ over_both_transports!(
     consumer_group_shares_and_moves_partitions,
     consumer_group_resumes_from_committed_offsets,
     bad_requests_are_typed_errors,
+    a_call_after_close_fails_at_once_with_closed,
 );
 
 async fn topic(client: &Client, name: &str, partitions: u32) -> Topic {
@@ -894,4 +895,41 @@ async fn bad_requests_are_typed_errors(client: &Client) {
     let missing = client.stream("scen").topic("missing");
     let err = missing.publish().value("x").send().await.unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::TopicNotFound));
+}
+
+/// A regression: an embedded client's `close` left it usable in name only — a later call
+/// retried SHUTTING_DOWN for about 7 s before failing — and over TCP it closed nothing.
+async fn a_call_after_close_fails_at_once_with_closed(client: &Client) {
+    let t = topic(client, "closing", 1).await;
+    t.publish().value("before").send().await.unwrap();
+    let producer = t.producer().build().await.unwrap();
+    let mut reader = t.records("after-close");
+    let clone = client.clone();
+    client.close().await.unwrap();
+    assert!(client.is_closed() && clone.is_closed());
+    let started = Instant::now();
+    let closed = |what: &str, e: ClientError| {
+        assert!(matches!(e, ClientError::Closed), "{what}: {e:?}");
+    };
+    closed(
+        "publish",
+        t.publish().value("after").send().await.unwrap_err(),
+    );
+    closed("list_streams", clone.list_streams().await.unwrap_err());
+    closed("describe", t.describe().await.unwrap_err());
+    closed(
+        "fetch",
+        t.fetch(0, 0, 1024, Duration::ZERO).await.unwrap_err(),
+    );
+    closed(
+        "producer",
+        producer.send(Message::new("after")).await.unwrap_err(),
+    );
+    closed("reader", reader.next().await.unwrap().unwrap_err());
+    closed("consumer", t.consumer("c", 0).build().await.unwrap_err());
+    closed("group", t.consumer_group("g").build().await.unwrap_err());
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    // Closing again is harmless.
+    client.close().await.unwrap();
 }

@@ -417,6 +417,9 @@ impl Inner {
                     }
                     self.join().await.ok()
                 }
+                // Nothing can be sent any more; the member's session ends with the
+                // connection (or the embedded broker).
+                Err(ClientError::Closed) => return,
                 Err(e) => {
                     // Report the revocations again next time.
                     self.lock().revoked.extend(revoked);
