@@ -71,7 +71,7 @@ pub(crate) struct Inner {
     /// Partition counts by (stream, topic), for routing. A non-poisoning lock: a cache
     /// entry is inserted or removed whole.
     partitions: Mutex<HashMap<(String, String), u32>>,
-    embedded: Option<Arc<Broker>>,
+    embedded: bool,
     /// Set by `close`: every call fails with `ClientError::Closed` from then on.
     closed: AtomicBool,
 }
@@ -153,7 +153,7 @@ impl ClientBuilder {
                 max_frame_bytes: self.max_frame_bytes,
             },
         );
-        let client = self.build(Box::new(transport), None);
+        let client = self.build(Box::new(transport), false);
         client.hello().await?;
         Ok(client)
     }
@@ -170,14 +170,10 @@ impl ClientBuilder {
                 .await
                 .map_err(|e| ClientError::Protocol(format!("broker open task failed: {e}")))??,
         );
-        tokio::spawn(Arc::clone(&broker).run_upkeep());
-        let transport = Embedded {
-            broker: Arc::clone(&broker),
-        };
-        Ok(self.build(Box::new(transport), Some(broker)))
+        Ok(self.build(Box::new(Embedded::start(broker)), true))
     }
 
-    fn build(self, transport: Box<dyn Transport>, embedded: Option<Arc<Broker>>) -> Client {
+    fn build(self, transport: Box<dyn Transport>, embedded: bool) -> Client {
         Client {
             inner: Arc::new(Inner {
                 transport,
@@ -245,11 +241,12 @@ impl Client {
 
     /// Whether this client runs an embedded broker.
     pub fn is_embedded(&self) -> bool {
-        self.inner.embedded.is_some()
+        self.inner.embedded
     }
 
     /// Closes the client and every clone of it: the TCP connection is closed, an
-    /// embedded broker is synced and shut down. From then on every call — of this
+    /// embedded broker is synced, shut down and let go (its data directory can be opened
+    /// again once calls still running have ended). From then on every call — of this
     /// client, its topics, producers and consumers — fails at once with
     /// [`ClientError::Closed`]; a call in flight over TCP fails too (an unacknowledged
     /// non-idempotent publish as [`ClientError::Indeterminate`]). Closing again does

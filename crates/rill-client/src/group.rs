@@ -187,6 +187,8 @@ struct Partition {
     position: u64,
     committer: Committer,
     buffered: VecDeque<Record>,
+    /// The start of an open-ended loss already reported.
+    reported: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -334,6 +336,7 @@ impl Inner {
                         position: *position,
                         committer: Committer::new(self.policy, *consumed, Instant::now()),
                         buffered: VecDeque::new(),
+                        reported: None,
                     },
                 );
             }
@@ -569,7 +572,34 @@ impl GroupConsumer {
                     }
                     continue;
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    let Some((_, from, to)) = e.lost_range() else {
+                        return Err(e);
+                    };
+                    let mut st = self.inner.lock();
+                    // Revoked, or moved on, while we fetched: not ours to report.
+                    let Some(part) = st
+                        .partitions
+                        .get_mut(&p)
+                        .filter(|part| part.position == position)
+                    else {
+                        continue;
+                    };
+                    match to {
+                        Some(to) => {
+                            // Nothing is buffered for `p` (polled only once drained).
+                            part.position = to.max(position);
+                            if let Some(last) = to.checked_sub(1) {
+                                part.committer.skipped(last);
+                            }
+                            part.reported = None;
+                        }
+                        // Told already: look again at the next poll.
+                        None if part.reported == Some(from) => continue,
+                        None => part.reported = Some(from),
+                    }
+                    return Err(e);
+                }
             };
             let mut st = self.inner.lock();
             // The partition may have been revoked while we fetched.

@@ -208,16 +208,63 @@ pub(crate) fn build_batch(
     })?))
 }
 
-/// Decodes the records of fetched batches at or after `from`. Keys and values are
-/// slices of `bytes`, not copies.
+/// A fetched batch that failed its checks while its header still parses: where it
+/// lies, so reading can step over it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CorruptBatch {
+    /// Its first offset, or the first one asked for if that is later.
+    pub(crate) from: u64,
+    /// The offset after it.
+    pub(crate) to: u64,
+    /// What failed.
+    pub(crate) reason: String,
+}
+
+/// Decodes the records of fetched batches at or after `from` into `out`. Keys and
+/// values are slices of `bytes`, not copies.
+///
+/// Stops before a batch that fails validation (a checksum, a record) but whose header
+/// still parses, and returns its range: the records before it are in `out`, and reading
+/// goes on after it. A batch whose header does not parse either leaves no way to know
+/// where it ends: that is an error, and `out` is left as it was.
 pub(crate) fn decode_records(
     partition: u32,
     bytes: &Bytes,
     from: u64,
     out: &mut std::collections::VecDeque<Record>,
-) -> Result<(), crate::ClientError> {
-    for batch in rill_format::Batches::new(bytes) {
-        let batch = batch?;
+) -> Result<Option<CorruptBatch>, crate::ClientError> {
+    let before = out.len();
+    let mut rest: &[u8] = bytes;
+    while !rest.is_empty() {
+        let batch = match rill_format::BatchView::parse(rest) {
+            Ok(batch) => batch,
+            Err(e) => {
+                let header = rill_format::BatchHeader::parse(rest).ok().and_then(|h| {
+                    let end = h.next_offset()?;
+                    let len = h.batch_length as usize;
+                    (len <= rest.len()).then_some((h.base_offset, end, len))
+                });
+                match header {
+                    // Wholly before what was asked for: nothing of it is wanted.
+                    Some((_, end, len)) if end <= from => {
+                        rest = &rest[len..];
+                        continue;
+                    }
+                    Some((base, end, _)) => {
+                        return Ok(Some(CorruptBatch {
+                            from: base.max(from),
+                            to: end,
+                            reason: e.to_string(),
+                        }));
+                    }
+                    None => {
+                        out.truncate(before);
+                        return Err(e.into());
+                    }
+                }
+            }
+        };
+        rest = &rest[batch.as_bytes().len()..];
         for r in batch.records() {
             if r.offset < from {
                 continue;
@@ -235,5 +282,5 @@ pub(crate) fn decode_records(
             });
         }
     }
-    Ok(())
+    Ok(None)
 }

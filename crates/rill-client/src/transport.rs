@@ -46,24 +46,62 @@ pub(crate) trait Transport: Send + Sync + fmt::Debug {
 /// Calls an in-process broker: no sockets, no encoding.
 #[derive(Debug)]
 pub(crate) struct Embedded {
-    pub(crate) broker: Arc<Broker>,
+    /// `None` once closed: the broker is shut down and dropped, which releases its data
+    /// directory (its lock) even while handles of the client live on.
+    broker: parking_lot::RwLock<Option<Arc<Broker>>>,
+    /// The broker's background upkeep (retention, group sessions, healing), stopped at
+    /// close so that it lets go of the broker too.
+    upkeep: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    data_dir: std::path::PathBuf,
+}
+
+impl Embedded {
+    /// Serves calls with `broker` and starts its upkeep on the current runtime.
+    pub(crate) fn start(broker: Arc<Broker>) -> Self {
+        let upkeep = tokio::spawn(Arc::clone(&broker).run_upkeep());
+        Self {
+            data_dir: broker.config().data_dir.clone(),
+            broker: parking_lot::RwLock::new(Some(broker)),
+            upkeep: Mutex::new(Some(upkeep)),
+        }
+    }
+}
+
+impl Drop for Embedded {
+    /// The last handle of a client that was not closed: the upkeep would otherwise keep
+    /// the broker (and its directory lock) alive for as long as the runtime runs.
+    fn drop(&mut self) {
+        if let Some(upkeep) = self.upkeep.get_mut().take() {
+            upkeep.abort();
+        }
+    }
 }
 
 impl Transport for Embedded {
     fn call(&self, request: Request) -> BoxFuture<'_, Result<Response, CallError>> {
-        Box::pin(async move { Ok(self.broker.handle(request).await) })
+        Box::pin(async move {
+            let broker = self.broker.read().clone();
+            match broker {
+                Some(broker) => Ok(broker.handle(request).await),
+                None => Err(CallError::NotSent("the client was closed".into())),
+            }
+        })
     }
 
     fn peer(&self) -> String {
-        format!(
-            "embedded broker at {}",
-            self.broker.config().data_dir.display()
-        )
+        format!("embedded broker at {}", self.data_dir.display())
     }
 
     fn close(&self) -> BoxFuture<'_, Result<(), crate::ClientError>> {
         Box::pin(async move {
-            let broker = Arc::clone(&self.broker);
+            if let Some(upkeep) = self.upkeep.lock().take() {
+                upkeep.abort();
+            }
+            let Some(broker) = self.broker.write().take() else {
+                return Ok(());
+            };
+            // Calls still running hold their own reference; the broker is dropped, and
+            // its directory unlocked, when the last of them ends.
             tokio::task::spawn_blocking(move || broker.shutdown())
                 .await
                 .map_err(|e| {
