@@ -22,11 +22,11 @@ pub enum ClientError {
         /// What happened.
         reason: String,
     },
-    /// The connection broke after a request was sent that is not safe to repeat
-    /// (a non-idempotent publish): it may or may not have been applied.
-    #[error(
-        "connection lost with a non-idempotent request in flight; it may have been applied: {0}"
-    )]
+    /// A write's outcome is unknown and it is not safe to send again: the connection
+    /// broke after a non-idempotent publish was sent, or the broker forgot an
+    /// idempotent producer while one of its batches had an attempt without an answer.
+    /// The records may or may not be stored; read the partition to find out.
+    #[error("the outcome of a write is unknown (it may have been stored): {0}")]
     Indeterminate(String),
     /// The server sent something that is not valid protocol.
     #[error("protocol error: {0}")]
@@ -109,6 +109,15 @@ pub enum ClientError {
     /// after that fails at once with this error. Open or connect a new client.
     #[error("the client was closed")]
     Closed,
+    /// A panic in another task left state in doubt that later calls rely on (a
+    /// producer's sequence numbers, a group member's partitions): calls that need it
+    /// fail from then on instead of risking wrong results. Build a new producer or
+    /// consumer.
+    #[error("{what} are in doubt after a panic; create a new one")]
+    Poisoned {
+        /// What is in doubt.
+        what: &'static str,
+    },
     /// The background producer's buffer is full (with `Backpressure::Fail`, or after
     /// `Backpressure::BlockFor` waited in vain).
     #[error("the producer buffer is full")]
