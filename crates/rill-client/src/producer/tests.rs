@@ -140,3 +140,39 @@ async fn max_in_flight_caps_the_batches_per_partition() {
     );
     client.close().await.unwrap();
 }
+
+/// A panic while a partition's sequence numbers were being changed leaves them in
+/// doubt: sends to that partition fail rather than risk reusing a sequence (which the
+/// broker would acknowledge as a duplicate without storing it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_fail_once_a_panic_left_the_sequence_numbers_in_doubt() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = Client::open(dir.path().join("data")).await.unwrap();
+    let t = client.stream("s").topic("t");
+    t.ensure(2).await.unwrap();
+    let producer = t.producer().build().await.unwrap();
+    producer
+        .send_to_partition(Message::new("before"), 0)
+        .await
+        .unwrap();
+    let lane = producer.core.lane(0);
+    let panicked = std::thread::scope(|s| {
+        s.spawn(|| {
+            let _held = lane.sequencer.as_ref().unwrap().lock();
+            panic!("a bug while renumbering");
+        })
+        .join()
+    });
+    assert!(panicked.is_err());
+    let err = producer
+        .send_to_partition(Message::new("after"), 0)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, crate::ClientError::Poisoned { .. }), "{err}");
+    // Other partitions are not affected.
+    producer
+        .send_to_partition(Message::new("elsewhere"), 1)
+        .await
+        .unwrap();
+    client.close().await.unwrap();
+}
