@@ -64,6 +64,20 @@ pub(crate) enum TopicCommand {
         /// STREAM/TOPIC
         topic: String,
     },
+    /// Reopen partitions with recovery (after a failed write, once the disk is fixed);
+    /// with --accept-data-loss also accept their damaged ranges as lost, so they take
+    /// appends again. Prints each partition's state afterwards.
+    Repair {
+        /// STREAM/TOPIC
+        topic: String,
+        /// Only this partition (default: every partition).
+        #[arg(long)]
+        partition: Option<u32>,
+        /// Accept the damaged ranges as lost: appends resume after them. Reading them
+        /// still reports the loss.
+        #[arg(long)]
+        accept_data_loss: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -206,20 +220,71 @@ pub(crate) async fn topic(command: TopicCommand, target: &Target) -> anyhow::Res
                 "max_record_bytes\t{}",
                 o.max_record_bytes.unwrap_or_default()
             );
-            println!("partition\tfirst_offset\tnext_offset\tbytes\tsegments");
-            for p in d.partitions {
-                println!(
-                    "{}\t{}\t{}\t{}\t{}",
-                    p.partition, p.first_offset, p.next_offset, p.size_bytes, p.segments
-                );
-            }
+            print_partitions(&d.partitions);
         }
         TopicCommand::Delete { topic } => {
             target::topic(&client, &topic)?.delete().await?;
             println!("deleted");
         }
+        TopicCommand::Repair {
+            topic,
+            partition,
+            accept_data_loss,
+        } => {
+            let handle = target::topic(&client, &topic)?;
+            let partitions = match partition {
+                Some(p) => vec![p],
+                None => (0..handle.partitions().await?).collect(),
+            };
+            let mut states = Vec::with_capacity(partitions.len());
+            for p in partitions {
+                states.push(
+                    handle
+                        .repair(p, accept_data_loss)
+                        .await
+                        .with_context(|| format!("cannot repair partition {p} of {topic}"))?,
+                );
+            }
+            print_partitions(&states);
+        }
     }
     target::finish(&client).await
+}
+
+/// The partition table of `topic describe` and `topic repair`: one row per partition
+/// (these columns are fixed: scripts parse them), then per partition a `failure` line
+/// (why it refuses appends; empty when it takes them), then a `damaged` line per damaged
+/// range. See docs/CLI.md.
+fn print_partitions(partitions: &[rill_client::PartitionInfo]) {
+    println!("partition\tfirst_offset\tnext_offset\tbytes\tsegments");
+    for p in partitions {
+        println!(
+            "{}\t{}\t{}\t{}\t{}",
+            p.partition, p.first_offset, p.next_offset, p.size_bytes, p.segments
+        );
+    }
+    for p in partitions {
+        println!("failure\t{}\t{}", p.partition, one_field(&p.failure));
+    }
+    for p in partitions {
+        for d in &p.damaged {
+            println!(
+                "damaged\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                p.partition,
+                d.from_offset,
+                d.to_offset.map_or("-".into(), |t| t.to_string()),
+                if d.accepted { "accepted" } else { "unaccepted" },
+                one_field(&d.segment),
+                d.position,
+                one_field(&d.reason)
+            );
+        }
+    }
+}
+
+/// Text as one tab-separated field: tabs and line breaks become spaces.
+fn one_field(text: &str) -> String {
+    text.replace(['\t', '\n', '\r'], " ")
 }
 
 fn durability_name(o: &rill_client::wire::TopicOptions) -> String {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use base64::Engine;
 use clap::{Args, ValueEnum};
-use rill_client::{CommitPolicy, Offsets, Record, StartAt, Topic, Value};
+use rill_client::{ClientError, CommitPolicy, Offsets, Record, StartAt, Topic, Value};
 use serde_json::{Map, json};
 
 use crate::target::{self, Target};
@@ -144,6 +144,23 @@ impl Output {
         Ok(())
     }
 
+    /// Reports records that cannot be delivered (`DataLoss`, `Corrupt`) as one line on
+    /// stderr, after what was printed before them, and returns the last offset of the
+    /// range (to store past it); any other error is returned.
+    fn lost(&mut self, e: ClientError) -> anyhow::Result<Option<(u32, u64)>> {
+        let Some((partition, _, to)) = e.lost_range() else {
+            return Err(e.into());
+        };
+        self.flush()?;
+        eprintln!(
+            "rill: {}; reading goes on after them",
+            e.to_string().replace('\n', " ")
+        );
+        Ok(to
+            .and_then(|t| t.checked_sub(1))
+            .map(|last| (partition, last)))
+    }
+
     fn flush(&mut self) -> anyhow::Result<()> {
         match self.stdout.flush() {
             // A closed pipe (`| head`) is not an error worth reporting.
@@ -192,7 +209,6 @@ fn to_json(record: &Record) -> serde_json::Value {
                 Value::U128(n) => json!(n.to_string()),
                 Value::F32(n) => json!(n),
                 Value::F64(n) => json!(n),
-                _ => serde_json::Value::Null,
             };
             (name.clone(), v)
         })
@@ -226,8 +242,14 @@ async fn anonymous(
     }
     let mut reader = topic.records("cli").from_offsets(offsets);
     loop {
-        while let Some(record) = reader.next().await {
-            out.print(&record?)?;
+        while let Some(item) = reader.next().await {
+            match item {
+                Ok(record) => out.print(&record)?,
+                Err(e) => {
+                    out.lost(e)?;
+                    continue;
+                }
+            }
             if out.done() {
                 return Ok(());
             }
@@ -236,9 +258,8 @@ async fn anonymous(
             return Ok(());
         }
         out.flush()?;
+        // A caught-up reader looks at the tails again on its next call.
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let at = reader.offsets();
-        reader = topic.records("cli").from_offsets(at);
     }
 }
 
@@ -284,11 +305,17 @@ async fn grouped(
                     since_store = 0;
                 }
             }
-            Err(rill_client::ClientError::Timeout(_)) => {
+            Err(ClientError::Timeout(_)) => {
                 store_printed(&consumer, out, &mut printed).await;
                 since_store = 0;
                 if !args.follow {
                     break;
+                }
+            }
+            Err(e) if e.lost_range().is_some() => {
+                // Stored like a printed record, so the next run does not meet it again.
+                if let Some((partition, last)) = out.lost(e)? {
+                    printed.insert(partition, last);
                 }
             }
             Err(e) => {
@@ -371,7 +398,13 @@ async fn named(
                             since_store = 0;
                         }
                     }
-                    Err(rill_client::ClientError::Timeout(_)) => break,
+                    Err(ClientError::Timeout(_)) => break,
+                    // The consumer counts the range as consumed; it is stored with the
+                    // printed records.
+                    Err(e) if e.lost_range().is_some() => {
+                        progressed = true;
+                        out.lost(e)?;
+                    }
                     Err(e) => {
                         result = Err(e.into());
                         break 'outer;

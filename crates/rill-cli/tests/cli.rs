@@ -417,3 +417,200 @@ fn http_get(addr: &str, path: &str) -> String {
     let _ = s.read_to_string(&mut body);
     body
 }
+
+/// Issue 9, as an operator meets it: a partition whose sealed segment lost its end.
+/// `topic describe` shows why it refuses appends and the damaged range, `consume` reads
+/// past the damage and names it on stderr, `topic repair --accept-data-loss` makes it
+/// take appends again. `start` opens the data directory (a server, or embedded).
+fn damaged_partition_is_described_read_past_and_repaired(
+    data: &std::path::Path,
+    start: &dyn Fn() -> (Vec<String>, Option<ServerProcess>),
+) {
+    let (target, server) = start();
+    ok(&rill(
+        &target,
+        &[
+            "topic",
+            "create",
+            "s/t",
+            "--partitions",
+            "2",
+            "--segment-bytes",
+            "1024",
+        ],
+        None,
+    ));
+    // Seven batches of three records, one batch per segment.
+    for b in 0..7 {
+        let lines: String = (0..3)
+            .map(|i| format!("{:02}{}\n", b * 3 + i, "x".repeat(200)))
+            .collect();
+        ok(&rill(
+            &target,
+            &["produce", "s/t", "--partition", "0"],
+            Some(&lines),
+        ));
+    }
+    if let Some(mut server) = server {
+        assert_eq!(server.terminate(), Some(0));
+    }
+    let part = data.join("streams/s/t/0");
+    let mut logs: Vec<_> = std::fs::read_dir(&part)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    assert_eq!(logs.len(), 7, "{logs:?}");
+    let len = std::fs::metadata(&logs[1]).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&logs[1])
+        .unwrap()
+        .set_len(len - 10)
+        .unwrap();
+
+    let (target, _server) = start();
+    let described = ok(&rill(&target, &["topic", "describe", "s/t"], None));
+    let lines: Vec<&str> = described.lines().collect();
+    // The table scripts parse is unchanged: a header and five columns per partition.
+    let table = lines
+        .iter()
+        .position(|l| *l == "partition\tfirst_offset\tnext_offset\tbytes\tsegments")
+        .expect(&described);
+    assert!(lines[table + 1].starts_with("0\t0\t21\t"), "{described}");
+    assert_eq!(lines[table + 1].split('\t').count(), 5, "{described}");
+    assert!(lines[table + 2].starts_with("1\t0\t0\t"), "{described}");
+    let failure0 = lines
+        .iter()
+        .find(|l| l.starts_with("failure\t0\t"))
+        .expect(&described);
+    assert!(failure0.contains("damaged"), "{described}");
+    assert!(
+        lines.contains(&"failure\t1\t"),
+        "healthy: empty\n{described}"
+    );
+    let damaged: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.starts_with("damaged\t"))
+        .collect();
+    assert_eq!(damaged.len(), 1, "{described}");
+    let fields: Vec<&str> = damaged[0].split('\t').collect();
+    assert_eq!(
+        &fields[..5],
+        ["damaged", "0", "3", "6", "unaccepted"],
+        "{described}"
+    );
+    assert!(fields[5].ends_with(".log"), "{described}");
+
+    // Appends are refused until the loss is accepted; the message says how.
+    let refused = rill(&target, &["produce", "s/t", "--partition", "0", "no"], None);
+    assert_eq!(refused.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("repair"), "{err}");
+    // The other partition is fine.
+    ok(&rill(
+        &target,
+        &["produce", "s/t", "--partition", "1", "p1"],
+        None,
+    ));
+
+    // Reading goes past the damage and says so, once, on stderr.
+    let expected: Vec<String> = (0..21)
+        .filter(|i| !(3..6).contains(i))
+        .map(|i| format!("{i:02}{}", "x".repeat(200)))
+        .collect();
+    let read = rill(&target, &["consume", "s/t", "--partition", "0"], None);
+    let stdout = ok(&read);
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), expected);
+    let err = String::from_utf8_lossy(&read.stderr);
+    // (An embedded broker also logs what recovery found.)
+    let reports: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("rill: ") && l.contains("3..6"))
+        .collect();
+    assert_eq!(reports.len(), 1, "{err}");
+    assert!(reports[0].contains("partition 0"), "{err}");
+
+    // A named consumer stores past the damage: its next run meets it no more.
+    let first = rill(&target, &["consume", "s/t", "--name", "n"], None);
+    assert_eq!(ok(&first).lines().count(), expected.len() + 1);
+    let reported = |out: &Output| {
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter(|l| l.starts_with("rill: ") && l.contains("3..6"))
+            .count()
+    };
+    assert_eq!(reported(&first), 1);
+    let again = rill(&target, &["consume", "s/t", "--name", "n"], None);
+    assert_eq!(ok(&again), "");
+    assert_eq!(reported(&again), 0);
+    // A group member too.
+    let grouped = rill(&target, &["consume", "s/t", "--group", "g"], None);
+    assert_eq!(ok(&grouped).lines().count(), expected.len() + 1);
+    assert_eq!(reported(&grouped), 1);
+    let again = rill(&target, &["consume", "s/t", "--group", "g"], None);
+    assert_eq!(ok(&again), "");
+    assert_eq!(reported(&again), 0);
+
+    // Accepting the loss: the partition takes appends again after it.
+    let repaired = ok(&rill(
+        &target,
+        &[
+            "topic",
+            "repair",
+            "s/t",
+            "--partition",
+            "0",
+            "--accept-data-loss",
+        ],
+        None,
+    ));
+    let lines: Vec<&str> = repaired.lines().collect();
+    assert!(lines.contains(&"failure\t0\t"), "{repaired}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("damaged\t0\t3\t6\taccepted\t")),
+        "{repaired}"
+    );
+    ok(&rill(
+        &target,
+        &["produce", "s/t", "--partition", "0", "new"],
+        None,
+    ));
+    let out = ok(&rill(
+        &target,
+        &["consume", "s/t", "--partition", "0", "--from", "offset:21"],
+        None,
+    ));
+    assert_eq!(out.trim(), "new");
+    // Every partition, without the flag: a reopen; healthy partitions stay healthy.
+    let repaired = ok(&rill(&target, &["topic", "repair", "s/t"], None));
+    assert!(repaired.contains("failure\t0\t\n"), "{repaired}");
+    assert!(repaired.contains("failure\t1\t\n"), "{repaired}");
+    let missing = rill(
+        &target,
+        &["topic", "repair", "s/t", "--partition", "9"],
+        None,
+    );
+    assert_eq!(missing.status.code(), Some(1));
+}
+
+#[test]
+fn a_damaged_partition_over_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    damaged_partition_is_described_read_past_and_repaired(&data, &|| {
+        let server = ServerProcess::start(&data);
+        (vec!["--server".into(), server.url()], Some(server))
+    });
+}
+
+#[test]
+fn a_damaged_partition_in_an_embedded_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let target = vec!["--data".to_string(), data.display().to_string()];
+    damaged_partition_is_described_read_past_and_repaired(&data, &|| (target.clone(), None));
+}

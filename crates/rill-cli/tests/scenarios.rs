@@ -87,6 +87,7 @@ over_both_transports!(
     consumer_group_shares_and_moves_partitions,
     consumer_group_resumes_from_committed_offsets,
     bad_requests_are_typed_errors,
+    a_call_after_close_fails_at_once_with_closed,
 );
 
 async fn topic(client: &Client, name: &str, partitions: u32) -> Topic {
@@ -145,42 +146,86 @@ async fn keyed_routing_keeps_per_key_order(client: &Client) {
     }
 }
 
+/// One value of every header type, with edge values. The `match` has no `_` arm, so a
+/// new header type does not compile until it is added here.
+fn one_of_each_header_type() -> Vec<(String, Value)> {
+    let values = vec![
+        Value::Str("text \u{e9}".into()),
+        Value::Bytes(Bytes::from_static(b"\x00\x01\xff")),
+        Value::Bool(true),
+        Value::I8(i8::MIN),
+        Value::I16(-12_345),
+        Value::I32(i32::MIN + 1),
+        Value::I64(i64::MIN),
+        Value::I128(i128::MIN),
+        Value::U8(u8::MAX),
+        Value::U16(65_000),
+        Value::U32(u32::MAX - 1),
+        Value::U64(u64::MAX),
+        Value::U128(u128::MAX),
+        Value::F32(-1.5e-3),
+        Value::F64(f64::MAX),
+    ];
+    values
+        .into_iter()
+        .map(|v| {
+            let name = match &v {
+                Value::Str(_) => "str",
+                Value::Bytes(_) => "bytes",
+                Value::Bool(_) => "bool",
+                Value::I8(_) => "i8",
+                Value::I16(_) => "i16",
+                Value::I32(_) => "i32",
+                Value::I64(_) => "i64",
+                Value::I128(_) => "i128",
+                Value::U8(_) => "u8",
+                Value::U16(_) => "u16",
+                Value::U32(_) => "u32",
+                Value::U64(_) => "u64",
+                Value::U128(_) => "u128",
+                Value::F32(_) => "f32",
+                Value::F64(_) => "f64",
+            };
+            (name.to_owned(), v)
+        })
+        .collect()
+}
+
 async fn keys_and_typed_headers_round_trip(client: &Client) {
     let t = topic(client, "headers", 1).await;
-    t.publish()
+    let mut expected = one_of_each_header_type();
+    expected.push(("str".into(), Value::Str("repeated".into())));
+    expected.push(("bool".into(), Value::Bool(false)));
+    let mut publish = t
+        .publish()
         .key(Bytes::from_static(b"\x00\xffkey"))
-        .value(Bytes::from_static(b"\x01\x02"))
-        .header("s", "text")
-        .header("b", Bytes::from_static(b"\x00\x01"))
-        .header("t", true)
-        .header("i8", -8i8)
-        .header("i128", i128::MIN)
-        .header("u64", u64::MAX)
-        .header("u128", u128::MAX)
-        .header("f32", 1.5f32)
-        .header("f64", -2.25f64)
-        .header("s", "repeated")
-        .send()
-        .await
-        .unwrap();
-    let r = t.records("h").next().await.unwrap().unwrap();
+        .value(Bytes::from_static(b"\x01\x02"));
+    for (name, value) in &expected {
+        publish = publish.header(name.clone(), value.clone());
+    }
+    publish.send().await.unwrap();
+    // The same headers through a batch and the producer.
+    let message = expected.iter().fold(Message::new("batched"), |m, (n, v)| {
+        m.with_header(n.clone(), v.clone())
+    });
+    t.publish_batch([message.clone()]).await.unwrap();
+    let producer = t.producer().build().await.unwrap();
+    producer.send(message.with_key("p")).await.unwrap();
+    producer.shutdown().await.unwrap();
+
+    let mut reader = t.records("h");
+    let r = reader.next().await.unwrap().unwrap();
     assert_eq!(r.key.as_deref(), Some(&b"\x00\xffkey"[..]));
     assert_eq!(&r.value[..], b"\x01\x02");
-    let expected: Vec<(String, Value)> = vec![
-        ("s".into(), Value::Str("text".into())),
-        ("b".into(), Value::Bytes(Bytes::from_static(b"\x00\x01"))),
-        ("t".into(), Value::Bool(true)),
-        ("i8".into(), Value::I8(-8)),
-        ("i128".into(), Value::I128(i128::MIN)),
-        ("u64".into(), Value::U64(u64::MAX)),
-        ("u128".into(), Value::U128(u128::MAX)),
-        ("f32".into(), Value::F32(1.5)),
-        ("f64".into(), Value::F64(-2.25)),
-        ("s".into(), Value::Str("repeated".into())),
-    ];
+    // Every type comes back as itself: same variant, same value, same order.
     assert_eq!(r.headers, expected);
-    assert_eq!(r.header("s"), Some(&Value::Str("text".into())));
+    assert_eq!(r.header("str"), Some(&Value::Str("text \u{e9}".into())));
     assert!(r.timestamp_us > 1_600_000_000_000_000);
+    for _ in 0..2 {
+        let r = reader.next().await.unwrap().unwrap();
+        assert_eq!(r.headers, expected, "{r:?}");
+    }
+    assert!(reader.next().await.is_none());
 }
 
 async fn cursor_offsets_save_and_restore(client: &Client) {
@@ -850,4 +895,41 @@ async fn bad_requests_are_typed_errors(client: &Client) {
     let missing = client.stream("scen").topic("missing");
     let err = missing.publish().value("x").send().await.unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::TopicNotFound));
+}
+
+/// A regression: an embedded client's `close` left it usable in name only — a later call
+/// retried SHUTTING_DOWN for about 7 s before failing — and over TCP it closed nothing.
+async fn a_call_after_close_fails_at_once_with_closed(client: &Client) {
+    let t = topic(client, "closing", 1).await;
+    t.publish().value("before").send().await.unwrap();
+    let producer = t.producer().build().await.unwrap();
+    let mut reader = t.records("after-close");
+    let clone = client.clone();
+    client.close().await.unwrap();
+    assert!(client.is_closed() && clone.is_closed());
+    let started = Instant::now();
+    let closed = |what: &str, e: ClientError| {
+        assert!(matches!(e, ClientError::Closed), "{what}: {e:?}");
+    };
+    closed(
+        "publish",
+        t.publish().value("after").send().await.unwrap_err(),
+    );
+    closed("list_streams", clone.list_streams().await.unwrap_err());
+    closed("describe", t.describe().await.unwrap_err());
+    closed(
+        "fetch",
+        t.fetch(0, 0, 1024, Duration::ZERO).await.unwrap_err(),
+    );
+    closed(
+        "producer",
+        producer.send(Message::new("after")).await.unwrap_err(),
+    );
+    closed("reader", reader.next().await.unwrap().unwrap_err());
+    closed("consumer", t.consumer("c", 0).build().await.unwrap_err());
+    closed("group", t.consumer_group("g").build().await.unwrap_err());
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    // Closing again is harmless.
+    client.close().await.unwrap();
 }

@@ -2,10 +2,12 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use parking_lot::Mutex;
 use rill_broker::{Broker, BrokerConfig};
 use rill_proto::pb::*;
 use rill_proto::{Request, RequestBody, Response, ResponseBody};
@@ -23,6 +25,22 @@ pub(crate) enum Retry {
     Safe,
     /// A non-idempotent produce: repeating it could append twice.
     UnsafeAfterSend,
+}
+
+/// What one attempt at a request came to.
+#[derive(Debug)]
+pub(crate) enum Attempt {
+    /// The broker answered with success.
+    Answered(ResponseBody, Bytes),
+    /// The broker answered with an error (a server error, or a typed one such as
+    /// `DataLoss`).
+    Refused(ClientError),
+    /// The request never left: nothing was applied.
+    NotSent(ClientError),
+    /// The connection broke after the request was sent: it may have been applied.
+    Lost(ClientError),
+    /// Not worth retrying: a protocol violation, or the client was closed.
+    Failed(ClientError),
 }
 
 /// Retry budget for transient errors and connection loss.
@@ -50,9 +68,12 @@ pub(crate) struct Inner {
     transport: Box<dyn Transport>,
     pub(crate) default_stream: String,
     retry: RetryPolicy,
-    /// Partition counts by (stream, topic), for routing.
+    /// Partition counts by (stream, topic), for routing. A non-poisoning lock: a cache
+    /// entry is inserted or removed whole.
     partitions: Mutex<HashMap<(String, String), u32>>,
-    embedded: Option<Arc<Broker>>,
+    embedded: bool,
+    /// Set by `close`: every call fails with `ClientError::Closed` from then on.
+    closed: AtomicBool,
 }
 
 impl std::fmt::Debug for Inner {
@@ -132,7 +153,7 @@ impl ClientBuilder {
                 max_frame_bytes: self.max_frame_bytes,
             },
         );
-        let client = self.build(Box::new(transport), None);
+        let client = self.build(Box::new(transport), false);
         client.hello().await?;
         Ok(client)
     }
@@ -149,14 +170,10 @@ impl ClientBuilder {
                 .await
                 .map_err(|e| ClientError::Protocol(format!("broker open task failed: {e}")))??,
         );
-        tokio::spawn(Arc::clone(&broker).run_upkeep());
-        let transport = Embedded {
-            broker: Arc::clone(&broker),
-        };
-        Ok(self.build(Box::new(transport), Some(broker)))
+        Ok(self.build(Box::new(Embedded::start(broker)), true))
     }
 
-    fn build(self, transport: Box<dyn Transport>, embedded: Option<Arc<Broker>>) -> Client {
+    fn build(self, transport: Box<dyn Transport>, embedded: bool) -> Client {
         Client {
             inner: Arc::new(Inner {
                 transport,
@@ -164,6 +181,7 @@ impl ClientBuilder {
                 retry: self.retry,
                 partitions: Mutex::new(HashMap::new()),
                 embedded,
+                closed: AtomicBool::new(false),
             }),
         }
     }
@@ -223,18 +241,26 @@ impl Client {
 
     /// Whether this client runs an embedded broker.
     pub fn is_embedded(&self) -> bool {
-        self.inner.embedded.is_some()
+        self.inner.embedded
     }
 
-    /// Closes the client. An embedded broker is synced and shut down.
+    /// Closes the client and every clone of it: the TCP connection is closed, an
+    /// embedded broker is synced, shut down and let go (its data directory can be opened
+    /// again once calls still running have ended). From then on every call — of this
+    /// client, its topics, producers and consumers — fails at once with
+    /// [`ClientError::Closed`]; a call in flight over TCP fails too (an unacknowledged
+    /// non-idempotent publish as [`ClientError::Indeterminate`]). Closing again does
+    /// nothing.
     pub async fn close(&self) -> Result<(), ClientError> {
-        if let Some(broker) = &self.inner.embedded {
-            let broker = Arc::clone(broker);
-            tokio::task::spawn_blocking(move || broker.shutdown())
-                .await
-                .map_err(|e| ClientError::Protocol(format!("shutdown task failed: {e}")))??;
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
         }
-        Ok(())
+        self.inner.transport.close().await
+    }
+
+    /// Whether [`Client::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
     }
 
     async fn hello(&self) -> Result<HelloResponse, ClientError> {
@@ -277,32 +303,19 @@ impl Client {
         let mut backoff = policy.backoff;
         let mut attempt = 0;
         loop {
-            let request = Request::with_payload(body.clone(), payload.clone());
-            let outcome = self.inner.transport.call(request).await;
-            let error = match outcome {
-                Ok(Response::Ok { body, payload }) => return Ok((body, payload)),
-                Ok(Response::Err { error, .. }) => {
-                    let e = ClientError::from_response(error);
-                    if !e.is_transient() {
-                        return Err(e);
-                    }
-                    e
+            let error = match self.attempt(&body, &payload).await {
+                Attempt::Answered(body, payload) => return Ok((body, payload)),
+                Attempt::Refused(e) if !e.is_transient() => return Err(e),
+                Attempt::Refused(e) | Attempt::NotSent(e) => e,
+                Attempt::Lost(e) if retry == Retry::UnsafeAfterSend => {
+                    return Err(ClientError::Indeterminate(e.to_string()));
                 }
-                Err(CallError::NotSent(reason)) => ClientError::Connection {
-                    addr: self.inner.transport.peer(),
-                    reason,
-                },
-                Err(CallError::Lost(reason)) => {
-                    if retry == Retry::UnsafeAfterSend {
-                        return Err(ClientError::Indeterminate(reason));
-                    }
-                    ClientError::Connection {
-                        addr: self.inner.transport.peer(),
-                        reason,
-                    }
-                }
-                Err(CallError::Protocol(reason)) => return Err(ClientError::Protocol(reason)),
+                Attempt::Lost(e) => e,
+                Attempt::Failed(e) => return Err(e),
             };
+            if self.is_closed() {
+                return Err(ClientError::Closed);
+            }
             if attempt >= policy.retries {
                 return Err(error);
             }
@@ -313,10 +326,32 @@ impl Client {
         }
     }
 
+    /// Sends a request once. The caller decides about retries.
+    pub(crate) async fn attempt(&self, body: &RequestBody, payload: &Bytes) -> Attempt {
+        if self.is_closed() {
+            return Attempt::Failed(ClientError::Closed);
+        }
+        let request = Request::with_payload(body.clone(), payload.clone());
+        let connection_error = |reason| ClientError::Connection {
+            addr: self.inner.transport.peer(),
+            reason,
+        };
+        match self.inner.transport.call(request).await {
+            Ok(Response::Ok { body, payload }) => Attempt::Answered(body, payload),
+            Ok(Response::Err { error, .. }) => {
+                Attempt::Refused(ClientError::from_response(error, body))
+            }
+            Err(CallError::NotSent(_)) if self.is_closed() => Attempt::Failed(ClientError::Closed),
+            Err(CallError::NotSent(reason)) => Attempt::NotSent(connection_error(reason)),
+            Err(CallError::Lost(reason)) => Attempt::Lost(connection_error(reason)),
+            Err(CallError::Protocol(reason)) => Attempt::Failed(ClientError::Protocol(reason)),
+        }
+    }
+
     /// Partition count of a topic, cached.
     pub(crate) async fn partitions(&self, stream: &str, topic: &str) -> Result<u32, ClientError> {
         let key = (stream.to_owned(), topic.to_owned());
-        if let Some(&n) = lock(&self.inner.partitions).get(&key) {
+        if let Some(&n) = self.inner.partitions.lock().get(&key) {
             return Ok(n);
         }
         let info = self.describe_topic(stream, topic).await?;
@@ -324,11 +359,17 @@ impl Client {
     }
 
     pub(crate) fn forget_partitions(&self, stream: &str, topic: &str) {
-        lock(&self.inner.partitions).remove(&(stream.to_owned(), topic.to_owned()));
+        self.inner
+            .partitions
+            .lock()
+            .remove(&(stream.to_owned(), topic.to_owned()));
     }
 
     pub(crate) fn remember_partitions(&self, stream: &str, topic: &str, n: u32) {
-        lock(&self.inner.partitions).insert((stream.to_owned(), topic.to_owned()), n);
+        self.inner
+            .partitions
+            .lock()
+            .insert((stream.to_owned(), topic.to_owned()), n);
     }
 
     // ---- admin -------------------------------------------------------------------------
@@ -473,10 +514,6 @@ impl StreamHandle {
 
 pub(crate) fn unexpected(body: &ResponseBody) -> ClientError {
     ClientError::Protocol(format!("unexpected {:?} response", body.kind()))
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

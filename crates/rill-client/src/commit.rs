@@ -134,6 +134,15 @@ impl Committer {
         if due { self.take(now) } else { self.tick(now) }
     }
 
+    /// Records up to `last` cannot be delivered, and the caller was told so (a data loss
+    /// or a corrupt batch): they count as handed out, so automatic policies store past
+    /// them and a restart does not meet them again. Not a record: no policy is due.
+    pub(crate) fn skipped(&mut self, last: u64) {
+        if self.handed.is_none_or(|h| h < last) {
+            self.handed = Some(last);
+        }
+    }
+
     /// A new poll starts; returns the offset to store, if any.
     pub(crate) fn polling(&mut self, now: Instant) -> Option<u64> {
         if self.policy.on_poll() {
@@ -267,6 +276,20 @@ mod tests {
         let mut d = Committer::new(CommitPolicy::Disabled, None, now);
         d.handed_out(7, now);
         assert_eq!(d.shutdown(now), None);
+    }
+
+    #[test]
+    fn a_skipped_range_counts_as_handed_out_without_making_a_store_due() {
+        let now = Instant::now();
+        let mut c = Committer::new(CommitPolicy::Each, Some(4), now);
+        c.skipped(3);
+        assert_eq!(c.shutdown(now), None, "below the stored offset");
+        c.skipped(9);
+        assert_eq!(c.last_handed(), Some(9));
+        assert_eq!(c.handed_out(10, now), Some(10));
+        let mut p = Committer::new(CommitPolicy::Polling, None, now);
+        p.skipped(9);
+        assert_eq!(p.polling(now), Some(9));
     }
 
     #[test]

@@ -5,12 +5,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::Stream;
-use rill_proto::pb::{DeleteOffsetRequest, FetchRequest, GetOffsetRequest, StoreOffsetRequest};
+use rill_proto::pb::{DeleteOffsetRequest, GetOffsetRequest, StoreOffsetRequest};
 use rill_proto::{ErrorCode, RequestBody, ResponseBody};
 
 use crate::client::{Retry, unexpected};
 use crate::commit::Committer;
-use crate::message::decode_records;
 use crate::{ClientError, CommitPolicy, Record, Topic};
 
 /// Where a consumer starts.
@@ -134,6 +133,7 @@ impl ConsumerBuilder {
             buffered: VecDeque::new(),
             committer: Committer::new(self.commit_policy, None, Instant::now()),
             closed: false,
+            reported: None,
         };
         let stored = consumer.fetch_stored().await?;
         consumer.committer = Committer::new(self.commit_policy, stored, Instant::now());
@@ -152,6 +152,12 @@ impl ConsumerBuilder {
 
 /// A named consumer of one partition. The broker stores its offset per its
 /// [`CommitPolicy`].
+///
+/// Records that cannot be delivered ([`ClientError::DataLoss`], [`ClientError::Corrupt`])
+/// are returned once by [`Consumer::next`] as an error naming them; the consumer then
+/// goes on after them, and they count as handed out (automatic policies store past
+/// them). A loss whose end is not known yet is reported once; the consumer then polls
+/// at its start every `poll_interval` until the end is known.
 #[derive(Debug)]
 pub struct Consumer {
     topic: Topic,
@@ -166,6 +172,8 @@ pub struct Consumer {
     buffered: VecDeque<Record>,
     committer: Committer,
     closed: bool,
+    /// The start of an open-ended loss already reported.
+    reported: Option<u64>,
 }
 
 impl Consumer {
@@ -225,23 +233,19 @@ impl Consumer {
     }
 
     async fn poll(&mut self) -> Result<usize, ClientError> {
-        let body = RequestBody::Fetch(FetchRequest {
-            stream: self.topic.stream.to_string(),
-            topic: self.topic.name.to_string(),
-            partition: self.partition,
-            offset: self.position,
-            max_bytes: self.max_bytes,
-            max_wait_ms: u32::try_from(self.max_wait.as_millis()).unwrap_or(u32::MAX),
-            min_bytes: 1,
-        });
-        let (response, payload) = match self
+        let fetched = self
             .topic
-            .client
-            .call(body, Bytes::new(), Retry::Safe)
-            .await
-        {
-            Ok((ResponseBody::Fetch(r), payload)) => (r, payload),
-            Ok((other, _)) => return Err(unexpected(&other)),
+            .fetch_into(
+                self.partition,
+                self.position,
+                self.max_bytes,
+                self.max_wait,
+                1,
+                &mut self.buffered,
+            )
+            .await;
+        let fetched = match fetched {
+            Ok(f) => f,
             Err(ClientError::Server {
                 code: ErrorCode::OffsetBeforeStart,
                 offset: Some(start),
@@ -251,13 +255,33 @@ impl Consumer {
                 self.position = start;
                 return Ok(0);
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                let Some((_, from, to)) = e.lost_range() else {
+                    return Err(e);
+                };
+                match to {
+                    Some(to) => {
+                        // Nothing is buffered (a poll comes only once drained).
+                        self.position = self.position.max(to);
+                        if let Some(last) = to.checked_sub(1) {
+                            self.committer.skipped(last);
+                        }
+                        self.reported = None;
+                    }
+                    None if self.reported == Some(from) => {
+                        // Told already; wait for the end of the range to be known.
+                        tokio::time::sleep(self.poll_interval).await;
+                        return Ok(0);
+                    }
+                    None => self.reported = Some(from),
+                }
+                return Err(e);
+            }
         };
-        decode_records(self.partition, &payload, self.position, &mut self.buffered)?;
         self.buffered.truncate(self.batch_length);
         self.position = match self.buffered.back() {
             Some(last) => last.offset + 1,
-            None => response.next_offset.max(self.position),
+            None => fetched.next_offset.max(self.position),
         };
         self.committer.polled(self.buffered.len());
         Ok(self.buffered.len())

@@ -160,8 +160,8 @@ impl GroupConsumerBuilder {
             max_bytes: self.max_bytes,
             on_assigned: self.on_assigned,
             on_revoked: self.on_revoked,
+            member_id: parking_lot::Mutex::new(self.member_id),
             state: Mutex::new(State {
-                member_id: self.member_id,
                 generation: 0,
                 partitions: BTreeMap::new(),
                 revoked: Vec::new(),
@@ -169,7 +169,7 @@ impl GroupConsumerBuilder {
                 closed: false,
             }),
             wake: Notify::new(),
-            session_timeout: Mutex::new(self.session_timeout),
+            session_timeout: parking_lot::Mutex::new(self.session_timeout),
         });
         let mut consumer = GroupConsumer {
             inner,
@@ -187,11 +187,12 @@ struct Partition {
     position: u64,
     committer: Committer,
     buffered: VecDeque<Record>,
+    /// The start of an open-ended loss already reported.
+    reported: Option<u64>,
 }
 
 #[derive(Debug)]
 struct State {
-    member_id: String,
     generation: u64,
     partitions: BTreeMap<u32, Partition>,
     /// Partitions given up since the last heartbeat, to report.
@@ -212,15 +213,30 @@ struct Inner {
     max_bytes: u32,
     on_assigned: Option<RebalanceCallback>,
     on_revoked: Option<RebalanceCallback>,
+    /// The member id the broker knows this member by. A non-poisoning lock, like
+    /// `session_timeout`: each is one value, set whole.
+    member_id: parking_lot::Mutex<String>,
+    /// A poisoning lock on purpose: a panic half-way through taking or giving up
+    /// partitions, or through handing out a record, can leave buffers, positions and
+    /// commit state disagreeing, and acting on them could skip records or store offsets
+    /// of records never handed out. After a panic the member fails its calls with
+    /// [`ClientError::Poisoned`] and stops heartbeating (its partitions move to the other
+    /// members when its session expires).
     state: Mutex<State>,
     /// Wakes the heartbeat task early (revocations to report, shutdown).
     wake: Notify,
-    session_timeout: Mutex<Duration>,
+    session_timeout: parking_lot::Mutex<Duration>,
 }
 
 impl Inner {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> Result<MutexGuard<'_, State>, ClientError> {
+        self.state.lock().map_err(|_| ClientError::Poisoned {
+            what: "the group member's partitions and positions",
+        })
+    }
+
+    fn member_id(&self) -> String {
+        self.member_id.lock().clone()
     }
 
     async fn call(&self, body: RequestBody) -> Result<ResponseBody, ClientError> {
@@ -233,11 +249,8 @@ impl Inner {
     }
 
     async fn join(&self) -> Result<GroupAssignment, ClientError> {
-        let member_id = self.lock().member_id.clone();
-        let timeout = *self
-            .session_timeout
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let member_id = self.member_id();
+        let timeout = *self.session_timeout.lock();
         match self
             .call(RequestBody::JoinGroup(JoinGroupRequest {
                 stream: self.topic.stream.to_string(),
@@ -257,16 +270,13 @@ impl Inner {
 
     /// Takes the partitions newly owned and gives up those to revoke.
     async fn apply(&self, a: GroupAssignment) -> Result<(), ClientError> {
-        *self
-            .session_timeout
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) =
+        *self.session_timeout.lock() =
             Duration::from_millis(u64::from(a.session_timeout_ms.max(1)));
         // Revocations first: store what the policy says, then let go.
         let mut stores = Vec::new();
         let (gained, lost) = {
-            let mut st = self.lock();
-            st.member_id = a.member_id.clone();
+            let mut st = self.lock()?;
+            *self.member_id.lock() = a.member_id.clone();
             st.generation = a.generation;
             let mut lost = Vec::new();
             for p in &a.revoke {
@@ -306,7 +316,7 @@ impl Inner {
             }
         }
         if !lost.is_empty() {
-            self.lock().revoked.extend(&lost);
+            self.lock()?.revoked.extend(&lost);
             self.wake.notify_one();
             if let Some(f) = &self.on_revoked {
                 f(&lost);
@@ -326,7 +336,7 @@ impl Inner {
             started.push((p, position, stored.and_then(|n| n.checked_sub(1))));
         }
         if !started.is_empty() {
-            let mut st = self.lock();
+            let mut st = self.lock()?;
             for (p, position, consumed) in &started {
                 st.partitions.insert(
                     *p,
@@ -334,6 +344,7 @@ impl Inner {
                         position: *position,
                         committer: Committer::new(self.policy, *consumed, Instant::now()),
                         buffered: VecDeque::new(),
+                        reported: None,
                     },
                 );
             }
@@ -347,10 +358,8 @@ impl Inner {
     }
 
     async fn commit_next(&self, partition: u32, next: u64) -> Result<(), ClientError> {
-        let (member_id, generation) = {
-            let st = self.lock();
-            (st.member_id.clone(), st.generation)
-        };
+        let member_id = self.member_id();
+        let generation = self.lock()?.generation;
         self.call(RequestBody::CommitGroupOffset(CommitGroupOffsetRequest {
             stream: self.topic.stream.to_string(),
             topic: self.topic.name.to_string(),
@@ -369,23 +378,20 @@ impl Inner {
     /// period bounds how long a moved partition waits for its new owner.
     async fn heartbeat_loop(self: Arc<Self>) {
         loop {
-            let session = *self
-                .session_timeout
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let session = *self.session_timeout.lock();
             let every = (session / 3).clamp(Duration::from_millis(50), HEARTBEAT_MAX);
             let _ = tokio::time::timeout(every, self.wake.notified()).await;
-            let (member_id, revoked, closed) = {
-                let mut st = self.lock();
-                (
-                    st.member_id.clone(),
-                    std::mem::take(&mut st.revoked),
-                    st.closed,
-                )
+            let (revoked, closed) = match self.lock() {
+                Ok(mut st) => (std::mem::take(&mut st.revoked), st.closed),
+                Err(e) => {
+                    tracing::error!(group = %self.group, error = %e, "stopping the heartbeat");
+                    return;
+                }
             };
             if closed {
                 return;
             }
+            let member_id = self.member_id();
             let beat = self
                 .call(RequestBody::GroupHeartbeat(GroupHeartbeatRequest {
                     stream: self.topic.stream.to_string(),
@@ -404,11 +410,13 @@ impl Inner {
                 Err(e) if e.code() == Some(ErrorCode::NotMember) => {
                     // Our session expired: everything we had is someone else's now.
                     tracing::warn!(group = %self.group, "session expired; rejoining");
-                    let lost: Vec<u32> = {
-                        let mut st = self.lock();
-                        let lost = st.partitions.keys().copied().collect();
-                        st.partitions.clear();
-                        lost
+                    let lost: Vec<u32> = match self.lock() {
+                        Ok(mut st) => {
+                            let lost = st.partitions.keys().copied().collect();
+                            st.partitions.clear();
+                            lost
+                        }
+                        Err(_) => return,
                     };
                     if !lost.is_empty()
                         && let Some(f) = &self.on_revoked
@@ -417,9 +425,14 @@ impl Inner {
                     }
                     self.join().await.ok()
                 }
+                // Nothing can be sent any more; the member's session ends with the
+                // connection (or the embedded broker).
+                Err(ClientError::Closed) => return,
                 Err(e) => {
                     // Report the revocations again next time.
-                    self.lock().revoked.extend(revoked);
+                    if let Ok(mut st) = self.lock() {
+                        st.revoked.extend(revoked);
+                    }
                     tracing::warn!(group = %self.group, error = %e, "heartbeat failed");
                     None
                 }
@@ -441,13 +454,16 @@ pub struct GroupConsumer {
 
 impl std::fmt::Debug for GroupConsumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let st = self.inner.lock();
-        f.debug_struct("GroupConsumer")
-            .field("group", &self.inner.group)
-            .field("member_id", &st.member_id)
-            .field("generation", &st.generation)
-            .field("partitions", &st.partitions.keys().collect::<Vec<_>>())
-            .finish()
+        let mut d = f.debug_struct("GroupConsumer");
+        d.field("group", &self.inner.group)
+            .field("member_id", &self.inner.member_id());
+        match self.inner.lock() {
+            Ok(st) => d
+                .field("generation", &st.generation)
+                .field("partitions", &st.partitions.keys().collect::<Vec<_>>()),
+            Err(_) => d.field("state", &"poisoned"),
+        }
+        .finish()
     }
 }
 
@@ -466,17 +482,25 @@ impl GroupConsumer {
 
     /// This member's id.
     pub fn member_id(&self) -> String {
-        self.inner.lock().member_id.clone()
+        self.inner.member_id()
     }
 
-    /// The partitions this member owns now.
+    /// The partitions this member owns now (none once a panic left the member in
+    /// doubt: it reads nothing then, see [`ClientError::Poisoned`]).
     pub fn assignment(&self) -> Vec<u32> {
-        self.inner.lock().partitions.keys().copied().collect()
+        self.inner
+            .lock()
+            .map(|st| st.partitions.keys().copied().collect())
+            .unwrap_or_default()
     }
 
     /// The next record of any owned partition, waiting for one. `None` after shutdown.
     pub async fn next(&mut self) -> Option<Result<Record, ClientError>> {
-        if self.heartbeat.is_none() && !self.inner.lock().closed {
+        let closed = match self.inner.lock() {
+            Ok(st) => st.closed,
+            Err(e) => return Some(Err(e)),
+        };
+        if self.heartbeat.is_none() && !closed {
             return Some(Err(ClientError::InvalidArgument(
                 "the consumer has not joined its group: call join() first".into(),
             )));
@@ -484,7 +508,10 @@ impl GroupConsumer {
         loop {
             // A buffered record, round-robin over partitions.
             let handed = {
-                let mut st = self.inner.lock();
+                let mut st = match self.inner.lock() {
+                    Ok(st) => st,
+                    Err(e) => return Some(Err(e)),
+                };
                 if st.closed {
                     return None;
                 }
@@ -530,7 +557,7 @@ impl GroupConsumer {
     /// Fetches once from every owned partition; returns how many records arrived.
     async fn poll(&mut self) -> Result<usize, ClientError> {
         let stores: Vec<(u32, u64)> = {
-            let mut st = self.inner.lock();
+            let mut st = self.inner.lock()?;
             let now = Instant::now();
             st.partitions
                 .iter_mut()
@@ -542,7 +569,7 @@ impl GroupConsumer {
         }
         let targets: Vec<(u32, u64)> = self
             .inner
-            .lock()
+            .lock()?
             .partitions
             .iter()
             .map(|(p, part)| (*p, part.position))
@@ -561,14 +588,41 @@ impl GroupConsumer {
                     offset: Some(start),
                     ..
                 }) => {
-                    if let Some(part) = self.inner.lock().partitions.get_mut(&p) {
+                    if let Some(part) = self.inner.lock()?.partitions.get_mut(&p) {
                         part.position = start;
                     }
                     continue;
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    let Some((_, from, to)) = e.lost_range() else {
+                        return Err(e);
+                    };
+                    let mut st = self.inner.lock()?;
+                    // Revoked, or moved on, while we fetched: not ours to report.
+                    let Some(part) = st
+                        .partitions
+                        .get_mut(&p)
+                        .filter(|part| part.position == position)
+                    else {
+                        continue;
+                    };
+                    match to {
+                        Some(to) => {
+                            // Nothing is buffered for `p` (polled only once drained).
+                            part.position = to.max(position);
+                            if let Some(last) = to.checked_sub(1) {
+                                part.committer.skipped(last);
+                            }
+                            part.reported = None;
+                        }
+                        // Told already: look again at the next poll.
+                        None if part.reported == Some(from) => continue,
+                        None => part.reported = Some(from),
+                    }
+                    return Err(e);
+                }
             };
-            let mut st = self.inner.lock();
+            let mut st = self.inner.lock()?;
             // The partition may have been revoked while we fetched.
             let Some(part) = st.partitions.get_mut(&p) else {
                 continue;
@@ -610,7 +664,7 @@ impl GroupConsumer {
 
     async fn store(&self, partition: u32, consumed: u64) -> Result<(), ClientError> {
         self.inner.commit_next(partition, consumed + 1).await?;
-        if let Some(part) = self.inner.lock().partitions.get_mut(&partition) {
+        if let Some(part) = self.inner.lock()?.partitions.get_mut(&partition) {
             part.committer.stored(consumed);
         }
         Ok(())
@@ -627,20 +681,20 @@ impl GroupConsumer {
         self.store(partition, offset).await
     }
 
-    /// The offset of the last record handed out of `partition`.
+    /// The offset of the last record handed out of `partition` (`None` once a panic
+    /// left the member in doubt, see [`ClientError::Poisoned`]).
     pub fn last_consumed_offset(&self, partition: u32) -> Option<u64> {
-        self.inner
-            .lock()
-            .partitions
+        let st = self.inner.lock().ok()?;
+        st.partitions
             .get(&partition)
             .and_then(|p| p.committer.last_handed())
     }
 
-    /// The last offset of `partition` stored as consumed, as this member knows it.
+    /// The last offset of `partition` stored as consumed, as this member knows it
+    /// (`None` once a panic left the member in doubt).
     pub fn last_stored_offset(&self, partition: u32) -> Option<u64> {
-        self.inner
-            .lock()
-            .partitions
+        let st = self.inner.lock().ok()?;
+        st.partitions
             .get(&partition)
             .and_then(|p| p.committer.last_stored())
     }
@@ -648,29 +702,36 @@ impl GroupConsumer {
     /// Stores final offsets as the policy says and leaves the group at once, so the
     /// partitions move to the other members without waiting for a timeout.
     pub async fn shutdown(&mut self) -> Result<(), ClientError> {
-        let stores: Vec<(u32, u64)> = {
-            let mut st = self.inner.lock();
-            if st.closed {
-                return Ok(());
+        let mut first_error = None;
+        let stores: Vec<(u32, u64)> = match self.inner.lock() {
+            Ok(mut st) => {
+                if st.closed {
+                    return Ok(());
+                }
+                st.closed = true;
+                let now = Instant::now();
+                st.partitions
+                    .iter_mut()
+                    .filter_map(|(p, part)| part.committer.shutdown(now).map(|c| (*p, c)))
+                    .collect()
             }
-            st.closed = true;
-            let now = Instant::now();
-            st.partitions
-                .iter_mut()
-                .filter_map(|(p, part)| part.committer.shutdown(now).map(|c| (*p, c)))
-                .collect()
+            // What was handed out is in doubt: store nothing, but leave, so that the
+            // partitions move on at once.
+            Err(e) => {
+                first_error = Some(e);
+                Vec::new()
+            }
         };
         self.inner.wake.notify_one();
         if let Some(h) = self.heartbeat.take() {
             h.abort();
         }
-        let mut first_error = None;
         for (p, consumed) in stores {
             if let Err(e) = self.inner.commit_next(p, consumed + 1).await {
                 first_error.get_or_insert(e);
             }
         }
-        let member_id = self.inner.lock().member_id.clone();
+        let member_id = self.inner.member_id();
         let left = self
             .inner
             .call(RequestBody::LeaveGroup(LeaveGroupRequest {

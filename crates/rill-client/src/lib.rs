@@ -67,6 +67,8 @@ pub use reader::{Offsets, Reader};
 pub use rill_proto::ErrorCode;
 /// The wire protocol's messages, for fields the typed API does not wrap yet.
 pub use rill_proto::pb as wire;
-pub use rill_proto::pb::{DescribeTopicResponse, PartitionInfo, StreamInfo, TopicSummary};
+pub use rill_proto::pb::{
+    DamagedRange, DescribeTopicResponse, PartitionInfo, StreamInfo, TopicSummary,
+};
 pub use routing::{Routing, partition_for_key};
 pub use topic::{Durability, Fetched, Publish, Topic, TopicOptions, TypedTopic};

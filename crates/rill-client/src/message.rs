@@ -3,9 +3,13 @@
 use bytes::Bytes;
 use rill_format::{Header, HeaderValue};
 
-/// An owned, typed header value.
+/// An owned, typed header value: one variant per header type of the record-batch
+/// format (`docs/FORMAT.md`), each read back with the type it was written with.
+///
+/// Exhaustive on purpose: a header is never turned into another type or a placeholder.
+/// A new header type comes with a new batch format version and is a breaking change of
+/// this enum, so every `match` on it is revisited at compile time.
 #[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
 #[allow(missing_docs)]
 pub enum Value {
     Str(String),
@@ -63,8 +67,6 @@ impl Value {
             HeaderValue::U128(v) => Self::U128(v),
             HeaderValue::F32(v) => Self::F32(v),
             HeaderValue::F64(v) => Self::F64(v),
-            // HeaderValue is non-exhaustive; new variants arrive with a format version.
-            _ => Self::Bytes(Bytes::new()),
         }
     }
 }
@@ -206,16 +208,63 @@ pub(crate) fn build_batch(
     })?))
 }
 
-/// Decodes the records of fetched batches at or after `from`. Keys and values are
-/// slices of `bytes`, not copies.
+/// A fetched batch that failed its checks while its header still parses: where it
+/// lies, so reading can step over it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CorruptBatch {
+    /// Its first offset, or the first one asked for if that is later.
+    pub(crate) from: u64,
+    /// The offset after it.
+    pub(crate) to: u64,
+    /// What failed.
+    pub(crate) reason: String,
+}
+
+/// Decodes the records of fetched batches at or after `from` into `out`. Keys and
+/// values are slices of `bytes`, not copies.
+///
+/// Stops before a batch that fails validation (a checksum, a record) but whose header
+/// still parses, and returns its range: the records before it are in `out`, and reading
+/// goes on after it. A batch whose header does not parse either leaves no way to know
+/// where it ends: that is an error, and `out` is left as it was.
 pub(crate) fn decode_records(
     partition: u32,
     bytes: &Bytes,
     from: u64,
     out: &mut std::collections::VecDeque<Record>,
-) -> Result<(), crate::ClientError> {
-    for batch in rill_format::Batches::new(bytes) {
-        let batch = batch?;
+) -> Result<Option<CorruptBatch>, crate::ClientError> {
+    let before = out.len();
+    let mut rest: &[u8] = bytes;
+    while !rest.is_empty() {
+        let batch = match rill_format::BatchView::parse(rest) {
+            Ok(batch) => batch,
+            Err(e) => {
+                let header = rill_format::BatchHeader::parse(rest).ok().and_then(|h| {
+                    let end = h.next_offset()?;
+                    let len = h.batch_length as usize;
+                    (len <= rest.len()).then_some((h.base_offset, end, len))
+                });
+                match header {
+                    // Wholly before what was asked for: nothing of it is wanted.
+                    Some((_, end, len)) if end <= from => {
+                        rest = &rest[len..];
+                        continue;
+                    }
+                    Some((base, end, _)) => {
+                        return Ok(Some(CorruptBatch {
+                            from: base.max(from),
+                            to: end,
+                            reason: e.to_string(),
+                        }));
+                    }
+                    None => {
+                        out.truncate(before);
+                        return Err(e.into());
+                    }
+                }
+            }
+        };
+        rest = &rest[batch.as_bytes().len()..];
         for r in batch.records() {
             if r.offset < from {
                 continue;
@@ -233,5 +282,5 @@ pub(crate) fn decode_records(
             });
         }
     }
-    Ok(())
+    Ok(None)
 }

@@ -2,13 +2,12 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use std::time::Duration;
+
 use bytes::Bytes;
-use rill_proto::pb::FetchRequest;
-use rill_proto::{ErrorCode, RequestBody, ResponseBody};
+use rill_proto::ErrorCode;
 use serde::{Deserialize, Serialize};
 
-use crate::client::{Retry, unexpected};
-use crate::message::decode_records;
 use crate::{ClientError, Record, Topic};
 
 /// Per-partition next offsets of a reader: save them, and resume with
@@ -23,6 +22,13 @@ pub(crate) type Decode<V> = std::sync::Arc<dyn Fn(Bytes) -> Result<V, String> + 
 /// A fresh reader starts at the beginning; [`Reader::next`] returns `None` once it has
 /// caught up with the tail it saw. A record that fails to decode is returned as an
 /// error carrying its position, and reading continues after it.
+///
+/// Records that cannot be delivered are returned once as an error naming them —
+/// [`ClientError::DataLoss`] (damaged on the broker) or [`ClientError::Corrupt`] (a
+/// batch that fails its checks) — and reading continues after them (their range counts
+/// as read in [`Reader::offsets`]). A loss whose end is not known yet (damage at the end
+/// of a partition) is reported once; the partition then counts as caught up at its start
+/// until the end is known.
 pub struct Reader<V> {
     topic: Topic,
     name: String,
@@ -33,6 +39,8 @@ pub struct Reader<V> {
     handed: Vec<u64>,
     /// The log end seen by the last fetch of each partition.
     ends: Vec<Option<u64>>,
+    /// The start of an open-ended loss already reported, per partition.
+    reported: Vec<Option<u64>>,
     buffered: VecDeque<Record>,
     next_partition: usize,
     start: Option<Offsets>,
@@ -59,6 +67,7 @@ impl<V> Reader<V> {
             fetch_at: Vec::new(),
             handed: Vec::new(),
             ends: Vec::new(),
+            reported: Vec::new(),
             buffered: VecDeque::new(),
             next_partition: 0,
             start: None,
@@ -107,6 +116,7 @@ impl<V> Reader<V> {
             .collect();
         self.handed = self.fetch_at.clone();
         self.ends = vec![None; partitions];
+        self.reported = vec![None; partitions];
         self.buffered.clear();
         self.initialized = true;
         Ok(())
@@ -142,42 +152,59 @@ impl<V> Reader<V> {
                 return None;
             };
             self.next_partition = (p + 1) % partitions;
-            if let Err(e) = self.fetch(p).await {
+            let Err(e) = self.fetch(p).await else {
+                continue;
+            };
+            let Some((_, from, to)) = e.lost_range() else {
                 return Some(Err(e));
+            };
+            match to {
+                Some(to) => {
+                    // Nothing is buffered for `p` (it is fetched only once drained), so
+                    // the whole position moves past the range.
+                    self.fetch_at[p] = self.fetch_at[p].max(to);
+                    self.handed[p] = self.handed[p].max(to);
+                    self.reported[p] = None;
+                    return Some(Err(e));
+                }
+                None => {
+                    // Nothing after it can be read yet: done with `p` for this pass.
+                    self.ends[p] = Some(self.fetch_at[p]);
+                    if self.reported[p] != Some(from) {
+                        self.reported[p] = Some(from);
+                        return Some(Err(e));
+                    }
+                }
             }
         }
     }
 
     async fn fetch(&mut self, p: usize) -> Result<(), ClientError> {
-        let body = RequestBody::Fetch(FetchRequest {
-            stream: self.topic.stream.to_string(),
-            topic: self.topic.name.to_string(),
-            partition: p as u32,
-            offset: self.fetch_at[p],
-            max_bytes: self.max_bytes,
-            max_wait_ms: 0,
-            min_bytes: 0,
-        });
-        match self
+        let at = self.fetch_at[p];
+        let fetched = self
             .topic
-            .client
-            .call(body, Bytes::new(), Retry::Safe)
-            .await
-        {
-            Ok((ResponseBody::Fetch(r), payload)) => {
-                decode_records(p as u32, &payload, self.fetch_at[p], &mut self.buffered)?;
-                self.fetch_at[p] = r.next_offset.max(self.fetch_at[p]);
-                self.ends[p] = Some(r.log_end);
+            .fetch_into(
+                p as u32,
+                at,
+                self.max_bytes,
+                Duration::ZERO,
+                0,
+                &mut self.buffered,
+            )
+            .await;
+        match fetched {
+            Ok(f) => {
+                self.fetch_at[p] = f.next_offset.max(at);
+                self.ends[p] = Some(f.log_end);
                 Ok(())
             }
-            Ok((other, _)) => Err(unexpected(&other)),
             Err(ClientError::Server {
                 code: ErrorCode::OffsetBeforeStart,
                 offset: Some(start),
                 ..
             }) => {
                 // Retention removed what we wanted; carry on from what is left.
-                tracing::warn!(reader = %self.name, partition = p, from = self.fetch_at[p], to = start, "records were deleted by retention; skipping ahead");
+                tracing::warn!(reader = %self.name, partition = p, from = at, to = start, "records were deleted by retention; skipping ahead");
                 self.fetch_at[p] = start;
                 self.handed[p] = self.handed[p].max(start);
                 Ok(())

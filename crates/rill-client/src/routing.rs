@@ -26,13 +26,26 @@ pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
 mod tests {
     use super::*;
 
+    /// The test vectors of docs/PROTOCOL.md §6, every row: the hash and the partition.
+    /// Changing the hash would move every key to another partition, and every SDK must
+    /// agree with this table.
     #[test]
-    fn key_hash_is_stable() {
-        // Pinned values: changing the hash would move every key to another partition.
-        assert_eq!(xxh3_64(b""), 0x2d06800538d394c2);
-        assert_eq!(partition_for_key(b"order-17", 1), 0);
-        let p = partition_for_key(b"order-17", 12);
-        assert_eq!(p, partition_for_key(b"order-17", 12));
-        assert!(p < 12);
+    fn key_routing_matches_the_protocol_test_vectors() {
+        let vectors: [(&[u8], u64, u32, u32); 5] = [
+            (b"", 0x2d06800538d394c2, 1, 0),
+            (b"order-17", 0x234cefc81040cbbe, 1, 0),
+            (b"order-17", 0x234cefc81040cbbe, 12, 6),
+            (b"k0", 0xbbb08e672f9190b3, 4, 3),
+            (b"a", 0xe6c632b61e964e1f, 3, 1),
+        ];
+        for (key, hash, partitions, partition) in vectors {
+            let shown = String::from_utf8_lossy(key);
+            assert_eq!(xxh3_64(key), hash, "xxh3_64({shown:?})");
+            assert_eq!(
+                partition_for_key(key, partitions),
+                partition,
+                "{shown:?} among {partitions} partitions"
+            );
+        }
     }
 }

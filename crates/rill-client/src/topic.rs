@@ -181,6 +181,30 @@ impl Topic {
         self.client.describe_topic(&self.stream, &self.name).await
     }
 
+    /// Repairs a partition and returns its state afterwards: the broker reopens its log
+    /// with recovery (after a failed write or fsync, once the disk is fixed), and with
+    /// `accept_data_loss` also accepts its damaged ranges as lost, so it takes appends
+    /// again (reads of those ranges still fail with [`ClientError::DataLoss`]). Appends
+    /// then resume after every stored consumer offset. Harmless on a healthy partition.
+    pub async fn repair(
+        &self,
+        partition: u32,
+        accept_data_loss: bool,
+    ) -> Result<crate::PartitionInfo, ClientError> {
+        let body = RequestBody::RepairPartition(pb::RepairPartitionRequest {
+            stream: self.stream.to_string(),
+            topic: self.name.to_string(),
+            partition,
+            accept_data_loss,
+        });
+        match self.client.call(body, Bytes::new(), Retry::Safe).await?.0 {
+            ResponseBody::RepairPartition(r) => r
+                .partition
+                .ok_or_else(|| ClientError::Protocol("repair answered without a state".into())),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Number of partitions (cached after the first look-up).
     pub async fn partitions(&self) -> Result<u32, ClientError> {
         self.client.partitions(&self.stream, &self.name).await
@@ -248,12 +272,36 @@ impl Topic {
     /// One fetch from a partition: records from `offset` (at most `max_bytes`, at
     /// least one batch), waiting up to `max_wait` for some to arrive. The building
     /// block of readers and consumers, for callers that manage positions themselves.
+    ///
+    /// Records that cannot be delivered are an error naming them, after which the
+    /// caller goes on at its `to`: [`ClientError::DataLoss`] (the broker reports them
+    /// damaged) and [`ClientError::Corrupt`] (a served batch fails its checks). Records
+    /// before a corrupt batch are returned first, with `next_offset` at the corrupt
+    /// batch, so the next fetch reports it.
     pub async fn fetch(
         &self,
         partition: u32,
         offset: u64,
         max_bytes: u32,
         max_wait: Duration,
+    ) -> Result<Fetched, ClientError> {
+        let mut records = std::collections::VecDeque::new();
+        let mut fetched = self
+            .fetch_into(partition, offset, max_bytes, max_wait, 1, &mut records)
+            .await?;
+        fetched.records = records.into();
+        Ok(fetched)
+    }
+
+    /// [`Topic::fetch`] into a caller's buffer (`records` of the answer stays empty).
+    pub(crate) async fn fetch_into(
+        &self,
+        partition: u32,
+        offset: u64,
+        max_bytes: u32,
+        max_wait: Duration,
+        min_bytes: u32,
+        out: &mut std::collections::VecDeque<crate::Record>,
     ) -> Result<Fetched, ClientError> {
         let body = RequestBody::Fetch(pb::FetchRequest {
             stream: self.stream.to_string(),
@@ -262,21 +310,33 @@ impl Topic {
             offset,
             max_bytes,
             max_wait_ms: u32::try_from(max_wait.as_millis()).unwrap_or(u32::MAX),
-            min_bytes: 1,
+            min_bytes,
         });
-        match self.client.call(body, Bytes::new(), Retry::Safe).await? {
-            (ResponseBody::Fetch(r), payload) => {
-                let mut records = std::collections::VecDeque::new();
-                crate::message::decode_records(partition, &payload, offset, &mut records)?;
-                Ok(Fetched {
-                    records: records.into(),
-                    next_offset: r.next_offset,
-                    log_start: r.log_start,
-                    log_end: r.log_end,
-                })
+        let (r, payload) = match self.client.call(body, Bytes::new(), Retry::Safe).await? {
+            (ResponseBody::Fetch(r), payload) => (r, payload),
+            (other, _) => return Err(unexpected(&other)),
+        };
+        let before = out.len();
+        let next_offset = match crate::message::decode_records(partition, &payload, offset, out)? {
+            None => r.next_offset.max(offset),
+            Some(corrupt) if out.len() == before => {
+                tracing::warn!(stream = %self.stream, topic = %self.name, partition, from = corrupt.from, to = corrupt.to, reason = %corrupt.reason, "a fetched batch is corrupt: skipping its records");
+                return Err(ClientError::Corrupt {
+                    partition,
+                    from: corrupt.from,
+                    to: corrupt.to,
+                    reason: corrupt.reason,
+                });
             }
-            (other, _) => Err(unexpected(&other)),
-        }
+            // The records before it first; the next fetch starts at it and reports it.
+            Some(corrupt) => corrupt.from,
+        };
+        Ok(Fetched {
+            records: Vec::new(),
+            next_offset,
+            log_start: r.log_start,
+            log_end: r.log_end,
+        })
     }
 
     /// Starts a single-record publish.

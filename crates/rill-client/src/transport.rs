@@ -5,12 +5,13 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::BytesMut;
 use futures::future::BoxFuture;
+use parking_lot::Mutex;
 use rill_broker::Broker;
 use rill_proto::pb::HelloRequest;
 use rill_proto::{EncodedFrame, FrameDecoder, PROTOCOL_VERSION, Request, RequestBody, Response};
@@ -34,6 +35,10 @@ pub(crate) trait Transport: Send + Sync + fmt::Debug {
     fn call(&self, request: Request) -> BoxFuture<'_, Result<Response, CallError>>;
     /// A human-readable peer name for errors.
     fn peer(&self) -> String;
+    /// Releases what the transport holds: the TCP connection (calls still waiting on
+    /// it fail as lost, and it is never made again), or the embedded broker (synced and
+    /// shut down). Called once, by `Client::close`.
+    fn close(&self) -> BoxFuture<'_, Result<(), crate::ClientError>>;
 }
 
 // ---- embedded -----------------------------------------------------------------------
@@ -41,24 +46,76 @@ pub(crate) trait Transport: Send + Sync + fmt::Debug {
 /// Calls an in-process broker: no sockets, no encoding.
 #[derive(Debug)]
 pub(crate) struct Embedded {
-    pub(crate) broker: Arc<Broker>,
+    /// `None` once closed: the broker is shut down and dropped, which releases its data
+    /// directory (its lock) even while handles of the client live on.
+    broker: parking_lot::RwLock<Option<Arc<Broker>>>,
+    /// The broker's background upkeep (retention, group sessions, healing), stopped at
+    /// close so that it lets go of the broker too.
+    upkeep: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    data_dir: std::path::PathBuf,
+}
+
+impl Embedded {
+    /// Serves calls with `broker` and starts its upkeep on the current runtime.
+    pub(crate) fn start(broker: Arc<Broker>) -> Self {
+        let upkeep = tokio::spawn(Arc::clone(&broker).run_upkeep());
+        Self {
+            data_dir: broker.config().data_dir.clone(),
+            broker: parking_lot::RwLock::new(Some(broker)),
+            upkeep: Mutex::new(Some(upkeep)),
+        }
+    }
+}
+
+impl Drop for Embedded {
+    /// The last handle of a client that was not closed: the upkeep would otherwise keep
+    /// the broker (and its directory lock) alive for as long as the runtime runs.
+    fn drop(&mut self) {
+        if let Some(upkeep) = self.upkeep.get_mut().take() {
+            upkeep.abort();
+        }
+    }
 }
 
 impl Transport for Embedded {
     fn call(&self, request: Request) -> BoxFuture<'_, Result<Response, CallError>> {
-        Box::pin(async move { Ok(self.broker.handle(request).await) })
+        Box::pin(async move {
+            let broker = self.broker.read().clone();
+            match broker {
+                Some(broker) => Ok(broker.handle(request).await),
+                None => Err(CallError::NotSent("the client was closed".into())),
+            }
+        })
     }
 
     fn peer(&self) -> String {
-        format!(
-            "embedded broker at {}",
-            self.broker.config().data_dir.display()
-        )
+        format!("embedded broker at {}", self.data_dir.display())
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), crate::ClientError>> {
+        Box::pin(async move {
+            if let Some(upkeep) = self.upkeep.lock().take() {
+                upkeep.abort();
+            }
+            let Some(broker) = self.broker.write().take() else {
+                return Ok(());
+            };
+            // Calls still running hold their own reference; the broker is dropped, and
+            // its directory unlocked, when the last of them ends.
+            tokio::task::spawn_blocking(move || broker.shutdown())
+                .await
+                .map_err(|e| {
+                    crate::ClientError::Protocol(format!("shutdown task failed: {e}"))
+                })??;
+            Ok(())
+        })
     }
 }
 
 // ---- TCP ------------------------------------------------------------------------------
 
+/// Calls waiting for their response, by correlation id. A non-poisoning lock: each use
+/// is one insert, remove or drain, which a panic cannot leave half done.
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Response, CallError>>>>>;
 
 /// Options of the TCP transport.
@@ -73,6 +130,9 @@ struct Connection {
     frames: mpsc::Sender<EncodedFrame>,
     pending: Pending,
     alive: Arc<AtomicBool>,
+    /// The task routing responses; aborted when the client closes, which drops the
+    /// socket's read half (the writer ends once `frames` is dropped).
+    reader: tokio::task::JoinHandle<()>,
 }
 
 /// One multiplexed TCP connection, re-established on demand after it breaks.
@@ -82,6 +142,8 @@ pub(crate) struct Tcp {
     options: TcpOptions,
     connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
     next_id: AtomicU64,
+    /// Set by `close`: no connection is made again.
+    closed: AtomicBool,
 }
 
 impl Tcp {
@@ -91,12 +153,16 @@ impl Tcp {
             options,
             connection: tokio::sync::Mutex::new(None),
             next_id: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
         }
     }
 
     /// The live connection, connecting (with a handshake) if there is none.
     async fn connection(&self) -> Result<Arc<Connection>, CallError> {
         let mut slot = self.connection.lock().await;
+        if self.closed.load(Ordering::Acquire) {
+            return Err(CallError::NotSent("the client was closed".into()));
+        }
         if let Some(c) = slot.as_ref()
             && c.alive.load(Ordering::Acquire)
         {
@@ -140,15 +206,15 @@ impl Tcp {
             .encode(id)
             .map_err(|e| CallError::NotSent(e.to_string()))?;
         let (tx, rx) = oneshot::channel();
-        lock(&connection.pending).insert(id, tx);
+        connection.pending.lock().insert(id, tx);
         // The reader marks the connection dead before failing what is pending; a call
         // registered after that sweep would wait forever, so it checks and leaves.
         if !connection.alive.load(Ordering::Acquire) {
-            lock(&connection.pending).remove(&id);
+            connection.pending.lock().remove(&id);
             return Err(CallError::NotSent("connection closed".into()));
         }
         if connection.frames.send(frame).await.is_err() {
-            lock(&connection.pending).remove(&id);
+            connection.pending.lock().remove(&id);
             connection.alive.store(false, Ordering::Release);
             return Err(CallError::NotSent("connection closed".into()));
         }
@@ -170,16 +236,30 @@ impl Transport for Tcp {
     fn peer(&self) -> String {
         self.addr.clone()
     }
-}
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    fn close(&self) -> BoxFuture<'_, Result<(), crate::ClientError>> {
+        Box::pin(async move {
+            // Under the connection lock, so a connect under way finishes first and is
+            // then closed, and no later call connects again.
+            let mut slot = self.connection.lock().await;
+            self.closed.store(true, Ordering::Release);
+            if let Some(connection) = slot.take() {
+                connection.reader.abort();
+                fail_all(
+                    &connection.pending,
+                    &connection.alive,
+                    "the client was closed",
+                );
+            }
+            Ok(())
+        })
+    }
 }
 
 /// Fails every pending call of a broken connection.
 fn fail_all(pending: &Pending, alive: &AtomicBool, reason: &str) {
     alive.store(false, Ordering::Release);
-    for (_, tx) in lock(pending).drain() {
+    for (_, tx) in pending.lock().drain() {
         let _ = tx.send(Err(CallError::Lost(reason.to_owned())));
     }
 }
@@ -214,7 +294,7 @@ fn spawn_connection(stream: TcpStream, max_frame_bytes: u32) -> Connection {
 
     // Reader: routes each response to its caller by correlation id.
     let (r_pending, r_alive) = (Arc::clone(&pending), Arc::clone(&alive));
-    tokio::spawn(async move {
+    let reader = tokio::spawn(async move {
         let decoder = FrameDecoder::new(max_frame_bytes);
         let mut buf = BytesMut::with_capacity(64 * 1024);
         let reason = loop {
@@ -223,7 +303,7 @@ fn spawn_connection(stream: TcpStream, max_frame_bytes: u32) -> Connection {
                     let id = frame.correlation_id;
                     let response =
                         Response::decode(frame).map_err(|e| CallError::Protocol(e.to_string()));
-                    if let Some(tx) = lock(&r_pending).remove(&id) {
+                    if let Some(tx) = r_pending.lock().remove(&id) {
                         let _ = tx.send(response);
                     } else {
                         tracing::debug!(correlation_id = id, "response for no pending request");
@@ -249,6 +329,7 @@ fn spawn_connection(stream: TcpStream, max_frame_bytes: u32) -> Connection {
         frames,
         pending,
         alive,
+        reader,
     }
 }
 

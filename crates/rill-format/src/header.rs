@@ -7,8 +7,11 @@ use crate::varint;
 pub const HEADER_NAME_LEN_MAX: usize = 255;
 
 /// One typed header value, borrowing strings and bytes from the batch.
+///
+/// Exhaustive on purpose: a new header type is a format change (a new magic, see
+/// `docs/FORMAT.md`), and every crate that turns header values into something else must
+/// then handle it at compile time rather than map it to a placeholder.
 #[derive(Debug, Clone, Copy, PartialEq)]
-#[non_exhaustive]
 pub enum HeaderValue<'a> {
     /// UTF-8 text.
     Str(&'a str),

@@ -1,17 +1,28 @@
-//! The tuned write path: batching, retries, idempotence, background sending.
+//! The tuned write path: batching, retries, idempotence (`sequence.rs`), background
+//! sending (`background.rs`).
+
+mod background;
+mod sequence;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use rill_format::ProducerInfo;
+use bytes::Bytes;
 use rill_proto::pb::{InitProducerRequest, ProduceRequest};
-use rill_proto::{RequestBody, ResponseBody};
-use tokio::sync::{mpsc, oneshot};
+use rill_proto::{ErrorCode, RequestBody, ResponseBody};
 
-use crate::client::{Retry, RetryPolicy, unexpected};
+use self::background::Shards;
+use self::sequence::{Refusal, Sequencer, Ticket};
+use crate::client::{Attempt, Retry, RetryPolicy, unexpected};
 use crate::message::build_batch;
 use crate::{ClientError, Message, Position, Routing, Topic, partition_for_key};
+
+/// Batches per partition an idempotent producer keeps in flight when the broker does
+/// not say how many it remembers (an older broker: its `RECENT_BATCHES`, 5).
+const RECENT_BATCHES_DEFAULT: usize = 5;
 
 /// How background shards split the work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -124,9 +135,11 @@ impl ProducerBuilder {
     }
 
     /// Batches in flight at once, across partitions (default 8). Per partition, an
-    /// idempotent producer (the default) keeps up to 5 in flight — the broker appends
-    /// them in sequence order — and a non-idempotent one keeps 1, so its batches keep
-    /// their order too.
+    /// idempotent producer (the default) keeps as many in flight as the broker remembers
+    /// per producer for recognising retries (it says so in `InitProducer`: 5 unless
+    /// configured), at most this many — the broker appends them in sequence order, and
+    /// any of them can still be resent safely. A non-idempotent one keeps 1, so its
+    /// batches keep their order too.
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = n;
         self
@@ -161,23 +174,29 @@ impl ProducerBuilder {
         {
             return bad("background needs at least one shard and one buffered message per shard");
         }
-        let identity = if self.idempotence {
+        let (identity, per_partition) = if self.idempotence {
             match self
                 .topic
                 .client
                 .call(
                     RequestBody::InitProducer(InitProducerRequest {}),
-                    bytes::Bytes::new(),
+                    Bytes::new(),
                     Retry::Safe,
                 )
                 .await?
                 .0
             {
-                ResponseBody::InitProducer(r) => Some(r.producer_id),
+                ResponseBody::InitProducer(r) => {
+                    let remembered = match r.recent_batches {
+                        0 => RECENT_BATCHES_DEFAULT,
+                        n => n as usize,
+                    };
+                    (Some(r.producer_id), remembered.min(self.max_in_flight))
+                }
                 other => return Err(unexpected(&other)),
             }
         } else {
-            None
+            (None, 1)
         };
         let core = Arc::new(Core {
             topic: self.topic,
@@ -191,8 +210,8 @@ impl ProducerBuilder {
             routing: self.routing,
             in_flight: Arc::new(tokio::sync::Semaphore::new(self.max_in_flight)),
             producer_id: identity,
-            partitions: Mutex::new(HashMap::new()),
-            partition_slots: Mutex::new(HashMap::new()),
+            per_partition,
+            lanes: parking_lot::Mutex::new(HashMap::new()),
         });
         let background = self
             .background
@@ -201,38 +220,54 @@ impl ProducerBuilder {
     }
 }
 
-/// Per-partition idempotence state: the next sequence, and an epoch bumped after a send
-/// whose outcome is unknown (so a reused sequence can never be taken for a retry).
-#[derive(Debug, Default)]
-struct PartitionState {
-    epoch: u16,
-    next_sequence: u32,
-}
-
-/// Starts a new epoch for a partition unless the send it guards was acknowledged.
+/// The sending state of one partition.
 #[derive(Debug)]
-struct EpochGuard {
-    state: Arc<Mutex<PartitionState>>,
-    epoch: u16,
-    settled: bool,
+struct Lane {
+    /// Held while a batch takes its slot and its sequence, so that batches hold slots
+    /// in the order of their sequences: a batch waiting for a slot never waits on a
+    /// later one (which would wait at the broker for it).
+    order: tokio::sync::Mutex<()>,
+    /// Batches in flight: for an idempotent producer at most what the broker remembers
+    /// (so any of them can be resent safely; the broker orders them by sequence), else
+    /// one (nothing would order them).
+    slots: tokio::sync::Semaphore,
+    /// The idempotent sequencing. A poisoning lock on purpose: a panic while it is
+    /// held may leave batches half renumbered, and a sequence used twice makes the
+    /// broker acknowledge records it never stored as a duplicate. The producer then
+    /// fails its sends to this partition instead.
+    sequencer: Option<std::sync::Mutex<Sequencer>>,
+    #[cfg(test)]
+    seen: tests::InFlightSeen,
 }
 
-impl Drop for EpochGuard {
-    fn drop(&mut self) {
-        if self.settled {
-            return;
-        }
-        let mut state = lock(&self.state);
-        // Once per failed epoch: other sends of the same epoch may fail too.
-        if state.epoch == self.epoch {
-            state.epoch = state.epoch.wrapping_add(1);
-            state.next_sequence = 0;
-        }
+impl Lane {
+    fn sequencer(&self) -> Result<std::sync::MutexGuard<'_, Sequencer>, ClientError> {
+        let sequencer = self.sequencer.as_ref().ok_or_else(|| {
+            ClientError::Protocol("sequencing asked of a non-idempotent producer".into())
+        })?;
+        sequencer.lock().map_err(|_| ClientError::Poisoned {
+            what: "the producer's sequence numbers",
+        })
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+/// A batch registered with its partition's sequencer until its send ends. Dropped
+/// unacknowledged (an error, or the future dropped half-way), its outcome may be
+/// unknown: the sequencer then ends its epoch, so no later batch reuses its sequence.
+#[derive(Debug)]
+struct Registered<'a> {
+    lane: &'a Lane,
+    ticket: Ticket,
+    acknowledged: bool,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        // A poisoned sequencer fails every later send anyway.
+        if let Ok(mut s) = self.lane.sequencer() {
+            s.finish(self.ticket, self.acknowledged);
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -244,15 +279,11 @@ struct Core {
     routing: Routing,
     in_flight: Arc<tokio::sync::Semaphore>,
     producer_id: Option<u64>,
-    partitions: Mutex<HashMap<u32, Arc<Mutex<PartitionState>>>>,
-    /// Batches in flight per partition. Idempotent: at most what the broker remembers
-    /// for retries (5), so any of them can still be resent safely; the broker orders
-    /// them by sequence. Not idempotent: one, since nothing would order them.
-    partition_slots: Mutex<HashMap<u32, Arc<tokio::sync::Semaphore>>>,
+    /// Batches in flight per partition.
+    per_partition: usize,
+    /// One lane per partition sent to. A non-poisoning lock: a lane is inserted whole.
+    lanes: parking_lot::Mutex<HashMap<u32, Arc<Lane>>>,
 }
-
-/// Batches the broker remembers per producer and partition (`RECENT_BATCHES`).
-const IDEMPOTENT_IN_FLIGHT_PER_PARTITION: usize = 5;
 
 impl Core {
     async fn route(&self, message: &Message, routing: &Routing) -> Result<u32, ClientError> {
@@ -263,15 +294,25 @@ impl Core {
         }
     }
 
-    fn state(&self, partition: u32) -> Arc<Mutex<PartitionState>> {
-        let mut map = self.partitions.lock().unwrap_or_else(|e| e.into_inner());
-        Arc::clone(map.entry(partition).or_default())
+    fn lane(&self, partition: u32) -> Arc<Lane> {
+        let mut lanes = self.lanes.lock();
+        Arc::clone(lanes.entry(partition).or_insert_with(|| {
+            Arc::new(Lane {
+                order: tokio::sync::Mutex::new(()),
+                slots: tokio::sync::Semaphore::new(self.per_partition),
+                sequencer: self
+                    .producer_id
+                    .map(|id| std::sync::Mutex::new(Sequencer::new(id))),
+                #[cfg(test)]
+                seen: tests::InFlightSeen::default(),
+            })
+        }))
     }
 
     /// Splits messages of one partition into batches and sends them, up to
-    /// `max_in_flight` at once. With idempotence their sequence numbers are assigned in
-    /// order up front, and the broker appends them in sequence order whatever order
-    /// they arrive in, so pipelining keeps the partition's order.
+    /// the partition's in-flight bound at once. With idempotence their sequence numbers
+    /// are assigned in order, and the broker appends them in sequence order whatever
+    /// order they arrive in, so pipelining keeps the partition's order.
     async fn send_partition(
         &self,
         partition: u32,
@@ -292,32 +333,15 @@ impl Core {
             chunks.push(&messages[start..end]);
             start = end;
         }
-        let identities: Vec<Option<ProducerInfo>> = match self.producer_id {
-            None => vec![None; chunks.len()],
-            Some(id) => {
-                let state = self.state(partition);
-                let mut state = lock(&state);
-                chunks
-                    .iter()
-                    .map(|c| {
-                        let info = ProducerInfo {
-                            id,
-                            epoch: state.epoch,
-                            base_sequence: state.next_sequence,
-                        };
-                        state.next_sequence = state.next_sequence.wrapping_add(c.len() as u32);
-                        Some(info)
-                    })
-                    .collect()
-            }
-        };
+        let lane = self.lane(partition);
+        // `join_all` polls the sends in order, so they queue for the lane's order lock
+        // (which is fair) in order, and take their sequences in order.
         let sends = chunks
             .iter()
-            .zip(identities)
-            .map(|(chunk, identity)| self.send_batch(partition, chunk, identity));
+            .map(|chunk| self.send_batch(partition, &lane, chunk));
         // Every send runs to its end, even when one fails: a send cancelled half-way
-        // could be stored without this producer knowing (its guard would start a new
-        // epoch, but the caller would be told nothing of the stored records).
+        // could be stored without this producer knowing (its epoch would end, but the
+        // caller would be told nothing of the stored records).
         let bases = futures::future::join_all(sends)
             .await
             .into_iter()
@@ -329,65 +353,125 @@ impl Core {
         Ok(offsets)
     }
 
+    /// Sends one batch, retrying within the producer's budget: a lost connection or a
+    /// transient error resends it byte for byte (the broker recognises a retry of an
+    /// idempotent batch); a batch the broker refused because it forgot the producer is
+    /// sent again under a new epoch if nothing of it can be stored, and fails as
+    /// [`ClientError::Indeterminate`] if an earlier attempt may be.
     async fn send_batch(
         &self,
         partition: u32,
+        lane: &Lane,
         messages: &[Message],
-        identity: Option<ProducerInfo>,
     ) -> Result<u64, ClientError> {
-        let slots = {
-            let per_partition = if self.producer_id.is_some() {
-                IDEMPOTENT_IN_FLIGHT_PER_PARTITION
-            } else {
-                1
+        let (_slot, _permit, registered) = {
+            let _order = lane.order.lock().await;
+            let slot = lane
+                .slots
+                .acquire()
+                .await
+                .map_err(|_| ClientError::Shutdown)?;
+            let permit = self
+                .in_flight
+                .acquire()
+                .await
+                .map_err(|_| ClientError::Shutdown)?;
+            let registered = match &lane.sequencer {
+                Some(_) => {
+                    let (ticket, _) = lane.sequencer()?.number(messages.len() as u32);
+                    Some(Registered {
+                        lane,
+                        ticket,
+                        acknowledged: false,
+                    })
+                }
+                None => None,
             };
-            let mut map = lock(&self.partition_slots);
-            Arc::clone(
-                map.entry(partition)
-                    .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(per_partition))),
-            )
+            (slot, permit, registered)
         };
-        let _slot = slots.acquire().await.map_err(|_| ClientError::Shutdown)?;
-        let _permit = self
-            .in_flight
-            .acquire()
-            .await
-            .map_err(|_| ClientError::Shutdown)?;
+        #[cfg(test)]
+        let _seen = lane.seen.enter();
+        let mut registered = registered;
         let body = RequestBody::Produce(ProduceRequest {
             stream: self.topic.stream.to_string(),
             topic: self.topic.name.to_string(),
             partition,
         });
-        // If this send does not finish with an answer (an error, or the future is
-        // dropped), the batch may or may not be stored: the guard then starts a new
-        // epoch, so no later batch can be mistaken for a retry of this one.
-        let mut guard = identity.map(|info| EpochGuard {
-            state: self.state(partition),
-            epoch: info.epoch,
-            settled: false,
-        });
-        let batch = build_batch(messages, identity)?;
-        // An idempotent batch is safe to resend: a duplicate is acknowledged with the
-        // original offsets.
-        let retry = if identity.is_some() {
-            Retry::Safe
-        } else {
-            Retry::UnsafeAfterSend
-        };
-        let result = match self
-            .topic
-            .client
-            .call_with(body, batch, retry, self.policy)
-            .await
-        {
-            Ok((ResponseBody::Produce(r), _)) => Ok(r.base_offset),
-            Ok((other, _)) => Err(unexpected(&other)),
-            Err(e) => Err(e),
-        };
-        if let (Some(g), Ok(_)) = (guard.as_mut(), &result) {
-            g.settled = true;
+        let client = &self.topic.client;
+        let mut sent = None;
+        let mut batch = Bytes::new();
+        let mut backoff = self.policy.backoff;
+        let mut attempt = 0;
+        loop {
+            // The identity may change between attempts (renumbered into a new epoch).
+            let identity = match &registered {
+                Some(r) => lane.sequencer()?.identity(r.ticket),
+                None => None,
+            };
+            if sent.is_none() || identity != sent {
+                batch = build_batch(messages, identity)?;
+                sent = identity;
+            }
+            let error = match client.attempt(&body, &batch).await {
+                Attempt::Answered(ResponseBody::Produce(r), _) => {
+                    if let Some(r) = registered.as_mut() {
+                        r.acknowledged = true;
+                    }
+                    return Ok(r.base_offset);
+                }
+                Attempt::Answered(other, _) => return Err(unexpected(&other)),
+                Attempt::Refused(e) => {
+                    let code = e.code().unwrap_or(ErrorCode::Unspecified);
+                    let refusal = match (&registered, identity) {
+                        (Some(r), Some(id)) => lane.sequencer()?.refused(r.ticket, id, code),
+                        _ => Refusal::Fail,
+                    };
+                    match refusal {
+                        Refusal::Resend(now) if attempt < self.policy.retries => {
+                            tracing::info!(partition, producer_id = now.id, epoch = now.epoch, error = %e, "the broker forgot this producer: sending the batch again under a new epoch");
+                            attempt += 1;
+                            continue;
+                        }
+                        Refusal::Unknown => {
+                            return Err(ClientError::Indeterminate(format!(
+                                "partition {partition} forgot this idempotent producer ({e}) while an earlier attempt of the batch had no answer; it may be stored, and resending it under a new epoch could store it twice"
+                            )));
+                        }
+                        Refusal::Resend(_) | Refusal::Fail => {}
+                    }
+                    if !e.is_transient() {
+                        return Err(e);
+                    }
+                    if code == ErrorCode::ShuttingDown
+                        && let Some(r) = &registered
+                    {
+                        // Cancelled at the end of a drain: it may have been written.
+                        lane.sequencer()?.maybe_stored(r.ticket);
+                    }
+                    e
+                }
+                Attempt::NotSent(e) => e,
+                Attempt::Lost(e) => match &registered {
+                    Some(r) => {
+                        lane.sequencer()?.maybe_stored(r.ticket);
+                        e
+                    }
+                    // Not safe to resend: it may have been applied.
+                    None => return Err(ClientError::Indeterminate(e.to_string())),
+                },
+                Attempt::Failed(e) => return Err(e),
+            };
+            if client.is_closed() {
+                return Err(ClientError::Closed);
+            }
+            if attempt >= self.policy.retries {
+                return Err(error);
+            }
+            attempt += 1;
+            tracing::debug!(partition, attempt, error = %error, "resending a batch after a transient error");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(self.policy.backoff_max);
         }
-        result
     }
 
     async fn send_all(
@@ -465,164 +549,6 @@ impl Core {
     }
 }
 
-enum ShardMsg {
-    Send(u32, Message),
-    Flush(oneshot::Sender<()>),
-}
-
-#[derive(Debug)]
-struct Shards {
-    senders: Vec<mpsc::Sender<ShardMsg>>,
-    config: Background,
-    next: std::sync::atomic::AtomicUsize,
-    failure: Arc<Mutex<Option<String>>>,
-    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
-}
-
-impl std::fmt::Debug for ShardMsg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Send(p, _) => write!(f, "Send({p})"),
-            Self::Flush(_) => f.write_str("Flush"),
-        }
-    }
-}
-
-impl Shards {
-    fn start(core: Arc<Core>, config: Background, linger: Duration) -> Self {
-        let failure: Arc<Mutex<Option<String>>> = Arc::default();
-        let per_shard = (config.buffer_messages / config.shards).max(1);
-        let mut senders = Vec::new();
-        let mut tasks = Vec::new();
-        for _ in 0..config.shards {
-            let (tx, rx) = mpsc::channel(per_shard);
-            senders.push(tx);
-            tasks.push(tokio::spawn(shard(
-                Arc::clone(&core),
-                rx,
-                linger,
-                Arc::clone(&failure),
-            )));
-        }
-        Self {
-            senders,
-            config,
-            next: std::sync::atomic::AtomicUsize::new(0),
-            failure,
-            tasks: Mutex::new(tasks),
-        }
-    }
-
-    fn take_failure(&self) -> Result<(), ClientError> {
-        match self
-            .failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            Some(e) => Err(ClientError::Background(e)),
-            None => Ok(()),
-        }
-    }
-
-    async fn push(&self, partition: u32, message: Message) -> Result<(), ClientError> {
-        self.take_failure()?;
-        let shard = match self.config.sharding {
-            Sharding::Ordered => partition as usize % self.senders.len(),
-            Sharding::Balanced => {
-                self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.senders.len()
-            }
-        };
-        let tx = &self.senders[shard];
-        let msg = ShardMsg::Send(partition, message);
-        match self.config.backpressure {
-            Backpressure::Block => tx.send(msg).await.map_err(|_| ClientError::Shutdown),
-            Backpressure::BlockFor(d) => match tokio::time::timeout(d, tx.send(msg)).await {
-                Ok(r) => r.map_err(|_| ClientError::Shutdown),
-                Err(_) => Err(ClientError::BufferFull),
-            },
-            Backpressure::Fail => tx.try_send(msg).map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => ClientError::BufferFull,
-                mpsc::error::TrySendError::Closed(_) => ClientError::Shutdown,
-            }),
-        }
-    }
-
-    async fn flush(&self) -> Result<(), ClientError> {
-        let mut acks = Vec::new();
-        for tx in &self.senders {
-            let (ack, done) = oneshot::channel();
-            tx.send(ShardMsg::Flush(ack))
-                .await
-                .map_err(|_| ClientError::Shutdown)?;
-            acks.push(done);
-        }
-        for done in acks {
-            let _ = done.await;
-        }
-        self.take_failure()
-    }
-}
-
-/// A shard: gathers messages into batches (up to the batch limits, waiting at most
-/// `linger` for more) and sends them, per partition in arrival order.
-async fn shard(
-    core: Arc<Core>,
-    mut rx: mpsc::Receiver<ShardMsg>,
-    linger: Duration,
-    failure: Arc<Mutex<Option<String>>>,
-) {
-    let mut pending: BTreeMap<u32, Vec<Message>> = BTreeMap::new();
-    let mut count = 0usize;
-    let mut flushes = Vec::new();
-    while let Some(first) = rx.recv().await {
-        let mut next = Some(first);
-        let deadline = tokio::time::Instant::now() + linger;
-        loop {
-            match next.take() {
-                Some(ShardMsg::Send(p, m)) => {
-                    pending.entry(p).or_default().push(m);
-                    count += 1;
-                }
-                Some(ShardMsg::Flush(ack)) => {
-                    flushes.push(ack);
-                    break;
-                }
-                None => {}
-            }
-            if count >= core.batch_length {
-                break;
-            }
-            next = match rx.try_recv() {
-                Ok(m) => Some(m),
-                Err(_) if linger.is_zero() => break,
-                Err(_) => match tokio::time::timeout_at(deadline, rx.recv()).await {
-                    Ok(Some(m)) => Some(m),
-                    Ok(None) | Err(_) => break,
-                },
-            };
-        }
-        let batches = std::mem::take(&mut pending);
-        count = 0;
-        let sends = batches.into_iter().map(|(p, msgs)| {
-            let core = Arc::clone(&core);
-            async move { core.send_partition(p, msgs).await }
-        });
-        for result in futures::future::join_all(sends).await {
-            if let Err(e) = result {
-                tracing::warn!(error = %e, "background send failed");
-                failure
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get_or_insert_with(|| e.to_string());
-            }
-        }
-        for ack in flushes.drain(..) {
-            let _ = ack.send(());
-        }
-    }
-}
-
 /// A producer; see [`ProducerBuilder`].
 ///
 /// In direct mode each `send` returns once the broker acknowledged (idempotent sends
@@ -646,7 +572,7 @@ impl Producer {
     pub async fn send_keyed(
         &self,
         message: Message,
-        key: impl Into<bytes::Bytes>,
+        key: impl Into<Bytes>,
     ) -> Result<Option<Position>, ClientError> {
         self.send(message.with_key(key)).await
     }
@@ -703,12 +629,7 @@ impl Producer {
     pub async fn shutdown(self) -> Result<(), ClientError> {
         let result = self.flush().await;
         if let Some(shards) = self.background {
-            let tasks =
-                std::mem::take(&mut *shards.tasks.lock().unwrap_or_else(|e| e.into_inner()));
-            drop(shards.senders);
-            for t in tasks {
-                let _ = t.await;
-            }
+            shards.stop().await;
         }
         result
     }
