@@ -230,10 +230,10 @@ mod tests {
             .collect();
         logs.sort();
         std::fs::remove_file(&logs[1]).unwrap();
-        let broker = std::sync::Arc::new(rill_broker::Broker::open(config).unwrap());
+        let broker = Arc::new(rill_broker::Broker::open(config).unwrap());
         let metrics = Metrics::new();
         assert!(answer_with("GET /health HTTP/1.1\r\n\r\n", &metrics).starts_with("HTTP/1.1 200 "));
-        metrics.attach_broker(std::sync::Arc::clone(&broker));
+        metrics.attach_broker(Arc::clone(&broker));
         let health = answer_with("GET /health HTTP/1.1\r\n\r\n", &metrics);
         assert!(health.starts_with("HTTP/1.1 503 "), "{health}");
         assert!(health.contains("degraded: 1 partition"), "{health}");
