@@ -184,8 +184,14 @@ pub struct Broker {
     clock: SystemClock,
     shutting_down: AtomicBool,
     pub(crate) reserve: Reserve,
-    /// Held for the broker's life: one broker per data directory.
-    _lock: Box<dyn std::fmt::Debug + Send + Sync>,
+    /// Held until shutdown: one broker per data directory. Released by `shutdown`
+    /// rather than on drop, so the directory can be opened again at once even while a
+    /// background task still holds a reference to this broker.
+    lock: Mutex<Option<Box<dyn std::fmt::Debug + Send + Sync>>>,
+    /// Upkeep (retention, reopening partitions) holds it shared while it works on files;
+    /// shutdown takes it exclusively after setting `shutting_down`, so no upkeep runs on
+    /// files after shutdown has closed them.
+    pub(crate) upkeep_gate: RwLock<()>,
 }
 
 impl Broker {
@@ -250,7 +256,8 @@ impl Broker {
             clock: SystemClock,
             shutting_down: AtomicBool::new(false),
             reserve,
-            _lock: lock,
+            lock: Mutex::new(Some(lock)),
+            upkeep_gate: RwLock::new(()),
         })
     }
 
@@ -885,6 +892,7 @@ impl Broker {
         if self.shutting_down.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        let _no_upkeep = self.upkeep_gate.write();
         let mut first_error = None;
         for (_, _, _, p) in self.all_partitions() {
             if let Err(e) = p.close() {
@@ -895,6 +903,8 @@ impl Broker {
         if let Err(e) = self.offsets.close() {
             first_error.get_or_insert(e);
         }
+        // Nothing touches the files any more (upkeep checks for shutdown first).
+        self.lock.lock().take();
         tracing::info!("broker shut down");
         first_error.map_or(Ok(()), Err)
     }

@@ -13,6 +13,9 @@ const HEAL_TICK: Duration = Duration::from_secs(1);
 impl Broker {
     /// Applies retention to every partition once (blocking file deletes).
     pub fn apply_retention(&self) -> Result<(), BrokerError> {
+        let _gate = self.upkeep_gate.read();
+        // After shutdown the directory may belong to another broker already.
+        self.check_running()?;
         let mut first_error = None;
         for (stream, topic, partition, p) in self.all_partitions() {
             let Ok(log) = p.log() else { continue };
@@ -29,6 +32,10 @@ impl Broker {
     /// and the offsets log if it is poisoned. So once space is freed the broker heals
     /// without a restart. Returns how many partitions were reopened (blocking).
     pub fn heal(&self) -> usize {
+        let _gate = self.upkeep_gate.read();
+        if self.is_shutting_down() {
+            return 0;
+        }
         let now = Instant::now();
         let mut reopened = 0;
         for (stream, topic, partition, p) in self.all_partitions() {
@@ -67,6 +74,7 @@ impl Broker {
         partition: u32,
         accept_data_loss: bool,
     ) -> Result<PartitionState, BrokerError> {
+        let _gate = self.upkeep_gate.read();
         self.check_running()?;
         let p = self.partition(stream, topic, partition)?;
         if p.broken() {
