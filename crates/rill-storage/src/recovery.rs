@@ -81,8 +81,7 @@ pub(crate) fn recover(
     env: &LogEnv,
 ) -> Result<Recovered, StorageError> {
     let io = env.io.as_ref();
-    io.create_dir_all(dir)
-        .map_err(io_err("create directory", dir))?;
+    create_log_dir(io, dir)?;
     let entries = io.read_dir(dir).map_err(io_err("list directory", dir))?;
     let mut bases: Vec<u64> = entries.iter().filter_map(|p| parse_log_name(p)).collect();
     bases.sort_unstable();
@@ -343,6 +342,34 @@ pub(crate) fn recover(
         writer,
         damage,
     })
+}
+
+/// Creates the log's directory (and any missing parents) and makes its entry durable:
+/// a new entry survives a power loss only once the directory holding it is synced, and
+/// without this a log's every acknowledged batch could vanish with its directory.
+/// The parent is synced on every open, not only when the directory is new, because an
+/// earlier open may have created it and crashed before syncing. Parents that already
+/// existed are the caller's to have made durable (the broker's data directory).
+fn create_log_dir(io: &dyn Io, dir: &Path) -> Result<(), StorageError> {
+    let created: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|p| !p.as_os_str().is_empty() && !io.is_dir(p))
+        .collect();
+    io.create_dir_all(dir)
+        .map_err(io_err("create directory", dir))?;
+    let mut parents: Vec<&Path> = created.iter().filter_map(|p| p.parent()).collect();
+    parents.extend(dir.parent());
+    parents.dedup();
+    for parent in parents {
+        let parent = if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        };
+        io.sync_dir(parent)
+            .map_err(io_err("sync directory", parent))?;
+    }
+    Ok(())
 }
 
 /// The writer's starting state, as recovery found it.
