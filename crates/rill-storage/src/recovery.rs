@@ -147,6 +147,10 @@ pub(crate) fn recover(
             segments[i - 1].0.close_damage(base);
             expected = Some(base);
         }
+        // Damage recorded at this segment from here on, the gap before it included:
+        // an accepted gap names this segment at position 0, and must not be taken for
+        // damage in its bytes by `apply_accepted`.
+        let found_from = damage.len();
         if let Some(expected) = expected {
             if base < expected {
                 return Err(StorageError::Corrupt {
@@ -187,7 +191,6 @@ pub(crate) fn recover(
             ),
             index,
         );
-        let found_from = damage.len();
         let mut scan = Scan {
             segment: &segment,
             file: file.as_ref(),
