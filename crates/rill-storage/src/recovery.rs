@@ -697,10 +697,14 @@ fn apply_accepted(
     damage: &mut Vec<DamagedRange>,
     found_from: usize,
 ) -> Result<(), StorageError> {
-    for entry in accepted
-        .iter()
-        .filter(|a| a.key.segment_base == segment.base_offset && a.key.position < len)
-    {
+    for entry in accepted.iter().filter(|a| {
+        // An entry for offsets before the segment's base is a gap (missing segments, or
+        // a lost tail rolled past) filed under the segment after it: it names no bytes
+        // of this segment, whether the gap is still there or retention took it.
+        a.key.segment_base == segment.base_offset
+            && a.key.from_offset >= segment.base_offset
+            && a.key.position < len
+    }) {
         if damage[found_from..].iter().any(|d| entry.matches(d)) {
             continue;
         }
