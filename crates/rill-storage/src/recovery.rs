@@ -301,6 +301,9 @@ pub(crate) fn recover(
         file.sync_data()
             .map_err(io_err("sync segment", &segment.path))?;
     }
+    // Likewise their directory entries: a process crash inside a roll leaves the new
+    // segment's entry unsynced, and appends acknowledged into it would vanish with it.
+    io.sync_dir(dir).map_err(io_err("sync directory", dir))?;
     // Sealed segments are read through the shared file cache from here on.
     for (segment, _, _) in &segments[..last] {
         segment.index_mut().release_files();
