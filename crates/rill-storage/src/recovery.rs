@@ -120,7 +120,6 @@ pub(crate) fn recover(
     }
 
     let rp = RecoveryPoint::read(io, dir);
-    let rp_file_missing = !RecoveryPoint::exists(io, dir);
     let accepted = read_accepted(io, dir);
     let last = bases.len() - 1;
     // Segments before `first_unsafe` are durable per the recovery point.
@@ -301,9 +300,6 @@ pub(crate) fn recover(
         file.sync_data()
             .map_err(io_err("sync segment", &segment.path))?;
     }
-    // Likewise their directory entries: a process crash inside a roll leaves the new
-    // segment's entry unsynced, and appends acknowledged into it would vanish with it.
-    io.sync_dir(dir).map_err(io_err("sync directory", dir))?;
     // Sealed segments are read through the shared file cache from here on.
     for (segment, _, _) in &segments[..last] {
         segment.index_mut().release_files();
@@ -312,24 +308,26 @@ pub(crate) fn recover(
     let (active, file, first_ts) = segments.last().cloned().expect("at least one segment");
     let written_len = active.visible_len();
     let next_offset = active.next_offset();
+    // The point, and the directory entries of what recovery kept, are made durable
+    // whatever this open found: after a process crash a point that reads back fine may
+    // never have reached the disk (a crash while a new log wrote its first one), and
+    // nothing syncs it later, so every later power loss would recover without one,
+    // unable to cut a torn tail; and a crash inside a roll leaves the new segment's
+    // entry unsynced, so appends acknowledged into it would vanish with it.
     if active.has_damage() || tail_damage.is_some() {
         // A recovery point at or before damage in the last segment would let the next
         // recovery cut it: leave the old one.
         tracing::warn!(dir = %dir.display(), "the last segment is damaged: the recovery point stays where it was");
+        io.sync_dir(dir).map_err(io_err("sync directory", dir))?;
     } else {
-        let point = RecoveryPoint {
+        RecoveryPoint {
             segment_base: active.base_offset,
             position: written_len,
             next_offset,
             max_timestamp_us: last_max_ts,
-        };
-        if rp_file_missing {
-            point
-                .write_durable(io, dir)
-                .map_err(io_err("write recovery point", dir))?;
-        } else {
-            point.write(io, dir);
         }
+        .write_durable(io, dir)
+        .map_err(io_err("write recovery point", dir))?;
     }
     let writer = Writer::new(
         config,
