@@ -314,10 +314,12 @@ pub(crate) fn recover(
     // nothing syncs it later, so every later power loss would recover without one,
     // unable to cut a torn tail; and a crash inside a roll leaves the new segment's
     // entry unsynced, so appends acknowledged into it would vanish with it.
-    if active.has_damage() || tail_damage.is_some() {
+    if active.has_damage() || tail_damage.is_some() || damage.iter().any(|d| !d.accepted) {
         // A recovery point at or before damage in the last segment would let the next
-        // recovery cut it: leave the old one.
-        tracing::warn!(dir = %dir.display(), "the last segment is damaged: the recovery point stays where it was");
+        // recovery cut it; and one past damage nobody accepted yet would make the next
+        // open take the damaged segment for durable and check only its batch headers,
+        // forgetting a torn batch whose header still parses. Leave the old one.
+        tracing::warn!(dir = %dir.display(), "the log is damaged: the recovery point stays where it was");
         io.sync_dir(dir).map_err(io_err("sync directory", dir))?;
     } else {
         RecoveryPoint {
