@@ -364,8 +364,11 @@ fn create_log_dir(io: &dyn Io, dir: &Path) -> Result<(), StorageError> {
     io.create_dir_all(dir)
         .map_err(io_err("create directory", dir))?;
     let mut parents: Vec<&Path> = created.iter().filter_map(|p| p.parent()).collect();
-    parents.extend(dir.parent());
-    parents.dedup();
+    if let Some(parent) = dir.parent()
+        && !parents.contains(&parent)
+    {
+        parents.push(parent);
+    }
     for parent in parents {
         let parent = if parent.as_os_str().is_empty() {
             Path::new(".")
