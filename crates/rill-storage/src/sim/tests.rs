@@ -1,8 +1,10 @@
 //! The power-loss model itself: durable against current bytes, the directory sync rules,
 //! renames, dying, and what torn images may and may not contain.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
+use super::disk::{EIO, ENOSPC};
 use super::*;
 
 fn p(s: &str) -> &Path {
