@@ -40,7 +40,9 @@
 //!   loss.
 //! * **Dying.** [`SimIo::crash_after`] lets a number of operations succeed; the next
 //!   one fails with `EIO`, and so does every operation after it (the process died
-//!   there). A write that dies may have put a prefix of its bytes in the page cache.
+//!   there). A write that dies may have put a prefix of its bytes in the page cache,
+//!   whole pages at a time: nothing, all of it, or up to a page boundary (the kernel
+//!   copies page by page and a killed process stops only between pages).
 //!   Counted operations are the ones that change something: writes, `set_len`, syncs,
 //!   opens that may create, removes, renames and directory creation.
 //!
@@ -49,9 +51,14 @@
 //! "none" (ext4's `data=ordered`).
 //!
 //! Everything is deterministic: the only randomness is the [`SimRng`] a caller passes
-//! in or seeds. Memory is bounded by [`SimConfig::bytes_max`]: a write that would store
-//! more fails with `ENOSPC` (a deleted file's bytes are freed once no directory entry,
-//! durable or not, and no open handle reaches it).
+//! in or seeds, so the same operations give the same disk and the same images (threads
+//! that race make the order of operations, not the model, vary). Memory is bounded by
+//! [`SimConfig::bytes_max`]: a write that would store more fails with `ENOSPC` (a
+//! deleted file's bytes are freed once no directory entry, durable or not, and no open
+//! handle reaches it). [`SimIo::trace_tail`] keeps the last operations, the crash
+//! marked, for a failing test to print.
+//!
+//! The model itself — nodes, pending changes and the images — is `sim/disk.rs`.
 
 use std::fmt;
 use std::io;
@@ -510,8 +517,19 @@ impl IoFile for SimFile {
         match step {
             Step::Run => disk.write(self.ino, buf, pos),
             Step::Die => {
-                // Killed inside the system call: some prefix may have been copied.
-                let landed = disk.rng.below(buf.len() as u64 + 1) as usize;
+                // Killed inside the system call: the kernel copies a write into the page
+                // cache a page at a time and stops only between pages, so what landed is
+                // nothing, all of it, or a prefix ending on a page boundary.
+                let page = disk.config.page_bytes as u64;
+                let end = pos + buf.len() as u64;
+                let mut cuts: Vec<u64> = vec![0, buf.len() as u64];
+                cuts.extend(
+                    (pos / page + 1..)
+                        .map(|p| p * page)
+                        .take_while(|&b| b < end)
+                        .map(|b| b - pos),
+                );
+                let landed = *disk.rng.pick(&cuts) as usize;
                 if landed > 0 {
                     disk.write(self.ino, &buf[..landed], pos)?;
                     disk.note(format!("   ({landed} of {} bytes landed)", buf.len()));

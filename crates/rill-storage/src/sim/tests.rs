@@ -226,6 +226,16 @@ fn after_the_crash_point_every_operation_fails() {
     assert!(!killed.crashed());
     let now = killed.current_bytes(p("/d/a")).unwrap();
     assert!(now == b"abcd" || now == b"abcde", "{now:?}");
+    // A dying write lands whole pages: nothing, all, or up to a page boundary.
+    let mut lengths = BTreeSet::new();
+    for seed in 0..50 {
+        let sim = SimIo::new(seed);
+        let f = write(&sim, "/b", &[1u8; 100], 0);
+        sim.crash_after(0);
+        assert!(f.write_all_at(&[2u8; 9000], 4000).is_err());
+        lengths.insert(sim.process_crash().current_bytes(p("/b")).unwrap().len());
+    }
+    assert_eq!(lengths, BTreeSet::from([100, 4096, 8192, 12288, 13000]));
     assert_eq!(
         killed.open(p("/d/a"), false).unwrap().size().unwrap(),
         now.len() as u64
