@@ -45,7 +45,7 @@ mod workload;
 mod check;
 
 /// Seeds the default run covers (each runs [`EPOCHS`] crash points).
-const SEEDS_DEFAULT: Range<u64> = 0..1000;
+const SEEDS_DEFAULT: Range<u64> = 0..1500;
 /// Test functions the seeds are split across, so nextest runs them in parallel.
 const PARTS: u64 = 4;
 /// Crash points per seed.
