@@ -363,9 +363,10 @@ fn a_gap_between_segments_is_reported_not_papered_over() {
 
 #[test]
 fn an_accepted_gap_hides_nothing_after_a_reopen() {
-    // Found by the power-loss test (seed 6): the accepted entry of a gap names the
-    // segment after it at position 0, and the next open took that entry for damage in
-    // the segment's bytes, hiding its first batch (here: every record after the gap).
+    // Found by the power-loss test (with this fix reverted, RILL_SEED=32 fails): the
+    // accepted entry of a gap names the segment after it at position 0, and the next
+    // open took that entry for damage in the segment's bytes, hiding its first batch
+    // (here: every record after the gap).
     let dir = tempfile::tempdir().unwrap();
     let log = PartitionLog::open(dir.path(), small_config()).unwrap();
     for i in 0..60 {
@@ -402,8 +403,8 @@ fn an_accepted_gap_hides_nothing_after_a_reopen() {
         first.batches().next().unwrap().unwrap().base_offset(),
         gap_to
     );
-    // Seed 76: once the segment before the gap is gone too (retention), the gap is no
-    // more, and its accepted entry must not hide the first batch either.
+    // RILL_SEED=4643: once the segment before the gap is gone too (retention), the gap
+    // is no more, and its accepted entry must not hide the first batch either.
     drop(log);
     std::fs::remove_file(&logs[0]).unwrap();
     let log = PartitionLog::open(dir.path(), small_config()).unwrap();

@@ -169,10 +169,10 @@ fn run_seed(seed: u64) -> Result<Totals, String> {
 
 #[test]
 fn a_new_logs_directory_survives_a_power_loss() {
-    // Found by this test (seed 4): the log created its directory and synced the files
-    // in it, but never the directory holding it, so a power loss could take the whole
-    // log, acknowledged batches and all. Only `/data` is durable here, as a broker's
-    // data directory would be; the log creates the rest.
+    // Found by this test (with the fix reverted, RILL_SEED=4 fails): the log created
+    // its directory and synced the files in it, but never the directory holding it, so
+    // a power loss could take the whole log, acknowledged batches and all. Only `/data`
+    // is durable here, as a broker's data directory would be; the log creates the rest.
     let disk = SimIo::new(0);
     disk.create_dir_all(Path::new("/data")).unwrap();
     disk.sync_dir(Path::new("/")).unwrap();
@@ -193,11 +193,12 @@ fn a_new_logs_directory_survives_a_power_loss() {
 
 #[test]
 fn a_segment_created_before_a_process_crash_survives_a_later_power_loss() {
-    // Found by this test (seed 234): a process crash inside a roll, after the new
-    // segment's file was created but before its directory was synced, left an entry
-    // that recovery kept but never made durable; batches acknowledged into that segment
-    // after the restart were lost with it in the next power loss. Every crash point of
-    // a roll, then a restart, an acknowledged append and a power loss.
+    // Found by this test (with the fix reverted, RILL_SEED=294 fails): a process crash
+    // inside a roll, after the new segment's file was created but before its directory
+    // was synced, left an entry that recovery kept but never made durable; batches
+    // acknowledged into that segment after the restart were lost with it in the next
+    // power loss. Every crash point of a roll, then a restart, an acknowledged append
+    // and a power loss.
     let config = LogConfig {
         durability: Durability::Always,
         segment_bytes_max: 1024,
@@ -247,11 +248,12 @@ fn a_segment_created_before_a_process_crash_survives_a_later_power_loss() {
 
 #[test]
 fn a_recovery_point_lost_while_the_log_was_created_is_made_durable_again() {
-    // Found by this test (seed 602): a crash while a new log wrote its recovery point
-    // left the file on disk but empty; later opens rewrote it only without a sync, so
-    // after a power loss there was still no readable point, and a torn unsynced tail
-    // was quarantined (damage under `always`) instead of cut. Every crash point of the
-    // creation, then a restart, an acknowledged append, a dying one and power losses.
+    // Found by this test (with the fix reverted, RILL_SEED=341 fails): a crash while a
+    // new log wrote its recovery point left the file on disk but empty; later opens
+    // rewrote it only without a sync, so after a power loss there was still no readable
+    // point, and a torn unsynced tail was quarantined (damage under `always`) instead
+    // of cut. Every crash point of the creation, then a restart, an acknowledged
+    // append, a dying one and power losses.
     let config = LogConfig {
         durability: Durability::Always,
         ..LogConfig::default()
