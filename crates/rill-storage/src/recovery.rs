@@ -81,8 +81,7 @@ pub(crate) fn recover(
     env: &LogEnv,
 ) -> Result<Recovered, StorageError> {
     let io = env.io.as_ref();
-    io.create_dir_all(dir)
-        .map_err(io_err("create directory", dir))?;
+    create_log_dir(io, dir)?;
     let entries = io.read_dir(dir).map_err(io_err("list directory", dir))?;
     let mut bases: Vec<u64> = entries.iter().filter_map(|p| parse_log_name(p)).collect();
     bases.sort_unstable();
@@ -121,7 +120,6 @@ pub(crate) fn recover(
     }
 
     let rp = RecoveryPoint::read(io, dir);
-    let rp_file_missing = !RecoveryPoint::exists(io, dir);
     let accepted = read_accepted(io, dir);
     let last = bases.len() - 1;
     // Segments before `first_unsafe` are durable per the recovery point.
@@ -148,6 +146,10 @@ pub(crate) fn recover(
             segments[i - 1].0.close_damage(base);
             expected = Some(base);
         }
+        // Damage recorded at this segment from here on, the gap before it included:
+        // an accepted gap names this segment at position 0, and must not be taken for
+        // damage in its bytes by `apply_accepted`.
+        let found_from = damage.len();
         if let Some(expected) = expected {
             if base < expected {
                 return Err(StorageError::Corrupt {
@@ -188,7 +190,6 @@ pub(crate) fn recover(
             ),
             index,
         );
-        let found_from = damage.len();
         let mut scan = Scan {
             segment: &segment,
             file: file.as_ref(),
@@ -308,24 +309,28 @@ pub(crate) fn recover(
     let (active, file, first_ts) = segments.last().cloned().expect("at least one segment");
     let written_len = active.visible_len();
     let next_offset = active.next_offset();
-    if active.has_damage() || tail_damage.is_some() {
+    // The point, and the directory entries of what recovery kept, are made durable
+    // whatever this open found: after a process crash a point that reads back fine may
+    // never have reached the disk (a crash while a new log wrote its first one), and
+    // nothing syncs it later, so every later power loss would recover without one,
+    // unable to cut a torn tail; and a crash inside a roll leaves the new segment's
+    // entry unsynced, so appends acknowledged into it would vanish with it.
+    if active.has_damage() || tail_damage.is_some() || damage.iter().any(|d| !d.accepted) {
         // A recovery point at or before damage in the last segment would let the next
-        // recovery cut it: leave the old one.
-        tracing::warn!(dir = %dir.display(), "the last segment is damaged: the recovery point stays where it was");
+        // recovery cut it; and one past damage nobody accepted yet would make the next
+        // open take the damaged segment for durable and check only its batch headers,
+        // forgetting a torn batch whose header still parses. Leave the old one.
+        tracing::warn!(dir = %dir.display(), "the log is damaged: the recovery point stays where it was");
+        io.sync_dir(dir).map_err(io_err("sync directory", dir))?;
     } else {
-        let point = RecoveryPoint {
+        RecoveryPoint {
             segment_base: active.base_offset,
             position: written_len,
             next_offset,
             max_timestamp_us: last_max_ts,
-        };
-        if rp_file_missing {
-            point
-                .write_durable(io, dir)
-                .map_err(io_err("write recovery point", dir))?;
-        } else {
-            point.write(io, dir);
         }
+        .write_durable(io, dir)
+        .map_err(io_err("write recovery point", dir))?;
     }
     let writer = Writer::new(
         config,
@@ -344,6 +349,37 @@ pub(crate) fn recover(
         writer,
         damage,
     })
+}
+
+/// Creates the log's directory (and any missing parents) and makes its entry durable:
+/// a new entry survives a power loss only once the directory holding it is synced, and
+/// without this a log's every acknowledged batch could vanish with its directory.
+/// The parent is synced on every open, not only when the directory is new, because an
+/// earlier open may have created it and crashed before syncing. Parents that already
+/// existed are the caller's to have made durable (the broker's data directory).
+fn create_log_dir(io: &dyn Io, dir: &Path) -> Result<(), StorageError> {
+    let created: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|p| !p.as_os_str().is_empty() && !io.is_dir(p))
+        .collect();
+    io.create_dir_all(dir)
+        .map_err(io_err("create directory", dir))?;
+    let mut parents: Vec<&Path> = created.iter().filter_map(|p| p.parent()).collect();
+    if let Some(parent) = dir.parent()
+        && !parents.contains(&parent)
+    {
+        parents.push(parent);
+    }
+    for parent in parents {
+        let parent = if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        };
+        io.sync_dir(parent)
+            .map_err(io_err("sync directory", parent))?;
+    }
+    Ok(())
 }
 
 /// The writer's starting state, as recovery found it.
@@ -690,10 +726,14 @@ fn apply_accepted(
     damage: &mut Vec<DamagedRange>,
     found_from: usize,
 ) -> Result<(), StorageError> {
-    for entry in accepted
-        .iter()
-        .filter(|a| a.key.segment_base == segment.base_offset && a.key.position < len)
-    {
+    for entry in accepted.iter().filter(|a| {
+        // An entry for offsets before the segment's base is a gap (missing segments, or
+        // a lost tail rolled past) filed under the segment after it: it names no bytes
+        // of this segment, whether the gap is still there or retention took it.
+        a.key.segment_base == segment.base_offset
+            && a.key.from_offset >= segment.base_offset
+            && a.key.position < len
+    }) {
         if damage[found_from..].iter().any(|d| entry.matches(d)) {
             continue;
         }

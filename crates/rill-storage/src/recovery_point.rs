@@ -1,7 +1,8 @@
 //! The recovery point: how far the active segment is known to be durable.
 //!
-//! Written (without its own fsync) after every successful data sync, after a roll and
-//! after recovery. Because it is written only after the data it names was synced, any
+//! Written (without its own fsync) after every successful data sync and after a roll;
+//! written and synced when a log is created and after recovery, so a log always has
+//! one on disk. Because it is written only after the data it names was synced, any
 //! copy that survives a crash names durable data; a lost or torn copy only makes the
 //! next recovery scan more. Recovery validates the active segment from here to its end:
 //! bytes after the last sync are the only ones a crash can tear, and with page
@@ -85,11 +86,6 @@ impl RecoveryPoint {
         file.write_all_at(&self.encode(), 0)?;
         file.sync_data()?;
         io.sync_dir(dir)
-    }
-
-    /// Whether the log in `dir` has a recovery point file at all.
-    pub(crate) fn exists(io: &dyn Io, dir: &Path) -> bool {
-        io.exists(&dir.join(FILE))
     }
 }
 

@@ -495,8 +495,10 @@ impl PartitionLog {
         self.sync()?;
         let w = self.lock_writer()?;
         let active = Arc::clone(&w.active);
-        if !active.has_damage() && w.tail_damage.is_none() {
-            // Every seal has finished: the recovery point may now name the very end.
+        if !active.has_damage() && w.tail_damage.is_none() && self.unaccepted_damage().is_none() {
+            // Every seal has finished: the recovery point may now name the very end
+            // (unless damage nobody accepted lies before it: the next open must find it
+            // again, see `recover`).
             self.advance_recovery_point(RecoveryPoint {
                 segment_base: active.base_offset,
                 position: w.written_len,
