@@ -534,9 +534,22 @@ impl Scan<'_> {
         cut: Cut,
     ) -> Result<Tail, StorageError> {
         let base = self.segment.base_offset;
-        if let Some(rp) = rp.filter(|rp| rp.position <= self.len && rp.next_offset >= base)
-            && last_entry_below_is_sound(self.segment, self.file, rp.position, self.len)?
-        {
+        let rp = rp.filter(|rp| rp.position <= self.len && rp.next_offset >= base);
+        let sound = match rp {
+            Some(rp) => point_is_sound(self.segment, self.file, &rp)?,
+            None => true,
+        };
+        if !sound {
+            // A point with a valid CRC that does not describe the file (a bug or
+            // tampering wrote it) proves nothing: validate all of it, and cut only what
+            // a process crash could have left.
+            tracing::warn!(path = %self.segment.path.display(), "the recovery point does not fall on a batch boundary with its offset; validating all of the segment");
+            let cut = if cut == Cut::Never { cut } else { Cut::TornOnly };
+            return Ok(self
+                .run(0, base, max_ts_before, cut)?
+                .expect("a scan from the start always fits"));
+        }
+        if let Some(rp) = rp {
             if let Some(found) = self.run(rp.position, rp.next_offset, rp.max_timestamp_us, cut)? {
                 return Ok(found);
             }
@@ -789,25 +802,40 @@ fn batch_is_valid_at(
     Ok(matches!(scanner.next_batch()?, Ok(Some(_))))
 }
 
-/// Whether the last index entry below `position` points at a batch header with the
-/// offset it claims. Entries below the recovery point are kept without a scan, so a
-/// damaged index is caught here (and the whole segment rescanned) rather than by reads.
-fn last_entry_below_is_sound(
+/// Whether the recovery point names a batch boundary of the segment and the offset
+/// there: the headers from the last index entry below it (which must point at a batch
+/// with the offset it claims) chain exactly to its position and to its next offset.
+/// Entries below the point are kept without a scan, so a damaged index is caught here
+/// too (and the whole segment rescanned) rather than by reads.
+fn point_is_sound(
     segment: &Segment,
     file: &dyn IoFile,
-    position: u64,
-    len: u64,
+    rp: &RecoveryPoint,
 ) -> Result<bool, StorageError> {
     let entry = segment
         .index()
         .entries()
         .iter()
-        .take_while(|e| u64::from(e.position) < position)
+        .take_while(|e| u64::from(e.position) < rp.position)
         .last()
         .copied();
-    let Some(entry) = entry else { return Ok(true) };
-    let mut scanner = Scanner::new(file, &segment.path, u64::from(entry.position), len)
+    let (start, mut next) = entry.map_or((0, segment.base_offset), |e| {
+        (
+            u64::from(e.position),
+            segment.base_offset + u64::from(e.rel_offset),
+        )
+    });
+    let mut scanner = Scanner::new(file, &segment.path, start, rp.position)
         .with_chunk(rill_format::BATCH_HEADER_LEN)
-        .chaining(segment.base_offset + u64::from(entry.rel_offset));
-    Ok(matches!(scanner.next_batch()?, Ok(Some(_))))
+        .chaining(next);
+    loop {
+        match scanner.next_batch()? {
+            Ok(Some(found)) => match found.header.next_offset() {
+                Some(n) => next = n,
+                None => return Ok(false),
+            },
+            Ok(None) => return Ok(scanner.position() == rp.position && next == rp.next_offset),
+            Err(_) => return Ok(false),
+        }
+    }
 }

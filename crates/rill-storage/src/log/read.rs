@@ -222,12 +222,17 @@ impl PartitionLog {
             .iter()
             .filter(|s| s.max_timestamp_us().is_some_and(|m| m >= timestamp_us))
         {
-            let start = segment
-                .index()
-                .floor_time(timestamp_us)
-                .map_or(0, |e| u64::from(e.position));
             let visible = segment.visible_len();
             let file = segment.log()?;
+            let entry = segment.index().floor_time(timestamp_us);
+            // An index entry is a hint: use it only if the batch it points to is the one
+            // it names, with the timestamp it claims (a wrong entry could skip records).
+            let start = match entry {
+                Some(e) if entry_holds(segment, file.as_ref(), e, visible)? => {
+                    u64::from(e.position)
+                }
+                _ => 0,
+            };
             let mut scanner = Scanner::new(file.as_ref(), &segment.path, start, visible)
                 .with_chunk(LOCATE_CHUNK_BYTES)
                 .skipping(segment.damaged());
@@ -252,6 +257,27 @@ impl PartitionLog {
         }
         Ok(None)
     }
+}
+
+/// Whether the batch at an index entry's position starts at the entry's offset with the
+/// entry's first timestamp.
+fn entry_holds(
+    segment: &Segment,
+    file: &dyn IoFile,
+    entry: crate::index::IndexEntry,
+    visible: u64,
+) -> Result<bool, StorageError> {
+    let position = u64::from(entry.position);
+    if position + rill_format::BATCH_HEADER_LEN as u64 > visible {
+        return Ok(false);
+    }
+    let mut head = [0u8; rill_format::BATCH_HEADER_LEN];
+    file.read_exact_at(&mut head, position)
+        .map_err(io_err("read segment", &segment.path))?;
+    Ok(BatchHeader::parse(&head).is_ok_and(|h| {
+        h.base_offset == segment.base_offset + u64::from(entry.rel_offset)
+            && h.first_timestamp_us == entry.timestamp_us
+    }))
 }
 
 fn data_loss(d: &DamagedRange) -> StorageError {
