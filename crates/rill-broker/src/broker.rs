@@ -205,6 +205,9 @@ impl Broker {
         let io = Arc::clone(&config.io);
         let dir = &config.data_dir;
         io.create_dir_all(dir).map_err(catalog_err("create", dir))?;
+        // The data directory's own entry (a new one, or one an earlier open created
+        // and crashed before syncing) must be durable before anything in it counts.
+        sync_dirs(io.as_ref(), dir, dir.parent().unwrap_or(dir))?;
         let lock_path = dir.join("rill.lock");
         let lock = io.try_lock(&lock_path).map_err(|e| BrokerError::Catalog {
             op: "lock (is another rill using this data directory?)",
@@ -472,6 +475,16 @@ impl Broker {
                 partition: p as u32,
                 reason,
             });
+        }
+        // The topic's directories, down from the data directory, are durable before the
+        // catalog names the topic (each log syncs only its own parent).
+        let topic_path = topic_dir(&self.config.data_dir, stream, topic);
+        if let Err(e) = sync_dirs(self.env.io.as_ref(), &topic_path, &self.config.data_dir) {
+            for p in &opened.partitions {
+                let _ = p.close();
+            }
+            let _ = self.env.io.remove_dir_all(&topic_path);
+            return Err(e);
         }
         let mut file = self.catalog_file();
         file.streams
@@ -908,6 +921,23 @@ impl Broker {
         tracing::info!("broker shut down");
         first_error.map_or(Ok(()), Err)
     }
+}
+
+/// Syncs `dir` and every directory above it up to and including `top`, so each one's
+/// entry in its parent is durable.
+fn sync_dirs(io: &dyn Io, dir: &Path, top: &Path) -> Result<(), BrokerError> {
+    for d in dir.ancestors() {
+        let d = if d.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            d
+        };
+        io.sync_dir(d).map_err(catalog_err("sync directory", d))?;
+        if d == top || !d.starts_with(top) {
+            break;
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn topic_dir(data_dir: &Path, stream: &str, topic: &str) -> PathBuf {

@@ -544,7 +544,11 @@ impl Scan<'_> {
             // tampering wrote it) proves nothing: validate all of it, and cut only what
             // a process crash could have left.
             tracing::warn!(path = %self.segment.path.display(), "the recovery point does not fall on a batch boundary with its offset; validating all of the segment");
-            let cut = if cut == Cut::Never { cut } else { Cut::TornOnly };
+            let cut = if cut == Cut::Never {
+                cut
+            } else {
+                Cut::TornOnly
+            };
             return Ok(self
                 .run(0, base, max_ts_before, cut)?
                 .expect("a scan from the start always fits"));
