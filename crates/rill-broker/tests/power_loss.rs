@@ -42,11 +42,14 @@ fn config(io: &SimIo) -> BrokerConfig {
     config
 }
 
+/// A topic's state: whether it exists, and its acknowledged batches (partition, offset,
+/// value).
+type TopicState = (bool, Vec<(u32, u64, String)>);
+
 /// What the workload knows was acknowledged.
 #[derive(Debug, Default)]
 struct Model {
-    /// Topic → whether it exists, and its acknowledged batches (partition, offset, value).
-    topics: BTreeMap<String, (bool, Vec<(u32, u64, String)>)>,
+    topics: BTreeMap<String, TopicState>,
     /// (topic, partition, consumer) → acknowledged stored offset.
     offsets: BTreeMap<(String, u32), u64>,
     /// The operation in flight when the disk died.
