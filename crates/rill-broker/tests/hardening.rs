@@ -607,3 +607,33 @@ async fn a_commit_from_before_a_restart_is_refused_after_it() {
         Some(4)
     );
 }
+
+/// Found by the broker_open fuzz target: `Broker::open` trusted the names and options
+/// in `catalog.json`, and created directories outside the data directory for a stream
+/// named `../../escaped` (the reproducers are in fuzz/regressions/broker_open/).
+#[test]
+fn a_catalog_with_unsafe_names_or_invalid_options_is_refused() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    for (file, escaped) in [
+        ("catalog-stream-outside-data-dir.json", true),
+        ("catalog-zero-partitions.json", false),
+    ] {
+        let path = format!("{root}/../../fuzz/regressions/broker_open/{file}");
+        let catalog = std::fs::read(&path).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let data = scratch.path().join("a").join("b").join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join("catalog.json"), &catalog).unwrap();
+        let opened = Broker::open(BrokerConfig::new(&data));
+        assert!(
+            matches!(opened, Err(BrokerError::Catalog { .. })),
+            "{file}: {opened:?}"
+        );
+        if escaped {
+            assert!(
+                !scratch.path().join("a").join("escaped").exists(),
+                "{file}: nothing is created outside the data directory"
+            );
+        }
+    }
+}
