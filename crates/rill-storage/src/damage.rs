@@ -48,14 +48,16 @@ impl DamagedRange {
         let to = self
             .to_offset
             .map_or_else(|| "(end unknown)".to_owned(), |t| t.to_string());
+        format!("offsets {}..{to} ({})", self.from_offset, self.location())
+    }
+
+    /// Where the damage is and what it is: `00000000000000000000.log at byte 4096: …`.
+    pub fn location(&self) -> String {
         let file = self.segment.file_name().map_or_else(
             || self.segment.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         );
-        format!(
-            "offsets {}..{to} ({file} at byte {}: {})",
-            self.from_offset, self.position, self.reason
-        )
+        format!("{file} at byte {}: {}", self.position, self.reason)
     }
 
     fn key(&self) -> AcceptedKey {

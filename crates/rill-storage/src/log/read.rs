@@ -284,6 +284,6 @@ fn data_loss(d: &DamagedRange) -> StorageError {
     StorageError::DataLoss {
         from: d.from_offset,
         to: d.to_offset,
-        reason: d.describe(),
+        reason: d.location(),
     }
 }

@@ -6,8 +6,9 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
-use std::sync::Mutex;
 use std::time::Instant;
+
+use parking_lot::Mutex;
 
 use super::SoakError;
 
@@ -33,11 +34,11 @@ impl Events {
     /// Appends one line. A failed write loses history, never the run: it is ignored.
     pub(crate) fn log(&self, what: std::fmt::Arguments<'_>) {
         let ms = self.started.elapsed().as_millis();
-        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = self.out.lock();
         let _ = writeln!(out, "{ms:>9} {what}");
     }
 
     pub(crate) fn flush(&self) {
-        let _ = self.out.lock().unwrap_or_else(|e| e.into_inner()).flush();
+        let _ = self.out.lock().flush();
     }
 }
