@@ -375,13 +375,17 @@ fn open_log(
     Ok((log, producers))
 }
 
+/// Reads from the page cache on the calling task when everything needed is there, and
+/// otherwise on the blocking pool: a read that waits for the disk never runs on a
+/// runtime worker, where a slow disk would stall unrelated connections.
 async fn read_blocking(
     log: Arc<PartitionLog>,
     offset: u64,
     max_bytes: usize,
 ) -> Result<LogRead, BrokerError> {
-    // `pread`s, and on a cold cache a disk read: never on a runtime worker, where a slow
-    // disk would stall unrelated connections.
+    if let Some(read) = log.read_cached(offset, max_bytes) {
+        return read.map_err(BrokerError::from);
+    }
     tokio::task::spawn_blocking(move || log.read(offset, max_bytes))
         .await
         .map_err(|e| BrokerError::Internal(format!("read task failed: {e}")))?

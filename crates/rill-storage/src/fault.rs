@@ -271,6 +271,14 @@ impl IoFile for FaultyFile {
         self.inner.size()
     }
 
+    fn read_at_nowait(&self, buf: &mut [u8], pos: u64) -> io::Result<Option<usize>> {
+        // A slowed disk never has anything cached: reads take the blocking path.
+        if self.affected && self.faults.plan().read_delay.is_some() {
+            return Ok(None);
+        }
+        self.inner.read_at_nowait(buf, pos)
+    }
+
     fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {
         if self.affected {
             self.faults.plan().writebacks.push((pos, len));

@@ -68,6 +68,11 @@ impl FileCache {
         Ok(file)
     }
 
+    /// The open file at `path` if it is cached (no system call).
+    pub(crate) fn get_cached(&self, path: &Path) -> Option<Arc<dyn IoFile>> {
+        self.files.lock().get(path).cloned()
+    }
+
     /// Caches an already open file (a segment that was just sealed).
     pub(crate) fn put(&self, path: &Path, file: Arc<dyn IoFile>) {
         self.files.lock().put(path.to_path_buf(), file);
@@ -117,6 +122,14 @@ impl SegmentFile {
             return Ok(Arc::clone(file));
         }
         self.cache.get(self.io.as_ref(), &self.path)
+    }
+
+    /// The open file if it needs no system call to get (pinned, or cached).
+    pub(crate) fn get_cached(&self) -> Option<Arc<dyn IoFile>> {
+        if let Some(file) = self.pinned.read().as_ref() {
+            return Some(Arc::clone(file));
+        }
+        self.cache.get_cached(&self.path)
     }
 
     /// From now on the file is reached through the cache (the segment is sealed).

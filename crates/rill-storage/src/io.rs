@@ -60,6 +60,14 @@ pub trait IoFile: Send + Sync + fmt::Debug {
         Ok(())
     }
 
+    /// Reads up to `buf.len()` bytes at `pos` only if that needs no wait for the disk
+    /// (the page cache holds them): `None` if it would wait. The default never reads
+    /// this way, so its callers take their blocking path.
+    fn read_at_nowait(&self, buf: &mut [u8], pos: u64) -> io::Result<Option<usize>> {
+        let _ = (buf, pos);
+        Ok(None)
+    }
+
     /// Reads exactly `buf.len()` bytes at `pos`, failing with `UnexpectedEof` if the file
     /// ends first.
     fn read_exact_at(&self, mut buf: &mut [u8], mut pos: u64) -> io::Result<()> {
@@ -75,6 +83,37 @@ pub trait IoFile: Send + Sync + fmt::Debug {
             }
         }
         Ok(())
+    }
+}
+
+/// Reads through `read_at_nowait` only: a read that would wait for the disk fails with
+/// `WouldBlock` (so a whole read attempt can be abandoned and redone where blocking is
+/// allowed). For reads only.
+#[derive(Debug)]
+pub(crate) struct NoWait(pub(crate) Arc<dyn IoFile>);
+
+impl IoFile for NoWait {
+    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
+        match self.0.read_at_nowait(buf, pos)? {
+            Some(n) => Ok(n),
+            None => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    fn write_all_at(&self, _buf: &[u8], _pos: u64) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    fn set_len(&self, _len: u64) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    fn size(&self) -> io::Result<u64> {
+        self.0.size()
     }
 }
 
@@ -161,6 +200,10 @@ impl IoFile for StdFile {
 
     fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {
         crate::sys::start_writeback(&self.0, pos, len)
+    }
+
+    fn read_at_nowait(&self, buf: &mut [u8], pos: u64) -> io::Result<Option<usize>> {
+        crate::sys::read_nowait(&self.0, buf, pos)
     }
 
     fn size(&self) -> io::Result<u64> {

@@ -548,3 +548,37 @@ fn write_behind_hints_whole_pages_once_a_mib_is_new() {
     let log = PartitionLog::open(dir.path(), LogConfig::default()).unwrap();
     assert_eq!(log.next_offset(), 24 * 100);
 }
+
+#[test]
+fn a_cached_read_returns_what_a_read_does_or_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = PartitionLog::open(dir.path(), small_config()).unwrap();
+    for i in 0..40 {
+        log.append(&batch(&format!("c{i}"), 3, 50)).unwrap();
+    }
+    for from in [0, 7, 60, 119] {
+        let read = log.read(from, 4096).unwrap();
+        // `None` where the kernel cannot read without waiting (or the page cache does
+        // not hold it); otherwise exactly the same batches.
+        if let Some(cached) = log.read_cached(from, 4096) {
+            assert_eq!(cached.unwrap(), read, "from {from}");
+        }
+    }
+    // Errors are the same errors.
+    assert!(matches!(
+        log.read_cached(1000, 10),
+        None | Some(Err(StorageError::OffsetBeyondEnd { .. }))
+    ));
+    // A disk that is slow has nothing cached: the caller must take its blocking path.
+    let (io, faults) = rill_storage::fault::FaultyIo::new();
+    let slow = PartitionLog::open_with(
+        dir.path().join("slow"),
+        small_config(),
+        Arc::new(io),
+        Arc::new(rill_storage::SystemClock),
+    )
+    .unwrap();
+    slow.append(&batch("s", 1, 1)).unwrap();
+    faults.delay_reads(Some(std::time::Duration::from_millis(1)));
+    assert!(slow.read_cached(0, 4096).is_none());
+}

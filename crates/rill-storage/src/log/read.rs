@@ -8,7 +8,7 @@ use super::{LogRead, PartitionLog, corrupt};
 use crate::StorageError;
 use crate::damage::{DamagedRange, search_after};
 use crate::error::io_err;
-use crate::io::IoFile;
+use crate::io::{IoFile, NoWait};
 use crate::segment::{DamagedBytes, ScanStop, Scanner, Segment};
 
 /// Bytes read at a time when locating an offset from a sparse index entry.
@@ -32,7 +32,7 @@ impl PartitionLog {
     /// damage returns the batches before it.
     pub fn read(&self, from: u64, max_bytes: usize) -> Result<LogRead, StorageError> {
         for _ in 0..DAMAGE_RETRIES_MAX {
-            if let Some(read) = self.read_once(from, max_bytes)? {
+            if let Some(read) = self.read_once(from, max_bytes, false)? {
                 return Ok(read);
             }
         }
@@ -43,8 +43,35 @@ impl PartitionLog {
         })
     }
 
-    /// One attempt: `None` if it found (and recorded) new damage.
-    fn read_once(&self, from: u64, max_bytes: usize) -> Result<Option<LogRead>, StorageError> {
+    /// Like [`PartitionLog::read`], but only if everything it reads is in the page cache
+    /// (and its files are open): `None` if it would wait for the disk, so an async
+    /// caller reads here when it can and goes to a blocking thread only when it must.
+    pub fn read_cached(
+        &self,
+        from: u64,
+        max_bytes: usize,
+    ) -> Option<Result<LogRead, StorageError>> {
+        match self.read_once(from, max_bytes, true) {
+            Ok(Some(read)) => Some(Ok(read)),
+            // New damage: the blocking read records it.
+            Ok(None) => None,
+            Err(StorageError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::WouldBlock =>
+            {
+                None
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// One attempt: `None` if it found (and recorded) new damage. With `nowait`, every
+    /// read must come from the page cache (else `WouldBlock`), and no damage is recorded.
+    fn read_once(
+        &self,
+        from: u64,
+        max_bytes: usize,
+        nowait: bool,
+    ) -> Result<Option<LogRead>, StorageError> {
         let log_end = self.next_offset();
         let log_start = self.log_start();
         if from < log_start {
@@ -76,7 +103,7 @@ impl PartitionLog {
             .partition_point(|s| s.base_offset <= from)
             .saturating_sub(1);
         while let Some(segment) = segments.get(i) {
-            match self.read_segment(segment, from, max_bytes, log_start, log_end)? {
+            match self.read_segment(segment, from, max_bytes, log_start, log_end, nowait)? {
                 Attempt::Read(read) => return Ok(Some(read)),
                 Attempt::NotHere => i += 1,
                 Attempt::FoundDamage => return Ok(None),
@@ -101,10 +128,18 @@ impl PartitionLog {
         max_bytes: usize,
         log_start: u64,
         log_end: u64,
+        nowait: bool,
     ) -> Result<Attempt, StorageError> {
         let visible = segment.visible_len();
         let extent = segment.readable_extent(from, visible);
-        let file = segment.log()?;
+        let file: Arc<dyn IoFile> = if nowait {
+            match segment.file.get_cached() {
+                Some(file) => Arc::new(NoWait(file)),
+                None => return Err(would_block(&segment.path)),
+            }
+        } else {
+            segment.log()?
+        };
         let mut scanner = Scanner::new(file.as_ref(), &segment.path, extent.start, extent.end)
             .with_chunk(LOCATE_CHUNK_BYTES);
         let mut expected = extent.start_offset;
@@ -126,6 +161,9 @@ impl PartitionLog {
                 },
                 Ok(None) => return Ok(Attempt::NotHere),
                 Err(stop) => {
+                    if nowait {
+                        return Err(would_block(&segment.path));
+                    }
                     let at = scanner.position();
                     return self.found_damage(segment, &file, at, expected, &stop);
                 }
@@ -278,6 +316,11 @@ fn entry_holds(
         h.base_offset == segment.base_offset + u64::from(entry.rel_offset)
             && h.first_timestamp_us == entry.timestamp_us
     }))
+}
+
+/// The error a `nowait` read stops with: the data is not in the page cache.
+fn would_block(path: &std::path::Path) -> StorageError {
+    io_err("read segment", path)(std::io::ErrorKind::WouldBlock.into())
 }
 
 fn data_loss(d: &DamagedRange) -> StorageError {
