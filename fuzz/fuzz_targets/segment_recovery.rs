@@ -1,8 +1,10 @@
 //! Recovery on arbitrary segment contents: opening must never panic or hang; it
 //! recovers or returns a typed error. Input builds valid batches, then corrupts,
 //! truncates and appends garbage, so recovery sees realistic damage. After a
-//! successful open, everything readable must parse, appends continue at the next
-//! offset, and a second open agrees with the first.
+//! successful open, everything readable must parse (damaged ranges fail with
+//! `DataLoss` and are stepped over), a log with damage refuses appends until the loss is
+//! accepted, appends then continue at or after the old end, and a second open agrees
+//! with the first.
 #![no_main]
 
 mod common;
@@ -91,6 +93,12 @@ fuzz_target!(|input: Input<'_>| {
     while at < next {
         let read = match log.read(at, 4096) {
             Ok(read) => read,
+            // A damaged range names where reading resumes.
+            Err(StorageError::DataLoss { from, to: Some(to), .. }) => {
+                assert!(from <= at && to > at, "{at} in {from}..{to}");
+                at = to;
+                continue;
+            }
             // Only damage the recovery point vouched for may surface at read time.
             Err(e) if input.keep_recovery_point => {
                 assert!(matches!(e, StorageError::Corrupt { .. }), "{e}");
@@ -112,9 +120,24 @@ fuzz_target!(|input: Input<'_>| {
     }
     let mut builder = BatchBuilder::new();
     builder.push(NewRecord::value(b"after")).unwrap();
-    let appended = log.append(&builder.finish().unwrap()).unwrap();
-    assert_eq!(appended.base_offset, next);
+    let batch = builder.finish().unwrap();
+    let damaged = log.failure().is_some();
+    let appended = if damaged {
+        assert!(
+            matches!(log.append(&batch), Err(StorageError::Damaged { .. })),
+            "a damaged log refuses appends"
+        );
+        log.accept_damage(0).unwrap();
+        let appended = log.append(&batch).unwrap();
+        assert!(appended.base_offset >= next, "no offset is used twice");
+        appended
+    } else {
+        let appended = log.append(&batch).unwrap();
+        assert_eq!(appended.base_offset, next);
+        appended
+    };
     drop(log);
     let log = open(dir.path(), &config).expect("a recovered log reopens");
-    assert_eq!(log.next_offset(), next + 1);
+    assert_eq!(log.next_offset(), appended.base_offset + 1);
+    assert!(log.failure().is_none(), "accepted damage stays accepted: {:?}", log.failure());
 });

@@ -75,7 +75,10 @@ impl SegmentIndex {
         };
         let ok = index.load(log_len)?;
         if !ok {
-            index.entries.clear();
+            // Start both files over, so entries pushed from here on (a rebuild, or the
+            // validation of the tail) line up in both: stale entries left past them would
+            // make the pair malformed at every later open.
+            index.truncate(0)?;
         }
         Ok((index, ok))
     }

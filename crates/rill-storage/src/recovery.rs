@@ -293,7 +293,7 @@ pub(crate) fn recover(
             range.accepted = true;
         }
     }
-    drop_covered_gaps(&mut damage);
+    drop_contained(&mut damage);
 
     // What recovery kept may have been only in the page cache (a process crash): make
     // it durable before a recovery point says so.
@@ -535,38 +535,21 @@ impl Scan<'_> {
     ) -> Result<Tail, StorageError> {
         let base = self.segment.base_offset;
         let rp = rp.filter(|rp| rp.position <= self.len && rp.next_offset >= base);
-        let sound = match rp {
-            Some(rp) => point_is_sound(self.segment, self.file, &rp)?,
-            None => true,
-        };
-        if !sound {
-            // A point with a valid CRC that does not describe the file (a bug or
-            // tampering wrote it) proves nothing: validate all of it, and cut only what
-            // a process crash could have left.
-            tracing::warn!(path = %self.segment.path.display(), "the recovery point does not fall on a batch boundary with its offset; validating all of the segment");
-            let cut = if cut == Cut::Never {
-                cut
-            } else {
-                Cut::TornOnly
-            };
-            return Ok(self
-                .run(0, base, max_ts_before, cut)?
-                .expect("a scan from the start always fits"));
-        }
+        let mut cut = cut;
         if let Some(rp) = rp {
-            if let Some(found) = self.run(rp.position, rp.next_offset, rp.max_timestamp_us, cut)? {
+            if point_is_sound(self.segment, self.file, &rp)?
+                && let Some(found) =
+                    self.run(rp.position, rp.next_offset, rp.max_timestamp_us, cut)?
+            {
                 return Ok(found);
             }
-            tracing::warn!(path = %self.segment.path.display(), "recovery point does not match the segment; validating all of it");
-            // A point that does not describe the file proves nothing about it.
-            let cut = if cut == Cut::Never {
-                cut
-            } else {
-                Cut::TornOnly
-            };
-            return Ok(self
-                .run(0, base, max_ts_before, cut)?
-                .expect("a scan from the start always fits"));
+            // A point with a valid CRC that does not describe the file (a bug or
+            // tampering wrote it) proves nothing: validate all of it, and cut only what a
+            // process crash could have left.
+            tracing::warn!(path = %self.segment.path.display(), "the recovery point does not describe the segment; validating all of it");
+            if cut != Cut::Never {
+                cut = Cut::TornOnly;
+            }
         }
         Ok(self
             .run(0, base, max_ts_before, cut)?
@@ -710,24 +693,39 @@ impl Scan<'_> {
     }
 }
 
-/// Drops missing-offset ranges (gaps) that another damaged range covers: after damage
-/// at the end of a segment is accepted, the next segment starts where appends resumed,
-/// and the offsets in between are that damage's, not a second loss.
-fn drop_covered_gaps(damage: &mut Vec<DamagedRange>) {
-    let covered = |gap: &DamagedRange, all: &[DamagedRange]| {
-        gap.position == gap.end_position
-            && all.iter().any(|d| {
-                !std::ptr::eq(d, gap)
-                    && d.position < d.end_position
-                    && d.from_offset <= gap.from_offset
-                    && match (d.to_offset, gap.to_offset) {
-                        (None, _) => true,
-                        (Some(a), Some(b)) => a >= b,
-                        (Some(_), None) => false,
-                    }
-            })
+/// Drops damaged ranges another one contains, so one damage is reported (and accepted)
+/// once: a gap whose offsets are a damaged range's (after damage at the end of a
+/// segment is accepted, the next segment starts where appends resumed, and the offsets
+/// in between are that damage's, not a second loss), and a range inside another's
+/// bytes and offsets (a later open, checking from a recovery point inside accepted
+/// damage, finds only its tail).
+fn drop_contained(damage: &mut Vec<DamagedRange>) {
+    let contains = |outer: &DamagedRange, inner: &DamagedRange| {
+        let offsets = outer.from_offset <= inner.from_offset
+            && match (outer.to_offset, inner.to_offset) {
+                (None, _) => true,
+                (Some(a), Some(b)) => a >= b,
+                (Some(_), None) => false,
+            };
+        if !offsets || outer.position == outer.end_position {
+            return false;
+        }
+        if inner.position == inner.end_position {
+            return true;
+        }
+        outer.segment_base == inner.segment_base
+            && outer.position <= inner.position
+            && inner.end_position <= outer.end_position
+            && (outer.position, outer.end_position) != (inner.position, inner.end_position)
     };
-    let keep: Vec<bool> = damage.iter().map(|g| !covered(g, damage)).collect();
+    let keep: Vec<bool> = damage
+        .iter()
+        .map(|inner| {
+            !damage
+                .iter()
+                .any(|outer| !std::ptr::eq(outer, inner) && contains(outer, inner))
+        })
+        .collect();
     let mut keep = keep.into_iter();
     damage.retain(|_| keep.next().unwrap_or(true));
 }

@@ -292,3 +292,48 @@ fn open_files_stay_bounded_whatever_the_number_of_segments() {
         log.segment_count()
     );
 }
+
+/// Found by the segment_recovery fuzz target: damage at the end of the last segment
+/// (a batch whose records are damaged, then garbage) was accepted; on the next open the
+/// check from the old recovery point, which falls inside that damage, found only its
+/// tail and reported it as new damage.
+#[test]
+fn accepted_damage_at_the_end_is_not_found_again_inside_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        durability: Durability::Never,
+        index_interval_bytes: 64,
+        ..LogConfig::default()
+    };
+    {
+        let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
+        for i in 0..6 {
+            log.append(&batch(&format!("b{i}"), 2, 20)).unwrap();
+        }
+        log.close().unwrap();
+    }
+    let path = segments(dir.path())[0].clone();
+    let batches = batches_of(&path);
+    let (last, len) = *batches.last().unwrap();
+    flip(&path, last + len - 3); // the last batch's records
+    // A broken header and no index: the recovery point cannot be checked, so the first
+    // open validates the whole segment and quarantines the last batch to the end.
+    break_header(&path, 1);
+    fs::remove_file(path.with_extension("index")).unwrap();
+    let mut bytes = fs::read(&path).unwrap();
+    bytes.extend_from_slice(&[7u8; 22]);
+    fs::write(&path, bytes).unwrap();
+    let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
+    assert!(log.failure().is_some());
+    let old_point = fs::read(dir.path().join("recovery-point")).unwrap();
+    log.accept_damage(0).unwrap();
+    let appended = log.append(&batch("after", 1, 1)).unwrap();
+    drop(log);
+    // The roll's new recovery point was not written (its segment's background seal was
+    // still running; or a power loss took the write back): the old one names the end of
+    // the damaged segment, inside the accepted damage.
+    fs::write(dir.path().join("recovery-point"), old_point).unwrap();
+    let log = PartitionLog::open(dir.path(), config).unwrap();
+    assert!(log.failure().is_none(), "{:?}", log.failure());
+    assert_eq!(log.next_offset(), appended.base_offset + 1);
+}
