@@ -6,21 +6,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use rill_proto::pb;
 use rill_storage::{
-    Clock, DamagedRange, FileCache, Flusher, Io, LogEnv, LogRead, OPEN_FILES_DEFAULT, StdIo,
-    SystemClock,
+    Clock, DamagedRange, FileCache, Flusher, Io, LogEnv, OPEN_FILES_DEFAULT, StdIo, SystemClock,
 };
 
 use crate::BrokerError;
 use crate::catalog::{
     self, CatalogFile, DurabilityConfig, StreamFile, TopicConfig, TopicFile, catalog_err,
 };
-use crate::names::validate_name;
-use crate::offsets::{OffsetKey, OffsetStore};
-use crate::partition::{Partition, PartitionOptions, Produced};
+use crate::offsets::OffsetStore;
+use crate::partition::{Partition, PartitionOptions};
 use crate::producer::RECENT_BATCHES;
 use crate::reserve::Reserve;
 
@@ -119,9 +115,9 @@ pub(crate) struct Topic {
 }
 
 #[derive(Debug, Default)]
-struct Stream {
-    created_us: i64,
-    topics: BTreeMap<String, Arc<Topic>>,
+pub(crate) struct Stream {
+    pub(crate) created_us: i64,
+    pub(crate) topics: BTreeMap<String, Arc<Topic>>,
 }
 
 /// What a fetch asks for.
@@ -172,16 +168,16 @@ pub struct FailedPartition {
 /// The broker core, embeddable: no sockets. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct Broker {
-    config: BrokerConfig,
+    pub(crate) config: BrokerConfig,
     /// The disk, the clock and the shared file cache every log uses.
     pub(crate) env: LogEnv,
     streams: RwLock<BTreeMap<String, Stream>>,
     /// Serializes catalog changes (and their file I/O). It guards no state of its own.
-    admin: Mutex<()>,
+    pub(crate) admin: Mutex<()>,
     pub(crate) offsets: OffsetStore,
     pub(crate) groups: crate::groups::Groups,
-    flusher: Flusher,
-    clock: SystemClock,
+    pub(crate) flusher: Flusher,
+    pub(crate) clock: SystemClock,
     shutting_down: AtomicBool,
     pub(crate) reserve: Reserve,
     /// Held until shutdown: one broker per data directory. Released by `shutdown`
@@ -271,11 +267,11 @@ impl Broker {
 
     // The catalog map changes by one insert or remove at a time, so a panic cannot
     // leave it half-changed: a lock without poisoning.
-    fn read_streams(&self) -> RwLockReadGuard<'_, BTreeMap<String, Stream>> {
+    pub(crate) fn read_streams(&self) -> RwLockReadGuard<'_, BTreeMap<String, Stream>> {
         self.streams.read()
     }
 
-    fn write_streams(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Stream>> {
+    pub(crate) fn write_streams(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Stream>> {
         self.streams.write()
     }
 
@@ -287,7 +283,7 @@ impl Broker {
     }
 
     /// The catalog as it would be saved.
-    fn catalog_file(&self) -> CatalogFile {
+    pub(crate) fn catalog_file(&self) -> CatalogFile {
         let streams = self.read_streams();
         CatalogFile {
             version: 1,
@@ -320,7 +316,7 @@ impl Broker {
 
     /// Persists a catalog; on a full disk it gives back the reserved space and tries
     /// once more, so an operator can still delete topics to free space.
-    fn save_catalog(&self, file: &CatalogFile) -> Result<(), BrokerError> {
+    pub(crate) fn save_catalog(&self, file: &CatalogFile) -> Result<(), BrokerError> {
         match catalog::save(self.env.io.as_ref(), &self.config.data_dir, file) {
             Err(BrokerError::Catalog { source, .. })
                 if crate::reserve::is_no_space(&source) && self.reserve.release() =>
@@ -330,520 +326,6 @@ impl Broker {
             }
             other => other,
         }
-    }
-
-    // ---- admin ---------------------------------------------------------------------
-
-    /// Creates a stream. With `if_missing`, an existing stream is not an error.
-    /// Returns whether it was created.
-    pub fn create_stream(&self, name: &str, if_missing: bool) -> Result<bool, BrokerError> {
-        self.check_running()?;
-        validate_name("stream", name)?;
-        let _admin = self.admin.lock();
-        if self.read_streams().contains_key(name) {
-            return if if_missing {
-                Ok(false)
-            } else {
-                Err(BrokerError::StreamExists(name.to_owned()))
-            };
-        }
-        let mut file = self.catalog_file();
-        let created_us = self.clock.now_us();
-        file.streams.insert(
-            name.to_owned(),
-            StreamFile {
-                created_us,
-                topics: BTreeMap::new(),
-            },
-        );
-        // Write-ahead: the catalog on disk changes first, then the one in memory.
-        self.save_catalog(&file)?;
-        self.write_streams().insert(
-            name.to_owned(),
-            Stream {
-                created_us,
-                topics: BTreeMap::new(),
-            },
-        );
-        tracing::info!(stream = name, "stream created");
-        Ok(true)
-    }
-
-    /// Deletes a stream and every topic in it.
-    pub fn delete_stream(&self, name: &str) -> Result<(), BrokerError> {
-        self.check_running()?;
-        let topics: Vec<String> = {
-            let streams = self.read_streams();
-            let stream = streams
-                .get(name)
-                .ok_or_else(|| BrokerError::StreamNotFound(name.to_owned()))?;
-            stream.topics.keys().cloned().collect()
-        };
-        for topic in topics {
-            self.delete_topic(name, &topic)?;
-        }
-        let _admin = self.admin.lock();
-        let mut file = self.catalog_file();
-        if file.streams.remove(name).is_none() {
-            return Err(BrokerError::StreamNotFound(name.to_owned()));
-        }
-        self.save_catalog(&file)?;
-        self.write_streams().remove(name);
-        let dir = self.config.data_dir.join("streams").join(name);
-        let io = self.env.io.as_ref();
-        if io.exists(&dir) {
-            io.remove_dir_all(&dir)
-                .map_err(catalog_err("remove", &dir))?;
-        }
-        tracing::info!(stream = name, "stream deleted");
-        Ok(())
-    }
-
-    /// Streams with their topic counts, by name.
-    pub fn list_streams(&self) -> Vec<(String, u32)> {
-        self.read_streams()
-            .iter()
-            .map(|(n, s)| (n.clone(), s.topics.len() as u32))
-            .collect()
-    }
-
-    /// Creates a topic. With `if_missing`, an existing topic whose options agree with
-    /// the requested ones is not an error; `create_stream` creates the stream too.
-    /// Returns whether it was created and the topic's options.
-    pub fn create_topic(
-        &self,
-        stream: &str,
-        topic: &str,
-        options: &pb::TopicOptions,
-        if_missing: bool,
-        create_stream: bool,
-    ) -> Result<(bool, TopicConfig), BrokerError> {
-        self.check_running()?;
-        validate_name("stream", stream)?;
-        validate_name("topic", topic)?;
-        let config = TopicConfig::from_proto(options, self.config.default_durability)?;
-        if create_stream {
-            self.create_stream(stream, true)?;
-        }
-        let _admin = self.admin.lock();
-        {
-            let streams = self.read_streams();
-            let s = streams
-                .get(stream)
-                .ok_or_else(|| BrokerError::StreamNotFound(stream.to_owned()))?;
-            if let Some(existing) = s.topics.get(topic) {
-                let conflicts = existing.config.conflicts(options);
-                return if if_missing && conflicts.is_empty() {
-                    Ok((false, existing.config.clone()))
-                } else {
-                    Err(BrokerError::TopicExists {
-                        stream: stream.to_owned(),
-                        topic: topic.to_owned(),
-                        detail: if conflicts.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" and {}", conflicts.join(", "))
-                        },
-                    })
-                };
-            }
-        }
-        let created_us = self.clock.now_us();
-        // Files first (a crash leaves an orphan directory, removed at the next open),
-        // then the catalog on disk, then the catalog in memory.
-        let opened = open_topic(
-            &self.config,
-            &self.env,
-            &self.flusher,
-            stream,
-            topic,
-            &config,
-            created_us,
-            true,
-        )?;
-        if let Some((p, reason)) = opened
-            .partitions
-            .iter()
-            .enumerate()
-            .find_map(|(i, p)| p.failure().map(|r| (i, r)))
-        {
-            let dir = topic_dir(&self.config.data_dir, stream, topic);
-            let _ = self.env.io.remove_dir_all(&dir);
-            return Err(BrokerError::PartitionUnavailable {
-                stream: stream.to_owned(),
-                topic: topic.to_owned(),
-                partition: p as u32,
-                reason,
-            });
-        }
-        // The topic's directories, down from the data directory, are durable before the
-        // catalog names the topic (each log syncs only its own parent).
-        let topic_path = topic_dir(&self.config.data_dir, stream, topic);
-        if let Err(e) = sync_dirs(self.env.io.as_ref(), &topic_path, &self.config.data_dir) {
-            for p in &opened.partitions {
-                let _ = p.close();
-            }
-            let _ = self.env.io.remove_dir_all(&topic_path);
-            return Err(e);
-        }
-        let mut file = self.catalog_file();
-        file.streams
-            .get_mut(stream)
-            .expect("checked above under the admin lock")
-            .topics
-            .insert(
-                topic.to_owned(),
-                TopicFile {
-                    created_us,
-                    config: config.clone(),
-                },
-            );
-        if let Err(e) = self.save_catalog(&file) {
-            for p in &opened.partitions {
-                let _ = p.close();
-            }
-            let dir = topic_dir(&self.config.data_dir, stream, topic);
-            let _ = self.env.io.remove_dir_all(&dir);
-            return Err(e);
-        }
-        self.write_streams()
-            .get_mut(stream)
-            .expect("checked above under the admin lock")
-            .topics
-            .insert(topic.to_owned(), Arc::new(opened));
-        tracing::info!(
-            stream,
-            topic,
-            partitions = config.partitions,
-            "topic created"
-        );
-        Ok((true, config))
-    }
-
-    /// Deletes a topic, its data and its stored offsets. Write-ahead: the catalog
-    /// without the topic is saved first (on a full disk, into the reserved space), so
-    /// a failure leaves the topic as it was, and a crash after it leaves only files
-    /// that the next open removes.
-    pub fn delete_topic(&self, stream: &str, topic: &str) -> Result<(), BrokerError> {
-        self.check_running()?;
-        let _admin = self.admin.lock();
-        let mut file = self.catalog_file();
-        let removed_from_file = file
-            .streams
-            .get_mut(stream)
-            .ok_or_else(|| BrokerError::StreamNotFound(stream.to_owned()))?
-            .topics
-            .remove(topic);
-        if removed_from_file.is_none() {
-            return Err(BrokerError::TopicNotFound {
-                stream: stream.to_owned(),
-                topic: topic.to_owned(),
-            });
-        }
-        self.save_catalog(&file)?;
-        let removed = self
-            .write_streams()
-            .get_mut(stream)
-            .and_then(|s| s.topics.remove(topic))
-            .expect("present under the admin lock");
-        for partition in &removed.partitions {
-            // A partition whose log failed stays poisoned; its files go anyway.
-            if let Err(e) = partition.close() {
-                tracing::warn!(error = %e, "closing a deleted topic's partition");
-            }
-        }
-        let dir = topic_dir(&self.config.data_dir, stream, topic);
-        let io = self.env.io.as_ref();
-        if io.exists(&dir) {
-            io.remove_dir_all(&dir)
-                .map_err(catalog_err("remove", &dir))?;
-        }
-        self.groups.forget_topic(stream, topic);
-        for (key, _) in self.offsets.for_topic(stream, topic) {
-            if let Err(e) = self.offsets.delete(key) {
-                // The topic is gone; a stored offset left behind names nothing and is
-                // dropped by the next compaction.
-                tracing::warn!(error = %e, "deleting a deleted topic's stored offset");
-            }
-        }
-        // Space was freed: take the reserve back if it was used.
-        self.reserve.ensure();
-        tracing::info!(stream, topic, "topic deleted");
-        Ok(())
-    }
-
-    /// Topics of one stream (or of all, with `None`), with their options.
-    pub fn list_topics(
-        &self,
-        stream: Option<&str>,
-    ) -> Result<Vec<(String, String, TopicConfig)>, BrokerError> {
-        let streams = self.read_streams();
-        if let Some(name) = stream
-            && !streams.contains_key(name)
-        {
-            return Err(BrokerError::StreamNotFound(name.to_owned()));
-        }
-        Ok(streams
-            .iter()
-            .filter(|(n, _)| stream.is_none_or(|s| s == n.as_str()))
-            .flat_map(|(n, s)| {
-                s.topics
-                    .iter()
-                    .map(|(t, topic)| (n.clone(), t.clone(), topic.config.clone()))
-            })
-            .collect())
-    }
-
-    pub(crate) fn topic(&self, stream: &str, topic: &str) -> Result<Arc<Topic>, BrokerError> {
-        let streams = self.read_streams();
-        let s = streams
-            .get(stream)
-            .ok_or_else(|| BrokerError::StreamNotFound(stream.to_owned()))?;
-        s.topics
-            .get(topic)
-            .cloned()
-            .ok_or_else(|| BrokerError::TopicNotFound {
-                stream: stream.to_owned(),
-                topic: topic.to_owned(),
-            })
-    }
-
-    pub(crate) fn partition(
-        &self,
-        stream: &str,
-        topic: &str,
-        partition: u32,
-    ) -> Result<Arc<Partition>, BrokerError> {
-        let t = self.topic(stream, topic)?;
-        t.partitions
-            .get(partition as usize)
-            .cloned()
-            .ok_or_else(|| BrokerError::PartitionNotFound {
-                stream: stream.to_owned(),
-                topic: topic.to_owned(),
-                partition,
-                partitions: t.config.partitions,
-            })
-    }
-
-    /// A topic's options and per-partition state.
-    pub fn describe_topic(
-        &self,
-        stream: &str,
-        topic: &str,
-    ) -> Result<(TopicConfig, Vec<PartitionState>), BrokerError> {
-        let t = self.topic(stream, topic)?;
-        let partitions = t
-            .partitions
-            .iter()
-            .enumerate()
-            .map(|(i, p)| match p.log() {
-                Ok(log) => PartitionState {
-                    partition: i as u32,
-                    first_offset: log.log_start(),
-                    next_offset: log.next_offset(),
-                    size_bytes: log.size_bytes(),
-                    segments: log.segment_count() as u32,
-                    failure: p.failure(),
-                    damaged: log.damage(),
-                },
-                Err(e) => PartitionState {
-                    partition: i as u32,
-                    first_offset: 0,
-                    next_offset: 0,
-                    size_bytes: 0,
-                    segments: 0,
-                    failure: Some(e.to_string()),
-                    damaged: Vec::new(),
-                },
-            })
-            .collect();
-        Ok((t.config.clone(), partitions))
-    }
-
-    // ---- data ----------------------------------------------------------------------
-
-    /// A fresh idempotent-producer identity.
-    pub fn init_producer(&self) -> (u64, u16) {
-        // Random 64-bit ids: collisions are negligible and no allocation state is
-        // needed; the epoch starts at 0.
-        (rand::random::<u64>() | 1, 0)
-    }
-
-    /// Appends one batch to a partition and returns once it is durable per the topic's
-    /// policy. A retried idempotent batch is acknowledged again without a second append.
-    pub async fn produce(
-        &self,
-        stream: &str,
-        topic: &str,
-        partition: u32,
-        batch: Bytes,
-    ) -> Result<Produced, BrokerError> {
-        self.check_running()?;
-        if batch.len() > self.config.max_batch_bytes as usize {
-            return Err(rill_storage::StorageError::BatchTooLarge {
-                bytes: batch.len(),
-                max: self.config.max_batch_bytes,
-            }
-            .into());
-        }
-        let p = self.partition(stream, topic, partition)?;
-        let header =
-            rill_format::BatchHeader::parse(&batch).map_err(rill_storage::StorageError::from)?;
-        // A batch that waits for nothing is a write into the page cache: append it here
-        // rather than paying a hop to the blocking pool and back, unless it needs a
-        // segment roll (files and syncs), which goes to the pool like everything else.
-        if !p.append_may_block(&header)
-            && let Some(produced) = p.try_append_inline(&batch)?
-        {
-            return Ok(produced);
-        }
-        // The log stamps a copy of the header and writes the records from this shared
-        // buffer as they are: no copy of the batch, whoever else holds it.
-        tokio::task::spawn_blocking(move || p.append_blocking(&batch, &header))
-            .await
-            .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))?
-    }
-
-    /// Reads from `fetch.offset`, waiting up to `fetch.max_wait` (capped) for
-    /// `fetch.min_bytes`.
-    pub async fn fetch(
-        &self,
-        stream: &str,
-        topic: &str,
-        partition: u32,
-        fetch: Fetch,
-    ) -> Result<LogRead, BrokerError> {
-        self.check_running()?;
-        let p = self.partition(stream, topic, partition)?;
-        let max_bytes = fetch.max_bytes.clamp(1, self.config.max_fetch_bytes) as usize;
-        p.fetch(
-            fetch.offset,
-            max_bytes,
-            fetch.max_wait.min(self.config.max_wait),
-            fetch.min_bytes as usize,
-        )
-        .await
-    }
-
-    /// The first offset, the end, or the first offset at or after a timestamp (a scan:
-    /// call it off the async runtime).
-    pub fn resolve_offset(
-        &self,
-        stream: &str,
-        topic: &str,
-        partition: u32,
-        spec: pb::OffsetSpec,
-        timestamp_us: i64,
-    ) -> Result<u64, BrokerError> {
-        let log = self.partition(stream, topic, partition)?.log()?;
-        Ok(match spec {
-            pb::OffsetSpec::First => log.log_start(),
-            pb::OffsetSpec::End => log.next_offset(),
-            pb::OffsetSpec::Timestamp => log
-                .offset_for_timestamp(timestamp_us)?
-                .unwrap_or_else(|| log.next_offset()),
-            pb::OffsetSpec::Unspecified => {
-                return Err(BrokerError::InvalidRequest("offset spec is missing".into()));
-            }
-        })
-    }
-
-    fn offset_key(
-        &self,
-        stream: &str,
-        topic: &str,
-        partition: u32,
-        consumer: &str,
-    ) -> Result<OffsetKey, BrokerError> {
-        validate_name("consumer", consumer)?;
-        self.partition(stream, topic, partition)?;
-        Ok(OffsetKey {
-            stream: stream.to_owned(),
-            topic: topic.to_owned(),
-            partition,
-            consumer: consumer.to_owned(),
-        })
-    }
-
-    /// Stores a consumer's next offset durably.
-    pub async fn store_offset(
-        self: &Arc<Self>,
-        stream: &str,
-        topic: &str,
-        partition: u32,
-        consumer: &str,
-        offset: u64,
-    ) -> Result<(), BrokerError> {
-        self.check_running()?;
-        let key = self.offset_key(stream, topic, partition, consumer)?;
-        self.store_offset_key(key, offset).await
-    }
-
-    /// Refuses to store an offset beyond the partition's end.
-    pub(crate) fn check_storable(&self, key: &OffsetKey, offset: u64) -> Result<(), BrokerError> {
-        let end = self
-            .partition(&key.stream, &key.topic, key.partition)?
-            .log()?
-            .next_offset();
-        if offset > end {
-            return Err(rill_storage::StorageError::OffsetBeyondEnd {
-                requested: offset,
-                next_offset: end,
-            }
-            .into());
-        }
-        Ok(())
-    }
-
-    /// Stores an offset durably, refusing one beyond the partition's end.
-    pub(crate) async fn store_offset_key(
-        self: &Arc<Self>,
-        key: OffsetKey,
-        offset: u64,
-    ) -> Result<(), BrokerError> {
-        self.check_storable(&key, offset)?;
-        let broker = Arc::clone(self);
-        tokio::task::spawn_blocking(move || broker.offsets.store(key, offset))
-            .await
-            .map_err(|e| BrokerError::Internal(format!("offset store task failed: {e}")))?
-    }
-
-    /// A consumer's stored offset.
-    pub fn get_offset(
-        &self,
-        stream: &str,
-        topic: &str,
-        partition: u32,
-        consumer: &str,
-    ) -> Result<Option<u64>, BrokerError> {
-        let key = self.offset_key(stream, topic, partition, consumer)?;
-        Ok(self.offsets.get(&key))
-    }
-
-    /// Deletes a consumer's stored offset; returns whether there was one.
-    pub async fn delete_offset(
-        self: &Arc<Self>,
-        stream: &str,
-        topic: &str,
-        partition: u32,
-        consumer: &str,
-    ) -> Result<bool, BrokerError> {
-        self.check_running()?;
-        let key = self.offset_key(stream, topic, partition, consumer)?;
-        let broker = Arc::clone(self);
-        tokio::task::spawn_blocking(move || broker.offsets.delete(key))
-            .await
-            .map_err(|e| BrokerError::Internal(format!("offset delete task failed: {e}")))?
-    }
-
-    /// Stored offsets of a topic: (partition, consumer, offset).
-    pub fn stored_offsets(&self, stream: &str, topic: &str) -> Vec<(u32, String, u64)> {
-        self.offsets
-            .for_topic(stream, topic)
-            .into_iter()
-            .map(|(k, o)| (k.partition, k.consumer, o))
-            .collect()
     }
 
     // ---- upkeep --------------------------------------------------------------------
@@ -925,7 +407,7 @@ impl Broker {
 
 /// Syncs `dir` and every directory above it up to and including `top`, so each one's
 /// entry in its parent is durable.
-fn sync_dirs(io: &dyn Io, dir: &Path, top: &Path) -> Result<(), BrokerError> {
+pub(crate) fn sync_dirs(io: &dyn Io, dir: &Path, top: &Path) -> Result<(), BrokerError> {
     for d in dir.ancestors() {
         let d = if d.as_os_str().is_empty() {
             Path::new(".")
@@ -945,7 +427,7 @@ pub(crate) fn topic_dir(data_dir: &Path, stream: &str, topic: &str) -> PathBuf {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn open_topic(
+pub(crate) fn open_topic(
     config: &BrokerConfig,
     env: &LogEnv,
     flusher: &Flusher,

@@ -6,8 +6,10 @@
 //! Architecture Invariant: no socket code here, and every decision about data lives
 //! here rather than in the server. Blocking log I/O runs on tokio's blocking pool.
 
+mod admin;
 mod broker;
 mod catalog;
+mod data;
 mod error;
 mod group;
 mod groups;

@@ -1,0 +1,197 @@
+//! The data requests of the broker: produce, fetch, offset lookups, stored offsets.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rill_proto::pb;
+use rill_storage::LogRead;
+
+use crate::names::validate_name;
+use crate::offsets::OffsetKey;
+use crate::partition::Produced;
+use crate::{Broker, BrokerError, Fetch};
+
+impl Broker {
+    /// A fresh idempotent-producer identity.
+    pub fn init_producer(&self) -> (u64, u16) {
+        // Random 64-bit ids: collisions are negligible and no allocation state is
+        // needed; the epoch starts at 0.
+        (rand::random::<u64>() | 1, 0)
+    }
+
+    /// Appends one batch to a partition and returns once it is durable per the topic's
+    /// policy. A retried idempotent batch is acknowledged again without a second append.
+    pub async fn produce(
+        &self,
+        stream: &str,
+        topic: &str,
+        partition: u32,
+        batch: Bytes,
+    ) -> Result<Produced, BrokerError> {
+        self.check_running()?;
+        if batch.len() > self.config().max_batch_bytes as usize {
+            return Err(rill_storage::StorageError::BatchTooLarge {
+                bytes: batch.len(),
+                max: self.config().max_batch_bytes,
+            }
+            .into());
+        }
+        let p = self.partition(stream, topic, partition)?;
+        let header =
+            rill_format::BatchHeader::parse(&batch).map_err(rill_storage::StorageError::from)?;
+        // A batch that waits for nothing is a write into the page cache: append it here
+        // rather than paying a hop to the blocking pool and back, unless it needs a
+        // segment roll (files and syncs), which goes to the pool like everything else.
+        if !p.append_may_block(&header)
+            && let Some(produced) = p.try_append_inline(&batch)?
+        {
+            return Ok(produced);
+        }
+        // The log stamps a copy of the header and writes the records from this shared
+        // buffer as they are: no copy of the batch, whoever else holds it.
+        tokio::task::spawn_blocking(move || p.append_blocking(&batch, &header))
+            .await
+            .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))?
+    }
+
+    /// Reads from `fetch.offset`, waiting up to `fetch.max_wait` (capped) for
+    /// `fetch.min_bytes`.
+    pub async fn fetch(
+        &self,
+        stream: &str,
+        topic: &str,
+        partition: u32,
+        fetch: Fetch,
+    ) -> Result<LogRead, BrokerError> {
+        self.check_running()?;
+        let p = self.partition(stream, topic, partition)?;
+        let max_bytes = fetch.max_bytes.clamp(1, self.config().max_fetch_bytes) as usize;
+        p.fetch(
+            fetch.offset,
+            max_bytes,
+            fetch.max_wait.min(self.config().max_wait),
+            fetch.min_bytes as usize,
+        )
+        .await
+    }
+
+    /// The first offset, the end, or the first offset at or after a timestamp (a scan:
+    /// call it off the async runtime).
+    pub fn resolve_offset(
+        &self,
+        stream: &str,
+        topic: &str,
+        partition: u32,
+        spec: pb::OffsetSpec,
+        timestamp_us: i64,
+    ) -> Result<u64, BrokerError> {
+        let log = self.partition(stream, topic, partition)?.log()?;
+        Ok(match spec {
+            pb::OffsetSpec::First => log.log_start(),
+            pb::OffsetSpec::End => log.next_offset(),
+            pb::OffsetSpec::Timestamp => log
+                .offset_for_timestamp(timestamp_us)?
+                .unwrap_or_else(|| log.next_offset()),
+            pb::OffsetSpec::Unspecified => {
+                return Err(BrokerError::InvalidRequest("offset spec is missing".into()));
+            }
+        })
+    }
+
+    fn offset_key(
+        &self,
+        stream: &str,
+        topic: &str,
+        partition: u32,
+        consumer: &str,
+    ) -> Result<OffsetKey, BrokerError> {
+        validate_name("consumer", consumer)?;
+        self.partition(stream, topic, partition)?;
+        Ok(OffsetKey {
+            stream: stream.to_owned(),
+            topic: topic.to_owned(),
+            partition,
+            consumer: consumer.to_owned(),
+        })
+    }
+
+    /// Stores a consumer's next offset durably.
+    pub async fn store_offset(
+        self: &Arc<Self>,
+        stream: &str,
+        topic: &str,
+        partition: u32,
+        consumer: &str,
+        offset: u64,
+    ) -> Result<(), BrokerError> {
+        self.check_running()?;
+        let key = self.offset_key(stream, topic, partition, consumer)?;
+        self.store_offset_key(key, offset).await
+    }
+
+    /// Refuses to store an offset beyond the partition's end.
+    pub(crate) fn check_storable(&self, key: &OffsetKey, offset: u64) -> Result<(), BrokerError> {
+        let end = self
+            .partition(&key.stream, &key.topic, key.partition)?
+            .log()?
+            .next_offset();
+        if offset > end {
+            return Err(rill_storage::StorageError::OffsetBeyondEnd {
+                requested: offset,
+                next_offset: end,
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Stores an offset durably, refusing one beyond the partition's end.
+    pub(crate) async fn store_offset_key(
+        self: &Arc<Self>,
+        key: OffsetKey,
+        offset: u64,
+    ) -> Result<(), BrokerError> {
+        self.check_storable(&key, offset)?;
+        let broker = Arc::clone(self);
+        tokio::task::spawn_blocking(move || broker.offsets.store(key, offset))
+            .await
+            .map_err(|e| BrokerError::Internal(format!("offset store task failed: {e}")))?
+    }
+
+    /// A consumer's stored offset.
+    pub fn get_offset(
+        &self,
+        stream: &str,
+        topic: &str,
+        partition: u32,
+        consumer: &str,
+    ) -> Result<Option<u64>, BrokerError> {
+        let key = self.offset_key(stream, topic, partition, consumer)?;
+        Ok(self.offsets.get(&key))
+    }
+
+    /// Deletes a consumer's stored offset; returns whether there was one.
+    pub async fn delete_offset(
+        self: &Arc<Self>,
+        stream: &str,
+        topic: &str,
+        partition: u32,
+        consumer: &str,
+    ) -> Result<bool, BrokerError> {
+        self.check_running()?;
+        let key = self.offset_key(stream, topic, partition, consumer)?;
+        let broker = Arc::clone(self);
+        tokio::task::spawn_blocking(move || broker.offsets.delete(key))
+            .await
+            .map_err(|e| BrokerError::Internal(format!("offset delete task failed: {e}")))?
+    }
+
+    /// Stored offsets of a topic: (partition, consumer, offset).
+    pub fn stored_offsets(&self, stream: &str, topic: &str) -> Vec<(u32, String, u64)> {
+        self.offsets
+            .for_topic(stream, topic)
+            .into_iter()
+            .map(|(k, o)| (k.partition, k.consumer, o))
+            .collect()
+    }
+}
