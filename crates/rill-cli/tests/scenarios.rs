@@ -1,6 +1,7 @@
 //! One scenario suite, run over both transports: the real `rill` binary on a free port
 //! (`tcp::*`) and an in-process broker (`embedded::*`).
 
+#[macro_use]
 mod common;
 
 use std::collections::HashMap;
@@ -8,66 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::ServerProcess;
+
 use rill_client::{
     Background, Client, ClientError, CommitPolicy, ErrorCode, Message, Offsets, StartAt, Topic,
     Value, partition_for_key,
 };
 use serde::{Deserialize, Serialize};
-
-/// A client and what keeps its broker alive.
-struct Harness {
-    client: Client,
-    _server: Option<ServerProcess>,
-    _dir: tempfile::TempDir,
-}
-
-impl Harness {
-    async fn tcp() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let server = ServerProcess::start(&dir.path().join("data"));
-        let client = Client::connect(&server.url()).await.unwrap();
-        Self {
-            client,
-            _server: Some(server),
-            _dir: dir,
-        }
-    }
-
-    async fn embedded() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let client = Client::open(dir.path().join("data")).await.unwrap();
-        Self {
-            client,
-            _server: None,
-            _dir: dir,
-        }
-    }
-}
-
-macro_rules! over_both_transports {
-    ($($name:ident),* $(,)?) => {
-        mod tcp {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let h = super::Harness::tcp().await;
-                    super::$name(&h.client).await;
-                }
-            )*
-        }
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let h = super::Harness::embedded().await;
-                    super::$name(&h.client).await;
-                    h.client.close().await.unwrap();
-                }
-            )*
-        }
-    };
-}
 
 over_both_transports!(
     admin_round_trip,

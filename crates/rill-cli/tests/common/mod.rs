@@ -178,3 +178,62 @@ pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a probe listener");
     listener.local_addr().unwrap().port()
 }
+
+/// A client and what keeps its broker alive.
+pub struct Harness {
+    pub client: rill_client::Client,
+    pub _server: Option<ServerProcess>,
+    pub _dir: tempfile::TempDir,
+}
+
+impl Harness {
+    pub async fn tcp() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let server = ServerProcess::start(&dir.path().join("data"));
+        let client = rill_client::Client::connect(&server.url()).await.unwrap();
+        Self {
+            client,
+            _server: Some(server),
+            _dir: dir,
+        }
+    }
+
+    pub async fn embedded() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let client = rill_client::Client::open(dir.path().join("data"))
+            .await
+            .unwrap();
+        Self {
+            client,
+            _server: None,
+            _dir: dir,
+        }
+    }
+}
+
+/// Runs each named `async fn(&Client)` of the calling test file twice: against the real
+/// `rill` binary on a free port (`tcp::NAME`) and embedded (`embedded::NAME`).
+#[allow(unused_macros)]
+macro_rules! over_both_transports {
+    ($($name:ident),* $(,)?) => {
+        mod tcp {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let h = $crate::common::Harness::tcp().await;
+                    super::$name(&h.client).await;
+                }
+            )*
+        }
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let h = $crate::common::Harness::embedded().await;
+                    super::$name(&h.client).await;
+                    h.client.close().await.unwrap();
+                }
+            )*
+        }
+    };
+}
