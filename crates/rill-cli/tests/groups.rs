@@ -306,6 +306,12 @@ async fn a_member_rejoins_after_a_server_restart_and_resumes() {
         let r = member.next_within(Duration::from_secs(10)).await.unwrap();
         read.insert((r.partition, r.offset));
     }
+    // Asking for one more says the caller is done with the 20th: `Each` stores it.
+    let idle = member.next_within(Duration::from_secs(1)).await;
+    assert!(
+        matches!(idle, Err(rill_client::ClientError::Timeout(_))),
+        "{idle:?}"
+    );
     server.kill9();
     let mut server = {
         let data = data.clone();

@@ -42,6 +42,7 @@ pub struct ConsumerBuilder {
     commit_policy: CommitPolicy,
     max_wait: Duration,
     max_bytes: u32,
+    polling_retry_interval: Duration,
 }
 
 impl ConsumerBuilder {
@@ -57,6 +58,7 @@ impl ConsumerBuilder {
             commit_policy: CommitPolicy::default(),
             max_wait: Duration::from_secs(1),
             max_bytes: 1 << 20,
+            polling_retry_interval: Duration::from_secs(1),
         }
     }
 
@@ -72,14 +74,17 @@ impl ConsumerBuilder {
         self
     }
 
-    /// Where to start (default [`StartAt::Next`]).
+    /// Where to start when no offset is stored (default [`StartAt::Next`]: the
+    /// beginning). A stored offset wins: the consumer resumes after it, whatever
+    /// `start_at` says, unless [`ConsumerBuilder::allow_replay`].
     pub fn start_at(mut self, start: StartAt) -> Self {
         self.start_at = start;
         self
     }
 
-    /// Permit starting at or below the stored offset. Without it, a start below the
-    /// stored offset moves up to it, so records already consumed are not read again.
+    /// Honour `start_at` even where an offset is stored, at, below or above it
+    /// (re-reading what was consumed, or jumping ahead on purpose). Without it, a stored
+    /// offset wins over `start_at`, so nothing is read twice or skipped.
     pub fn allow_replay(mut self) -> Self {
         self.allow_replay = true;
         self
@@ -103,6 +108,15 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Pause before polling again after a poll failed (default 1 s). The failed poll
+    /// itself already retried transient errors within the client's retry budget
+    /// ([`ClientBuilder::retry`](crate::ClientBuilder::retry)); this keeps a caller that
+    /// calls `next` again at once from hammering a broker that keeps refusing.
+    pub fn polling_retry_interval(mut self, d: Duration) -> Self {
+        self.polling_retry_interval = d;
+        self
+    }
+
     /// Validates the options, resolves the start and returns the consumer.
     pub async fn build(self) -> Result<Consumer, ClientError> {
         if self.batch_length == 0 {
@@ -120,6 +134,11 @@ impl ConsumerBuilder {
                 "max_bytes must be positive".into(),
             ));
         }
+        if self.polling_retry_interval.is_zero() {
+            return Err(ClientError::InvalidArgument(
+                "polling_retry_interval must be positive".into(),
+            ));
+        }
         self.commit_policy.validate()?;
         let mut consumer = Consumer {
             topic: self.topic,
@@ -134,17 +153,18 @@ impl ConsumerBuilder {
             committer: Committer::new(self.commit_policy, None, Instant::now()),
             closed: false,
             reported: None,
+            polling_retry_interval: self.polling_retry_interval,
+            retry_at: None,
         };
         let stored = consumer.fetch_stored().await?;
         consumer.committer = Committer::new(self.commit_policy, stored, Instant::now());
         let (topic, p) = (&consumer.topic, consumer.partition);
-        let resolved = match (self.start_at, stored) {
+        consumer.position = match (self.start_at, stored) {
+            // A stored offset wins over `start_at` unless replay is allowed (as Kafka's
+            // `auto.offset.reset` applies only where nothing is committed).
             (StartAt::Next, Some(consumed)) => consumed + 1,
+            (_, Some(consumed)) if !self.allow_replay => consumed + 1,
             (start, _) => topic.offset_for(p, start).await?,
-        };
-        consumer.position = match stored {
-            Some(consumed) if !self.allow_replay => resolved.max(consumed + 1),
-            _ => resolved,
         };
         Ok(consumer)
     }
@@ -174,6 +194,9 @@ pub struct Consumer {
     closed: bool,
     /// The start of an open-ended loss already reported.
     reported: Option<u64>,
+    polling_retry_interval: Duration,
+    /// After a failed poll: the next one waits until then.
+    retry_at: Option<tokio::time::Instant>,
 }
 
 impl Consumer {
@@ -188,20 +211,27 @@ impl Consumer {
     }
 
     /// The next record, waiting for one to arrive. `None` after [`Consumer::shutdown`].
+    ///
+    /// Asking for the next record says the caller is done with the one before: the
+    /// commit policy may store it now (a failed store is returned as the error, and
+    /// retried by the next store). Cancel-safe: dropping the future (as
+    /// [`Consumer::next_within`] does on a timeout) loses no record.
     pub async fn next(&mut self) -> Option<Result<Record, ClientError>> {
+        if self.closed {
+            return None;
+        }
+        if let Some(offset) = self.committer.done(Instant::now())
+            && let Err(e) = self.store(offset).await
+        {
+            return Some(Err(e));
+        }
         loop {
             if self.closed {
                 return None;
             }
+            // No await between taking a record and returning it: cancel-safe.
             if let Some(record) = self.buffered.pop_front() {
-                let store = self.committer.handed_out(record.offset, Instant::now());
-                if let Some(offset) = store
-                    && let Err(e) = self.store(offset).await
-                {
-                    // The record is handed out anyway; the next store retries.
-                    self.buffered.push_front(record);
-                    return Some(Err(e));
-                }
+                self.committer.handed_out(record.offset);
                 return Some(Ok(record));
             }
             if let Some(offset) = self.committer.polling(Instant::now())
@@ -209,10 +239,19 @@ impl Consumer {
             {
                 return Some(Err(e));
             }
+            if let Some(at) = self.retry_at.take() {
+                tokio::time::sleep_until(at).await;
+            }
             match self.poll().await {
                 Ok(0) if self.max_wait.is_zero() => tokio::time::sleep(self.poll_interval).await,
                 Ok(_) => {}
-                Err(e) => return Some(Err(e)),
+                Err(e) => {
+                    if e.lost_range().is_none() {
+                        self.retry_at =
+                            Some(tokio::time::Instant::now() + self.polling_retry_interval);
+                    }
+                    return Some(Err(e));
+                }
             }
         }
     }
@@ -288,13 +327,16 @@ impl Consumer {
     }
 
     /// Stores `record` as consumed (its offset + 1 is where a restart resumes).
+    /// The record handed out last counts as handled from then on.
     pub async fn commit(&mut self, record: &Record) -> Result<(), ClientError> {
         self.store_offset(record.offset, record.partition).await
     }
 
-    /// Stores `offset` of `partition` as consumed.
+    /// Stores `offset` of `partition` as consumed. The record handed out last counts as
+    /// handled from then on.
     pub async fn store_offset(&mut self, offset: u64, partition: u32) -> Result<(), ClientError> {
         self.check_partition(partition)?;
+        self.committer.finish_pending();
         self.store(offset).await
     }
 
@@ -329,7 +371,8 @@ impl Consumer {
             .flatten()
     }
 
-    /// Stops: stores the final offset as the policy says; `next` then returns `None`.
+    /// Stops: the record handed out last counts as handled, and the final offset is
+    /// stored as the policy says; `next` then returns `None`.
     pub async fn shutdown(&mut self) -> Result<(), ClientError> {
         if self.closed {
             return Ok(());

@@ -165,6 +165,7 @@ impl GroupConsumerBuilder {
                 generation: 0,
                 partitions: BTreeMap::new(),
                 revoked: Vec::new(),
+                pending: None,
                 next: 0,
                 closed: false,
             }),
@@ -197,9 +198,31 @@ struct State {
     partitions: BTreeMap<u32, Partition>,
     /// Partitions given up since the last heartbeat, to report.
     revoked: Vec<u32>,
+    /// The partition of the record handed out last, while the caller may still be
+    /// handling it (see [`CommitPolicy`]).
+    pending: Option<u32>,
     /// Round-robin cursor over owned partitions.
     next: usize,
     closed: bool,
+}
+
+impl State {
+    /// The caller is done with the record handed out last; returns the partition and
+    /// offset to store, if its policy says so now.
+    fn done(&mut self, now: Instant) -> Option<(u32, u64)> {
+        let p = self.pending.take()?;
+        let part = self.partitions.get_mut(&p)?;
+        part.committer.done(now).map(|consumed| (p, consumed))
+    }
+
+    /// Like [`State::done`], without storing (the caller stores explicitly).
+    fn finish_pending(&mut self) {
+        if let Some(p) = self.pending.take()
+            && let Some(part) = self.partitions.get_mut(&p)
+        {
+            part.committer.finish_pending();
+        }
+    }
 }
 
 struct Inner {
@@ -281,7 +304,9 @@ impl Inner {
             let mut lost = Vec::new();
             for p in &a.revoke {
                 if let Some(mut part) = st.partitions.remove(p) {
-                    if let Some(consumed) = part.committer.shutdown(Instant::now()) {
+                    // Only what the caller is done with: a record it may still be
+                    // handling goes to the next owner again.
+                    if let Some(consumed) = part.committer.revoke(Instant::now()) {
                         stores.push((*p, consumed + 1));
                     }
                     lost.push(*p);
@@ -329,9 +354,10 @@ impl Inner {
                 .iter()
                 .find(|o| o.partition == p)
                 .and_then(|o| o.offset);
-            let position = match stored {
-                Some(next) if !self.allow_replay => next,
-                _ => self.topic.offset_for(p, self.start_at).await?,
+            let position = match (self.start_at, stored) {
+                (StartAt::Next, Some(next)) => next,
+                (_, Some(next)) if !self.allow_replay => next,
+                (start, _) => self.topic.offset_for(p, start).await?,
             };
             started.push((p, position, stored.and_then(|n| n.checked_sub(1))));
         }
@@ -505,9 +531,20 @@ impl GroupConsumer {
                 "the consumer has not joined its group: call join() first".into(),
             )));
         }
+        // The caller is done with the record handed out last: store what the policy says.
+        let store = match self.inner.lock() {
+            Ok(mut st) => st.done(Instant::now()),
+            Err(e) => return Some(Err(e)),
+        };
+        if let Some((p, consumed)) = store
+            && let Err(e) = self.auto_store(p, consumed).await
+        {
+            return Some(Err(e));
+        }
         loop {
-            // A buffered record, round-robin over partitions.
-            let handed = {
+            // A buffered record, round-robin over partitions. No await between taking
+            // it and returning it: cancel-safe.
+            {
                 let mut st = match self.inner.lock() {
                     Ok(st) => st,
                     Err(e) => return Some(Err(e)),
@@ -520,21 +557,14 @@ impl GroupConsumer {
                 let found = (0..keys.len())
                     .map(|i| keys[(start + i) % keys.len()])
                     .find(|p| !st.partitions[p].buffered.is_empty());
-                found.map(|p| {
+                if let Some(p) = found {
                     st.next = st.next.wrapping_add(1);
+                    st.pending = Some(p);
                     let part = st.partitions.get_mut(&p).expect("found above");
                     let record = part.buffered.pop_front().expect("not empty");
-                    let store = part.committer.handed_out(record.offset, Instant::now());
-                    (record, store)
-                })
-            };
-            if let Some((record, store)) = handed {
-                if let Some(consumed) = store
-                    && let Err(e) = self.auto_store(record.partition, consumed).await
-                {
-                    return Some(Err(e));
+                    part.committer.handed_out(record.offset);
+                    return Some(Ok(record));
                 }
-                return Some(Ok(record));
             }
             match self.poll().await {
                 Ok(0) => tokio::time::sleep(self.inner.poll_interval).await,
@@ -651,7 +681,9 @@ impl GroupConsumer {
             Err(e)
                 if matches!(
                     e.code(),
-                    Some(ErrorCode::NotMember | ErrorCode::NotAssigned)
+                    Some(
+                        ErrorCode::NotMember | ErrorCode::NotAssigned | ErrorCode::StaleGeneration
+                    )
                 ) =>
             {
                 tracing::info!(group = %self.inner.group, partition, error = %e, "automatic store refused; refreshing the assignment");
@@ -671,13 +703,16 @@ impl GroupConsumer {
     }
 
     /// Stores `record` as consumed. Refused with `NOT_ASSIGNED` if the partition moved
-    /// to another member meanwhile.
+    /// to another member meanwhile. The record handed out last counts as handled from
+    /// then on.
     pub async fn commit(&self, record: &Record) -> Result<(), ClientError> {
-        self.store(record.partition, record.offset).await
+        self.store_offset(record.offset, record.partition).await
     }
 
     /// Stores `offset` of `partition` as consumed (fenced like [`GroupConsumer::commit`]).
+    /// The record handed out last counts as handled from then on.
     pub async fn store_offset(&self, offset: u64, partition: u32) -> Result<(), ClientError> {
+        self.inner.lock()?.finish_pending();
         self.store(partition, offset).await
     }
 

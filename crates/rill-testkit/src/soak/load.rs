@@ -203,12 +203,9 @@ pub(crate) async fn member(
     let mut pending: BTreeMap<u32, u64> = BTreeMap::new();
     let mut since_commit = 0;
     loop {
-        // Only the explicit member waits with a timeout (to commit when idle): its
-        // policy stores nothing as a record is handed out. Under an automatic policy
-        // that stores on hand-out, a timeout that fires while that store is in flight
-        // drops the record (a known defect of `GroupConsumer::next_within`, reported;
-        // it needs no crash to show), so automatic members wait without one and are
-        // cancelled only at the end.
+        // Only the explicit member waits with a timeout (to commit when idle); the
+        // automatic ones wait without one and are cancelled only at the end. (Both are
+        // cancel-safe: `next` hands out a record only after its last await.)
         let wait = async {
             if explicit {
                 consumer.next_within(MEMBER_IDLE).await
