@@ -110,6 +110,8 @@ pub struct ClientBuilder {
     retry: RetryPolicy,
     connect_timeout: Duration,
     max_frame_bytes: u32,
+    init_retries: u32,
+    init_interval: Duration,
 }
 
 impl Default for ClientBuilder {
@@ -119,6 +121,8 @@ impl Default for ClientBuilder {
             retry: RetryPolicy::default(),
             connect_timeout: Duration::from_secs(5),
             max_frame_bytes: rill_proto::DEFAULT_MAX_FRAME_BYTES,
+            init_retries: 3,
+            init_interval: Duration::from_secs(1),
         }
     }
 }
@@ -133,6 +137,17 @@ impl ClientBuilder {
     /// Retries of transient errors and lost connections (default 8, from 50 ms to 2 s).
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
+        self
+    }
+
+    /// How long [`ClientBuilder::connect`] keeps trying to reach the server: `n` more
+    /// attempts after the first, `interval` apart (default 3, 1 s). Each attempt makes a
+    /// connection (within [`ClientBuilder::connect_timeout`]) and says hello; a server
+    /// that is starting up is waited for, a wrong URL or protocol fails at once. Once
+    /// connected, requests retry by [`ClientBuilder::retry`]. Not used by `open`.
+    pub fn init_retries(mut self, n: u32, interval: Duration) -> Self {
+        self.init_retries = n;
+        self.init_interval = interval;
         self
     }
 
@@ -153,8 +168,13 @@ impl ClientBuilder {
                 max_frame_bytes: self.max_frame_bytes,
             },
         );
+        let init = RetryPolicy {
+            retries: self.init_retries,
+            backoff: self.init_interval,
+            backoff_max: self.init_interval,
+        };
         let client = self.build(Box::new(transport), false);
-        client.hello().await?;
+        client.hello(init).await?;
         Ok(client)
     }
 
@@ -263,15 +283,16 @@ impl Client {
         self.inner.closed.load(Ordering::Acquire)
     }
 
-    async fn hello(&self) -> Result<HelloResponse, ClientError> {
+    async fn hello(&self, policy: RetryPolicy) -> Result<HelloResponse, ClientError> {
         let body = self
-            .call(
+            .call_with(
                 RequestBody::Hello(HelloRequest {
                     client: format!("rill-client {}", env!("CARGO_PKG_VERSION")),
                     protocol_version: u32::from(rill_proto::PROTOCOL_VERSION),
                 }),
                 Bytes::new(),
                 Retry::Safe,
+                policy,
             )
             .await?
             .0;
@@ -279,6 +300,41 @@ impl Client {
             ResponseBody::Hello(h) => Ok(h),
             other => Err(unexpected(&other)),
         }
+    }
+
+    /// Low level: sends any request of `docs/PROTOCOL.md` and returns the broker's
+    /// typed answer and payload (a `Produce` carries its batch as `payload`; a `Fetch`
+    /// answer its batches). For protocol features the typed API does not wrap; see
+    /// [`raw`](crate::raw) for what may change with the protocol.
+    ///
+    /// Transient errors and lost connections are retried within the client's budget,
+    /// except that a `Produce` whose connection broke after it was sent is not resent
+    /// (it may have been stored) and fails as [`ClientError::Indeterminate`]. An error
+    /// answer is a [`ClientError::Server`] (or a typed variant such as
+    /// [`ClientError::DataLoss`]), as elsewhere.
+    ///
+    /// ```no_run
+    /// # async fn example(rill: rill_client::Client) -> Result<(), rill_client::ClientError> {
+    /// use rill_client::raw::{Bytes, Request, Response, messages};
+    ///
+    /// let (answer, _) = rill
+    ///     .raw(Request::ListStreams(messages::ListStreamsRequest {}), Bytes::new())
+    ///     .await?;
+    /// if let Response::ListStreams(list) = answer {
+    ///     println!("{} streams", list.streams.len());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn raw(
+        &self,
+        request: RequestBody,
+        payload: Bytes,
+    ) -> Result<(ResponseBody, Bytes), ClientError> {
+        let retry = match request {
+            RequestBody::Produce(_) => Retry::UnsafeAfterSend,
+            _ => Retry::Safe,
+        };
+        self.call(request, payload, retry).await
     }
 
     /// Sends a request, retrying transient errors and lost connections within the

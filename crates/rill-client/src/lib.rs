@@ -45,6 +45,7 @@ mod error;
 mod group;
 mod message;
 mod producer;
+pub mod raw;
 mod reader;
 mod routing;
 mod topic;
