@@ -12,9 +12,7 @@ use rill_storage::{
 };
 
 use crate::BrokerError;
-use crate::catalog::{
-    self, CatalogFile, DurabilityConfig, StreamFile, TopicConfig, TopicFile, catalog_err,
-};
+use crate::catalog::{self, CatalogFile, StreamFile, TopicConfig, TopicFile, catalog_err};
 use crate::offsets::OffsetStore;
 use crate::partition::{Partition, PartitionOptions};
 use crate::producer::RECENT_BATCHES;
@@ -26,7 +24,7 @@ pub struct BrokerConfig {
     /// Where everything is stored.
     pub data_dir: PathBuf,
     /// Durability of topics created without one (default `always`).
-    pub default_durability: DurabilityConfig,
+    pub default_durability: rill_storage::Durability,
     /// Largest batch accepted (default 16 MiB).
     pub max_batch_bytes: u32,
     /// Largest frame the server in front accepts, as told to clients in `Hello`
@@ -66,7 +64,7 @@ impl BrokerConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
         Self {
             data_dir: data_dir.into(),
-            default_durability: DurabilityConfig::Always,
+            default_durability: rill_storage::Durability::Always,
             max_batch_bytes: 16 << 20,
             max_frame_bytes: rill_proto::DEFAULT_MAX_FRAME_BYTES,
             max_fetch_bytes: 32 << 20,
@@ -460,8 +458,10 @@ pub(crate) fn open_topic(
             options.clone(),
             env,
         );
-        if matches!(topic_config.durability, DurabilityConfig::Interval { .. })
-            && let Ok(log) = partition.log()
+        if matches!(
+            topic_config.durability,
+            rill_storage::Durability::Interval(_)
+        ) && let Ok(log) = partition.log()
         {
             flusher.register(&log);
         }

@@ -19,29 +19,39 @@ pub const SEGMENT_BYTES_DEFAULT: u64 = 1 << 30;
 /// Default largest record.
 pub const RECORD_BYTES_DEFAULT: u32 = 1 << 20;
 
-/// A topic's durability policy, as stored and sent on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DurabilityConfig {
-    /// Acknowledge after fdatasync (group commit).
-    Always,
-    /// Sync at most this many ms after a write.
-    Interval {
-        /// The interval.
-        ms: u64,
-    },
-    /// Sync on segment roll and shutdown only.
-    Never,
-}
+/// The catalog's form of a [`Durability`] (`"always"`, `{"interval":{"ms":N}}`,
+/// `"never"`), kept as it was written by earlier versions.
+mod durability_serde {
+    use std::time::Duration;
 
-impl DurabilityConfig {
-    /// The log engine's policy.
-    pub fn to_storage(self) -> Durability {
-        match self {
-            Self::Always => Durability::Always,
-            Self::Interval { ms } => Durability::Interval(Duration::from_millis(ms)),
-            Self::Never => Durability::Never,
+    use rill_storage::Durability;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum Stored {
+        Always,
+        Interval { ms: u64 },
+        Never,
+    }
+
+    pub(super) fn serialize<S: Serializer>(d: &Durability, s: S) -> Result<S::Ok, S::Error> {
+        match *d {
+            Durability::Always => Stored::Always,
+            Durability::Never => Stored::Never,
+            Durability::Interval(_) => Stored::Interval {
+                ms: d.interval_ms().unwrap_or(0),
+            },
         }
+        .serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Durability, D::Error> {
+        Ok(match Stored::deserialize(d)? {
+            Stored::Always => Durability::Always,
+            Stored::Never => Durability::Never,
+            Stored::Interval { ms } => Durability::Interval(Duration::from_millis(ms)),
+        })
     }
 }
 
@@ -57,14 +67,15 @@ pub struct TopicConfig {
     /// Segment size.
     pub segment_bytes: u64,
     /// Durability policy.
-    pub durability: DurabilityConfig,
+    #[serde(with = "durability_serde")]
+    pub durability: Durability,
     /// Largest record accepted.
     pub max_record_bytes: u32,
 }
 
 impl TopicConfig {
     /// Options with every default and `partitions` partitions.
-    pub fn with_partitions(partitions: u32, durability: DurabilityConfig) -> Self {
+    pub fn with_partitions(partitions: u32, durability: Durability) -> Self {
         Self {
             partitions,
             retention_ms: None,
@@ -78,17 +89,17 @@ impl TopicConfig {
     /// Builds options from a request, filling defaults; fails on out-of-range values.
     pub fn from_proto(
         o: &pb::TopicOptions,
-        default_durability: DurabilityConfig,
+        default_durability: Durability,
     ) -> Result<Self, BrokerError> {
         let durability = match pb::Durability::try_from(o.durability) {
             Ok(pb::Durability::Unspecified) => default_durability,
-            Ok(pb::Durability::Always) => DurabilityConfig::Always,
-            Ok(pb::Durability::Never) => DurabilityConfig::Never,
-            Ok(pb::Durability::Interval) => DurabilityConfig::Interval {
-                ms: o.durability_interval_ms.ok_or_else(|| {
+            Ok(pb::Durability::Always) => Durability::Always,
+            Ok(pb::Durability::Never) => Durability::Never,
+            Ok(pb::Durability::Interval) => Durability::Interval(Duration::from_millis(
+                o.durability_interval_ms.ok_or_else(|| {
                     BrokerError::InvalidConfig("interval durability needs an interval in ms".into())
                 })?,
-            },
+            )),
             Err(_) => {
                 return Err(BrokerError::InvalidConfig(format!(
                     "unknown durability {}",
@@ -111,9 +122,9 @@ impl TopicConfig {
     /// The options as sent on the wire.
     pub fn to_proto(&self) -> pb::TopicOptions {
         let (durability, interval) = match self.durability {
-            DurabilityConfig::Always => (pb::Durability::Always, None),
-            DurabilityConfig::Interval { ms } => (pb::Durability::Interval, Some(ms)),
-            DurabilityConfig::Never => (pb::Durability::Never, None),
+            Durability::Always => (pb::Durability::Always, None),
+            Durability::Interval(_) => (pb::Durability::Interval, self.durability.interval_ms()),
+            Durability::Never => (pb::Durability::Never, None),
         };
         pb::TopicOptions {
             partitions: self.partitions,
@@ -141,7 +152,7 @@ impl TopicConfig {
         if self.retention_bytes == Some(0) {
             return bad("retention bytes must be positive".into());
         }
-        if self.durability == (DurabilityConfig::Interval { ms: 0 }) {
+        if self.durability.interval_ms() == Some(0) {
             return bad("durability interval must be positive".into());
         }
         if self.max_record_bytes == 0 {
@@ -156,7 +167,7 @@ impl TopicConfig {
     pub fn log_config(&self, batch_bytes_max: u32) -> LogConfig {
         LogConfig {
             segment_bytes_max: self.segment_bytes,
-            durability: self.durability.to_storage(),
+            durability: self.durability,
             retention_age: self.retention_ms.map(Duration::from_millis),
             retention_bytes: self.retention_bytes,
             batch_bytes_max,
@@ -327,4 +338,29 @@ pub(crate) fn replace_file(
 pub(crate) fn save(io: &dyn Io, data_dir: &Path, catalog: &CatalogFile) -> Result<(), BrokerError> {
     let text = serde_json::to_vec_pretty(catalog).expect("the catalog serializes");
     replace_file(io, data_dir, "catalog.json", &text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Catalogs written before the durability types were unified still load, and are
+    /// written the same way.
+    #[test]
+    fn durability_keeps_its_catalog_form() {
+        for (d, json) in [
+            (Durability::Always, r#""always""#),
+            (Durability::Never, r#""never""#),
+            (
+                Durability::Interval(Duration::from_millis(250)),
+                r#"{"interval":{"ms":250}}"#,
+            ),
+        ] {
+            let config = TopicConfig::with_partitions(3, d);
+            let text = serde_json::to_string(&config).unwrap();
+            assert!(text.contains(&format!(r#""durability":{json}"#)), "{text}");
+            let back: TopicConfig = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, config);
+        }
+    }
 }

@@ -22,9 +22,7 @@ mod reserve;
 mod upkeep;
 
 pub use broker::{Broker, BrokerConfig, FailedPartition, Fetch, PartitionState};
-pub use catalog::{
-    DurabilityConfig, PARTITIONS_MAX, RECORD_BYTES_DEFAULT, SEGMENT_BYTES_DEFAULT, TopicConfig,
-};
+pub use catalog::{PARTITIONS_MAX, RECORD_BYTES_DEFAULT, SEGMENT_BYTES_DEFAULT, TopicConfig};
 pub use error::BrokerError;
 pub use group::{Coordinator, GroupError, MemberView};
 pub use groups::{SESSION_TIMEOUT_DEFAULT, Session};

@@ -40,7 +40,7 @@ pub(crate) enum TopicCommand {
         #[arg(long)]
         retention_bytes: Option<u64>,
         /// always | interval:MS | never
-        #[arg(long, value_parser = parse_durability)]
+        #[arg(long)]
         durability: Option<Durability>,
         /// Segment size in bytes.
         #[arg(long)]
@@ -130,17 +130,6 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err("must be positive".into());
     }
     Ok(d)
-}
-
-pub(crate) fn parse_durability(s: &str) -> Result<Durability, String> {
-    match s {
-        "always" => Ok(Durability::Always),
-        "never" => Ok(Durability::Never),
-        _ => match s.strip_prefix("interval:").map(str::parse::<u64>) {
-            Some(Ok(ms)) if ms > 0 => Ok(Durability::Interval(Duration::from_millis(ms))),
-            _ => Err("expected always, never or interval:MS with MS > 0".into()),
-        },
-    }
 }
 
 pub(crate) async fn stream(command: StreamCommand, target: &Target) -> anyhow::Result<()> {

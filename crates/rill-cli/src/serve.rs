@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use rill_broker::{Broker, BrokerConfig, DurabilityConfig};
+use rill_broker::{Broker, BrokerConfig};
 use rill_server::{Server, ServerConfig};
 use serde::Deserialize;
 
@@ -171,14 +171,7 @@ fn broker_config(
         config.max_batch_bytes = n;
     }
     if let Some(d) = &file.default_durability {
-        config.default_durability =
-            match crate::admin::parse_durability(d).map_err(anyhow::Error::msg)? {
-                rill_client::Durability::Always => DurabilityConfig::Always,
-                rill_client::Durability::Never => DurabilityConfig::Never,
-                rill_client::Durability::Interval(i) => DurabilityConfig::Interval {
-                    ms: i.as_millis() as u64,
-                },
-            };
+        config.default_durability = d.parse()?;
     }
     if let Some(s) = file.retention_check_secs {
         config.retention_interval = Duration::from_secs(s.max(1));

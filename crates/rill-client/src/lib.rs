@@ -65,6 +65,7 @@ pub use group::{GroupConsumer, GroupConsumerBuilder, RebalanceCallback};
 pub use message::{Message, Position, Record, Value};
 pub use producer::{Background, Backpressure, Producer, ProducerBuilder, Sharding};
 pub use reader::{Offsets, Reader};
+pub use rill_format::{Durability, ParseDurabilityError};
 pub use rill_proto::ErrorCode;
 /// The wire protocol's messages, for fields the typed API does not wrap yet.
 pub use rill_proto::pb as wire;
@@ -72,4 +73,4 @@ pub use rill_proto::pb::{
     DamagedRange, DescribeTopicResponse, PartitionInfo, StreamInfo, TopicSummary,
 };
 pub use routing::{Routing, partition_for_key};
-pub use topic::{Durability, Fetched, Publish, Topic, TopicOptions, TypedTopic};
+pub use topic::{Fetched, Publish, Topic, TopicOptions, TypedTopic};

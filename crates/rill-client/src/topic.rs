@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rill_format::ProducerInfo;
+use rill_format::{Durability, ProducerInfo};
 use rill_proto::pb::{self, ProduceRequest, ProduceResponse};
 use rill_proto::{ErrorCode, RequestBody, ResponseBody};
 use serde::Serialize;
@@ -19,17 +19,6 @@ use crate::{
     Client, ClientError, ConsumerBuilder, Message, Position, ProducerBuilder, Reader, Routing,
     Value, partition_for_key,
 };
-
-/// A topic's durability policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
-    /// Acknowledge after fdatasync (group commit): survives power loss.
-    Always,
-    /// Sync at most this long after a write.
-    Interval(Duration),
-    /// Sync on segment roll and shutdown only: survives process crashes.
-    Never,
-}
 
 /// Options for creating a topic. Unset fields take the broker's defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -62,7 +51,7 @@ impl TopicOptions {
             None => (pb::Durability::Unspecified, None),
             Some(Durability::Always) => (pb::Durability::Always, None),
             Some(Durability::Never) => (pb::Durability::Never, None),
-            Some(Durability::Interval(d)) => (pb::Durability::Interval, Some(d.as_millis() as u64)),
+            Some(d @ Durability::Interval(_)) => (pb::Durability::Interval, d.interval_ms()),
         };
         pb::TopicOptions {
             partitions: self.partitions.unwrap_or(0),

@@ -12,6 +12,7 @@
 
 mod batch;
 mod builder;
+mod durability;
 mod error;
 mod header;
 mod layout;
@@ -22,5 +23,6 @@ pub use batch::{
     Records, stamp,
 };
 pub use builder::{BatchBuilder, NewRecord};
+pub use durability::{Durability, ParseDurabilityError};
 pub use error::{FormatError, RecordError};
 pub use header::{HEADER_NAME_LEN_MAX, Header, HeaderValue, Headers};

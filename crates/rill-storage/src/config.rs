@@ -4,22 +4,7 @@ use std::time::Duration;
 
 use crate::ConfigError;
 
-/// When an append is made durable, and so what an acknowledgement promises.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Durability {
-    /// Acknowledge only after `fdatasync` covered the batch. Concurrent appends share
-    /// one sync (group commit). Survives process crashes and power loss.
-    #[default]
-    Always,
-    /// Acknowledge after the write to the page cache; a background timer
-    /// ([`Flusher`](crate::Flusher)) syncs unsynced data once it is this old, so appends
-    /// never wait for an fsync (like Redis `appendfsync everysec`). Survives a process
-    /// crash; a power loss may lose up to the interval plus the flusher's tick.
-    Interval(Duration),
-    /// Acknowledge after the write to the page cache; sync only on segment roll and
-    /// close. Survives a process crash; a power loss may lose any unsynced tail.
-    Never,
-}
+pub use rill_format::Durability;
 
 /// Options of a partition log.
 ///

@@ -87,7 +87,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 1, value_parser = between(1, 100_000))]
     partitions: u64,
     /// Durability of the bench topic: always | never | interval:MS.
-    #[arg(long, default_value = "never", value_parser = crate::admin::parse_durability)]
+    #[arg(long, default_value = "never")]
     durability: Durability,
     /// Records sent and received before measuring [default: 10% of --messages, at
     /// least one batch].
@@ -217,11 +217,7 @@ impl Plan {
     }
 
     fn durability_name(&self) -> String {
-        match self.durability {
-            Durability::Always => "always".into(),
-            Durability::Never => "never".into(),
-            Durability::Interval(d) => format!("interval:{}", d.as_millis()),
-        }
+        self.durability.to_string()
     }
 
     fn topic_options(&self) -> TopicOptions {
