@@ -106,7 +106,7 @@ pub(crate) async fn group(command: GroupCommand, target: &Target) -> anyhow::Res
             println!("members\t{}", d.members.len());
             for m in &d.members {
                 let owned: Vec<String> = m.owned.iter().map(u32::to_string).collect();
-                println!("member\t{}\tpartitions {}", m.member_id, owned.join(","));
+                println!("member\t{}\tpartitions {}", m.id, owned.join(","));
             }
             println!("partition\towner\tstored_offset\tlog_end\tlag");
             for p in &d.partitions {
@@ -181,34 +181,30 @@ pub(crate) async fn topic(command: TopicCommand, target: &Target) -> anyhow::Res
         }
         TopicCommand::List { stream } => {
             for t in client.list_topics(stream.as_deref()).await? {
-                let partitions = t.options.as_ref().map_or(0, |o| o.partitions);
-                println!("{}/{}\t{partitions} partitions", t.stream, t.topic);
+                println!(
+                    "{}/{}\t{} partitions",
+                    t.stream, t.name, t.config.partitions
+                );
             }
         }
         TopicCommand::Describe { topic } => {
             let handle = target::topic(&client, &topic)?;
             let d = handle.describe().await?;
-            let o = d.options.unwrap_or_default();
-            println!("topic\t{}/{}", d.stream, d.topic);
+            let o = &d.config;
+            println!("topic\t{}/{}", d.stream, d.name);
             println!("partitions\t{}", o.partitions);
-            println!("durability\t{}", durability_name(&o));
+            println!("durability\t{}", o.durability);
             println!(
                 "retention\t{}",
-                o.retention_ms
-                    .map_or("none".into(), |ms| humantime::format_duration(
-                        Duration::from_millis(ms)
-                    )
-                    .to_string())
+                o.retention
+                    .map_or("none".into(), |d| humantime::format_duration(d).to_string())
             );
             println!(
                 "retention_bytes\t{}",
                 o.retention_bytes.map_or("none".into(), |b| b.to_string())
             );
-            println!("segment_bytes\t{}", o.segment_bytes.unwrap_or_default());
-            println!(
-                "max_record_bytes\t{}",
-                o.max_record_bytes.unwrap_or_default()
-            );
+            println!("segment_bytes\t{}", o.segment_bytes);
+            println!("max_record_bytes\t{}", o.max_record_bytes);
             print_partitions(&d.partitions);
         }
         TopicCommand::Delete { topic } => {
@@ -253,15 +249,19 @@ fn print_partitions(partitions: &[rill_client::PartitionInfo]) {
         );
     }
     for p in partitions {
-        println!("failure\t{}\t{}", p.partition, one_field(&p.failure));
+        println!(
+            "failure\t{}\t{}",
+            p.partition,
+            one_field(p.failure.as_deref().unwrap_or_default())
+        );
     }
     for p in partitions {
         for d in &p.damaged {
             println!(
                 "damaged\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
                 p.partition,
-                d.from_offset,
-                d.to_offset.map_or("-".into(), |t| t.to_string()),
+                d.from,
+                d.to.map_or("-".into(), |t| t.to_string()),
                 if d.accepted { "accepted" } else { "unaccepted" },
                 one_field(&d.segment),
                 d.position,
@@ -274,13 +274,4 @@ fn print_partitions(partitions: &[rill_client::PartitionInfo]) {
 /// Text as one tab-separated field: tabs and line breaks become spaces.
 fn one_field(text: &str) -> String {
     text.replace(['\t', '\n', '\r'], " ")
-}
-
-fn durability_name(o: &rill_client::wire::TopicOptions) -> String {
-    match o.durability {
-        1 => "always".into(),
-        2 => format!("interval:{}", o.durability_interval_ms.unwrap_or_default()),
-        3 => "never".into(),
-        _ => "unspecified".into(),
-    }
 }

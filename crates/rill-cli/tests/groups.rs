@@ -91,7 +91,7 @@ async fn settled(topic: &rill_client::Topic, members: usize) -> bool {
         Ok(d) => {
             d.members.len() == members
                 && d.partitions.iter().all(|p| p.owner.is_some())
-                && d.members.iter().all(|m| m.revoke.is_empty())
+                && d.members.iter().all(|m| m.revoking.is_empty())
         }
         Err(_) => false,
     }

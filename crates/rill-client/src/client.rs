@@ -410,8 +410,7 @@ impl Client {
         if let Some(&n) = self.inner.partitions.lock().get(&key) {
             return Ok(n);
         }
-        let info = self.describe_topic(stream, topic).await?;
-        Ok(info.options.map_or(1, |o| o.partitions))
+        Ok(self.describe_topic(stream, topic).await?.config.partitions)
     }
 
     pub(crate) fn forget_partitions(&self, stream: &str, topic: &str) {
@@ -464,7 +463,7 @@ impl Client {
     }
 
     /// Streams with their topic counts.
-    pub async fn list_streams(&self) -> Result<Vec<StreamInfo>, ClientError> {
+    pub async fn list_streams(&self) -> Result<Vec<crate::StreamInfo>, ClientError> {
         match self
             .call(
                 RequestBody::ListStreams(ListStreamsRequest {}),
@@ -474,7 +473,7 @@ impl Client {
             .await?
             .0
         {
-            ResponseBody::ListStreams(r) => Ok(r.streams),
+            ResponseBody::ListStreams(r) => Ok(r.streams.into_iter().map(Into::into).collect()),
             other => Err(unexpected(&other)),
         }
     }
@@ -483,7 +482,7 @@ impl Client {
     pub async fn list_topics(
         &self,
         stream: Option<&str>,
-    ) -> Result<Vec<TopicSummary>, ClientError> {
+    ) -> Result<Vec<crate::TopicInfo>, ClientError> {
         match self
             .call(
                 RequestBody::ListTopics(ListTopicsRequest {
@@ -495,7 +494,7 @@ impl Client {
             .await?
             .0
         {
-            ResponseBody::ListTopics(r) => Ok(r.topics),
+            ResponseBody::ListTopics(r) => r.topics.into_iter().map(TryInto::try_into).collect(),
             other => Err(unexpected(&other)),
         }
     }
@@ -505,7 +504,7 @@ impl Client {
         &self,
         stream: &str,
         topic: &str,
-    ) -> Result<DescribeTopicResponse, ClientError> {
+    ) -> Result<crate::TopicDescription, ClientError> {
         match self
             .call(
                 RequestBody::DescribeTopic(DescribeTopicRequest {
@@ -519,10 +518,9 @@ impl Client {
             .0
         {
             ResponseBody::DescribeTopic(r) => {
-                if let Some(o) = &r.options {
-                    self.remember_partitions(stream, topic, o.partitions);
-                }
-                Ok(r)
+                let d = crate::TopicDescription::try_from(r)?;
+                self.remember_partitions(stream, topic, d.config.partitions);
+                Ok(d)
             }
             other => Err(unexpected(&other)),
         }
@@ -563,7 +561,7 @@ impl StreamHandle {
     }
 
     /// The stream's topics.
-    pub async fn topics(&self) -> Result<Vec<TopicSummary>, ClientError> {
+    pub async fn topics(&self) -> Result<Vec<crate::TopicInfo>, ClientError> {
         self.client.list_topics(Some(&self.name)).await
     }
 }

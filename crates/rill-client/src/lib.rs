@@ -43,6 +43,7 @@ mod commit;
 mod consumer;
 mod error;
 mod group;
+mod info;
 mod message;
 mod producer;
 pub mod raw;
@@ -62,15 +63,14 @@ pub use commit::CommitPolicy;
 pub use consumer::{Consumer, ConsumerBuilder, StartAt};
 pub use error::ClientError;
 pub use group::{GroupConsumer, GroupConsumerBuilder, RebalanceCallback};
+pub use info::{
+    DamagedRange, GroupDescription, GroupMember, GroupPartition, PartitionInfo, StreamInfo,
+    TopicConfig, TopicDescription, TopicInfo,
+};
 pub use message::{Message, Position, Record, Value};
 pub use producer::{Background, Backpressure, Producer, ProducerBuilder, Sharding};
 pub use reader::{Offsets, Reader};
 pub use rill_format::{Durability, ParseDurabilityError};
 pub use rill_proto::ErrorCode;
-/// The wire protocol's messages, for fields the typed API does not wrap yet.
-pub use rill_proto::pb as wire;
-pub use rill_proto::pb::{
-    DamagedRange, DescribeTopicResponse, PartitionInfo, StreamInfo, TopicSummary,
-};
 pub use routing::{Routing, partition_for_key};
 pub use topic::{Fetched, Publish, Topic, TopicOptions, TypedTopic};

@@ -114,7 +114,7 @@ impl Topic {
 
     /// Creates the stream and the topic with `partitions` partitions if missing.
     /// An existing topic with another partition count is an error that says so.
-    pub async fn ensure(&self, partitions: u32) -> Result<pb::TopicOptions, ClientError> {
+    pub async fn ensure(&self, partitions: u32) -> Result<crate::TopicConfig, ClientError> {
         if partitions == 0 {
             return Err(ClientError::InvalidArgument(
                 "a topic needs at least one partition".into(),
@@ -130,7 +130,7 @@ impl Topic {
         &self,
         options: &TopicOptions,
         if_missing: bool,
-    ) -> Result<pb::TopicOptions, ClientError> {
+    ) -> Result<crate::TopicConfig, ClientError> {
         let body = RequestBody::CreateTopic(pb::CreateTopicRequest {
             stream: self.stream.to_string(),
             topic: self.name.to_string(),
@@ -140,10 +140,10 @@ impl Topic {
         });
         match self.client.call(body, Bytes::new(), Retry::Safe).await?.0 {
             ResponseBody::CreateTopic(r) => {
-                let options = r.options.unwrap_or_default();
+                let config = crate::info::topic_config(r.options)?;
                 self.client
-                    .remember_partitions(&self.stream, &self.name, options.partitions);
-                Ok(options)
+                    .remember_partitions(&self.stream, &self.name, config.partitions);
+                Ok(config)
             }
             other => Err(unexpected(&other)),
         }
@@ -166,7 +166,7 @@ impl Topic {
     }
 
     /// Options and per-partition offsets.
-    pub async fn describe(&self) -> Result<pb::DescribeTopicResponse, ClientError> {
+    pub async fn describe(&self) -> Result<crate::TopicDescription, ClientError> {
         self.client.describe_topic(&self.stream, &self.name).await
     }
 
@@ -189,6 +189,7 @@ impl Topic {
         match self.client.call(body, Bytes::new(), Retry::Safe).await?.0 {
             ResponseBody::RepairPartition(r) => r
                 .partition
+                .map(Into::into)
                 .ok_or_else(|| ClientError::Protocol("repair answered without a state".into())),
             other => Err(unexpected(&other)),
         }
@@ -464,14 +465,14 @@ impl Topic {
     pub async fn describe_group(
         &self,
         group: &str,
-    ) -> Result<pb::DescribeGroupResponse, ClientError> {
+    ) -> Result<crate::GroupDescription, ClientError> {
         let body = RequestBody::DescribeGroup(pb::DescribeGroupRequest {
             stream: self.stream.to_string(),
             topic: self.name.to_string(),
             group: group.to_owned(),
         });
         match self.client.call(body, Bytes::new(), Retry::Safe).await?.0 {
-            ResponseBody::DescribeGroup(r) => Ok(r),
+            ResponseBody::DescribeGroup(r) => Ok(r.into()),
             other => Err(unexpected(&other)),
         }
     }

@@ -1,0 +1,276 @@
+//! What admin calls answer: streams, topics, partitions, damaged ranges and groups, as
+//! the SDK's own types (the wire's messages stay behind [`raw`](crate::raw)).
+//!
+//! Every type here is `#[non_exhaustive]`: later versions may add fields.
+
+use std::time::Duration;
+
+use rill_format::Durability;
+use rill_proto::pb;
+
+use crate::ClientError;
+
+/// A stream and how many topics it has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamInfo {
+    /// The stream's name.
+    pub name: String,
+    /// Its topics.
+    pub topics: u32,
+}
+
+/// A topic's options as the broker keeps them (every default filled in).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TopicConfig {
+    /// Partitions.
+    pub partitions: u32,
+    /// Delete data older than this (`None`: kept until deleted by size or by hand).
+    pub retention: Option<Duration>,
+    /// Per partition: delete the oldest data beyond this many bytes.
+    pub retention_bytes: Option<u64>,
+    /// Segment size in bytes.
+    pub segment_bytes: u64,
+    /// The durability policy.
+    pub durability: Durability,
+    /// Largest record in bytes.
+    pub max_record_bytes: u32,
+}
+
+/// A topic of a stream with its options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TopicInfo {
+    /// The stream's name.
+    pub stream: String,
+    /// The topic's name.
+    pub name: String,
+    /// Its options.
+    pub config: TopicConfig,
+}
+
+/// A topic with the state of each partition; see [`Topic::describe`](crate::Topic::describe).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TopicDescription {
+    /// The stream's name.
+    pub stream: String,
+    /// The topic's name.
+    pub name: String,
+    /// Its options.
+    pub config: TopicConfig,
+    /// Each partition, in order.
+    pub partitions: Vec<PartitionInfo>,
+}
+
+/// One partition's offsets, size and health.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PartitionInfo {
+    /// The partition.
+    pub partition: u32,
+    /// The first offset still stored (retention moves it up).
+    pub first_offset: u64,
+    /// The offset the next record will get.
+    pub next_offset: u64,
+    /// Bytes on disk.
+    pub size_bytes: u64,
+    /// Segment files.
+    pub segments: u32,
+    /// Why the partition refuses appends (a failed write or fsync, damaged data not
+    /// accepted yet, ...); `None` while it takes them.
+    pub failure: Option<String>,
+    /// Ranges of records it cannot serve.
+    pub damaged: Vec<DamagedRange>,
+}
+
+/// Records a partition cannot serve: their bytes are damaged or missing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DamagedRange {
+    /// The range's first offset.
+    pub from: u64,
+    /// The first offset after the range; `None` while it is not known (damage at the
+    /// end of the log, before an operator accepted it).
+    pub to: Option<u64>,
+    /// The segment file holding the damage.
+    pub segment: String,
+    /// The byte position of the damage in that file.
+    pub position: u64,
+    /// What is wrong there.
+    pub reason: String,
+    /// An operator accepted the loss ([`Topic::repair`](crate::Topic::repair) with
+    /// `accept_data_loss`): the partition takes appends again; reads of the range
+    /// still fail with [`ClientError::DataLoss`].
+    pub accepted: bool,
+}
+
+/// A consumer group: members, assignment, stored offsets and lag; see
+/// [`Topic::describe_group`](crate::Topic::describe_group).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupDescription {
+    /// Grows with every change of the assignment.
+    pub generation: u64,
+    /// The members.
+    pub members: Vec<GroupMember>,
+    /// Each partition of the topic.
+    pub partitions: Vec<GroupPartition>,
+}
+
+/// A member of a consumer group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupMember {
+    /// Its member id.
+    pub id: String,
+    /// The partitions it may read and commit.
+    pub owned: Vec<u32>,
+    /// Owned partitions it was asked to give up (a rebalance moving them).
+    pub revoking: Vec<u32>,
+}
+
+/// A partition as a consumer group sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupPartition {
+    /// The partition.
+    pub partition: u32,
+    /// The group's stored next offset (`None`: none stored).
+    pub stored_offset: Option<u64>,
+    /// The partition's end: the offset the next record will get.
+    pub log_end: u64,
+    /// Records not consumed yet: `log_end` minus the stored offset (or minus the log
+    /// start when none is stored).
+    pub lag: u64,
+    /// The member that owns it now.
+    pub owner: Option<String>,
+}
+
+impl TryFrom<pb::TopicOptions> for TopicConfig {
+    type Error = ClientError;
+
+    fn try_from(o: pb::TopicOptions) -> Result<Self, ClientError> {
+        let durability = match pb::Durability::try_from(o.durability) {
+            Ok(pb::Durability::Always) => Durability::Always,
+            Ok(pb::Durability::Never) => Durability::Never,
+            Ok(pb::Durability::Interval) => match o.durability_interval_ms {
+                Some(ms) if ms > 0 => Durability::Interval(Duration::from_millis(ms)),
+                _ => {
+                    return Err(ClientError::Protocol(
+                        "an interval durability without an interval".into(),
+                    ));
+                }
+            },
+            _ => {
+                return Err(ClientError::Protocol(format!(
+                    "a topic with unknown durability {}",
+                    o.durability
+                )));
+            }
+        };
+        Ok(Self {
+            partitions: o.partitions,
+            retention: o.retention_ms.map(Duration::from_millis),
+            retention_bytes: o.retention_bytes,
+            segment_bytes: o.segment_bytes.unwrap_or_default(),
+            durability,
+            max_record_bytes: o.max_record_bytes.unwrap_or_default(),
+        })
+    }
+}
+
+pub(crate) fn topic_config(o: Option<pb::TopicOptions>) -> Result<TopicConfig, ClientError> {
+    o.ok_or_else(|| ClientError::Protocol("a topic answered without its options".into()))?
+        .try_into()
+}
+
+impl From<pb::StreamInfo> for StreamInfo {
+    fn from(s: pb::StreamInfo) -> Self {
+        Self {
+            name: s.name,
+            topics: s.topics,
+        }
+    }
+}
+
+impl TryFrom<pb::TopicSummary> for TopicInfo {
+    type Error = ClientError;
+
+    fn try_from(t: pb::TopicSummary) -> Result<Self, ClientError> {
+        Ok(Self {
+            stream: t.stream,
+            name: t.topic,
+            config: topic_config(t.options)?,
+        })
+    }
+}
+
+impl TryFrom<pb::DescribeTopicResponse> for TopicDescription {
+    type Error = ClientError;
+
+    fn try_from(d: pb::DescribeTopicResponse) -> Result<Self, ClientError> {
+        Ok(Self {
+            stream: d.stream,
+            name: d.topic,
+            config: topic_config(d.options)?,
+            partitions: d.partitions.into_iter().map(PartitionInfo::from).collect(),
+        })
+    }
+}
+
+impl From<pb::PartitionInfo> for PartitionInfo {
+    fn from(p: pb::PartitionInfo) -> Self {
+        Self {
+            partition: p.partition,
+            first_offset: p.first_offset,
+            next_offset: p.next_offset,
+            size_bytes: p.size_bytes,
+            segments: p.segments,
+            failure: (!p.failure.is_empty()).then_some(p.failure),
+            damaged: p.damaged.into_iter().map(DamagedRange::from).collect(),
+        }
+    }
+}
+
+impl From<pb::DamagedRange> for DamagedRange {
+    fn from(d: pb::DamagedRange) -> Self {
+        Self {
+            from: d.from_offset,
+            to: d.to_offset,
+            segment: d.segment,
+            position: d.position,
+            reason: d.reason,
+            accepted: d.accepted,
+        }
+    }
+}
+
+impl From<pb::DescribeGroupResponse> for GroupDescription {
+    fn from(g: pb::DescribeGroupResponse) -> Self {
+        Self {
+            generation: g.generation,
+            members: g
+                .members
+                .into_iter()
+                .map(|m| GroupMember {
+                    id: m.member_id,
+                    owned: m.owned,
+                    revoking: m.revoke,
+                })
+                .collect(),
+            partitions: g
+                .partitions
+                .into_iter()
+                .map(|p| GroupPartition {
+                    partition: p.partition,
+                    stored_offset: p.stored_offset,
+                    log_end: p.log_end,
+                    lag: p.lag,
+                    owner: p.owner,
+                })
+                .collect(),
+        }
+    }
+}
