@@ -671,7 +671,7 @@ async fn avro_codec(client: &Client) {
         .send()
         .await
         .unwrap();
-    let mut reader = orders.records("avro");
+    let mut reader = orders.records("avro").unwrap();
     assert_eq!(
         reader.next().await.unwrap().unwrap().value,
         Order { id: 4, total: 8.25 }

@@ -7,9 +7,57 @@ mod common;
 use std::time::{Duration, Instant};
 
 use rill_client::raw::{Bytes, Request, Response, messages};
-use rill_client::{Client, ClientError, ErrorCode};
+use rill_client::{Client, ClientError, Codec, ErrorCode};
 
-over_both_transports!(raw_sends_any_request_and_returns_its_typed_answer);
+over_both_transports!(
+    raw_sends_any_request_and_returns_its_typed_answer,
+    a_codec_is_a_value_with_its_own_state,
+);
+
+/// A codec with state: JSON behind a tag, which reading checks.
+struct Tagged {
+    tag: &'static str,
+}
+
+impl Codec for Tagged {
+    fn encode<T: serde::Serialize + ?Sized>(&self, value: &T) -> Result<Vec<u8>, ClientError> {
+        let mut out = format!("{}:", self.tag).into_bytes();
+        out.extend(serde_json::to_vec(value).map_err(|e| ClientError::Encode(e.to_string()))?);
+        Ok(out)
+    }
+
+    fn decode<T: serde::de::DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, String> {
+        let body = bytes
+            .strip_prefix(format!("{}:", self.tag).as_bytes())
+            .ok_or_else(|| format!("not tagged {}", self.tag))?;
+        serde_json::from_slice(body).map_err(|e| e.to_string())
+    }
+}
+
+async fn a_codec_is_a_value_with_its_own_state(client: &Client) {
+    let t = client.stream("codec").topic("tagged");
+    t.ensure(1).await.unwrap();
+    let v1 = t.typed::<u32, _>(Tagged { tag: "v1" });
+    let at = v1.publish(&7).await.unwrap();
+    t.publish()
+        .encoded(&Tagged { tag: "v2" }, &8u32)
+        .send()
+        .await
+        .unwrap();
+    let mut reader = v1.records("tagged").unwrap();
+    let first = reader.next().await.unwrap().unwrap();
+    assert_eq!((first.value, first.offset), (7, at.offset));
+    // The second was written by another codec value: a decode error with its position.
+    match reader.next().await.unwrap() {
+        Err(ClientError::Decode { offset, reason, .. }) => {
+            assert_eq!(offset, at.offset + 1);
+            assert!(reason.contains("not tagged v1"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let v2 = t.typed::<u32, _>(Tagged { tag: "v2" });
+    assert_eq!(v2.codec().tag, "v2");
+}
 
 async fn raw_sends_any_request_and_returns_its_typed_answer(client: &Client) {
     let t = client.stream("raw").topic("t");

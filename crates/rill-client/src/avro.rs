@@ -1,17 +1,15 @@
 //! The Avro codec: values as Avro binary datums of a schema the caller gives (no
 //! container header; the schema is agreed out of band, e.g. in a registry).
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 use apache_avro::Schema;
 use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::writer::datum::GenericDatumWriter;
-use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::{ClientError, Position, Reader, Topic};
+use crate::{ClientError, Codec};
 
 /// Encodes `value` as an Avro datum of `schema`; fails if the value does not fit it.
 pub fn encode<T: Serialize + ?Sized>(value: &T, schema: &Schema) -> Result<Vec<u8>, ClientError> {
@@ -38,30 +36,18 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8], schema: &Schema) -> Result<T, S
     apache_avro::from_value(&value).map_err(|e| e.to_string())
 }
 
-/// A topic whose values are Avro datums of one schema; see [`Topic::avro`].
-#[derive(Debug)]
-pub struct AvroTopic<T> {
-    topic: Topic,
+/// The Avro codec: values as binary datums of one schema (no container header). Cheap
+/// to clone; see [`Topic::avro`].
+#[derive(Debug, Clone)]
+pub struct Avro {
     schema: Arc<Schema>,
-    _type: PhantomData<fn() -> T>,
 }
 
-impl<T> Clone for AvroTopic<T> {
-    fn clone(&self) -> Self {
+impl Avro {
+    /// A codec writing and reading datums of `schema`.
+    pub fn new(schema: Schema) -> Self {
         Self {
-            topic: self.topic.clone(),
-            schema: Arc::clone(&self.schema),
-            _type: PhantomData,
-        }
-    }
-}
-
-impl<T> AvroTopic<T> {
-    pub(crate) fn new(topic: Topic, schema: Schema) -> Self {
-        Self {
-            topic,
             schema: Arc::new(schema),
-            _type: PhantomData,
         }
     }
 
@@ -71,35 +57,12 @@ impl<T> AvroTopic<T> {
     }
 }
 
-impl<T: Serialize> AvroTopic<T> {
-    /// Publishes one value (balanced routing).
-    pub async fn publish(&self, value: &T) -> Result<Position, ClientError> {
-        self.topic.publish().avro(value, &self.schema).send().await
+impl Codec for Avro {
+    fn encode<T: Serialize + ?Sized>(&self, value: &T) -> Result<Vec<u8>, ClientError> {
+        encode(value, &self.schema)
     }
 
-    /// Publishes one value with a key.
-    pub async fn publish_keyed(
-        &self,
-        key: impl Into<Bytes>,
-        value: &T,
-    ) -> Result<Position, ClientError> {
-        self.topic
-            .publish()
-            .key(key)
-            .avro(value, &self.schema)
-            .send()
-            .await
-    }
-}
-
-impl<T: DeserializeOwned + Send + 'static> AvroTopic<T> {
-    /// A cursor reader that decodes values with the schema.
-    pub fn records(&self, name: &str) -> Reader<T> {
-        let schema = Arc::clone(&self.schema);
-        Reader::new(
-            self.topic.clone(),
-            name,
-            Arc::new(move |b: Bytes| decode(&b, &schema)),
-        )
+    fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, String> {
+        decode(bytes, &self.schema)
     }
 }

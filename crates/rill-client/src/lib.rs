@@ -55,7 +55,7 @@ mod transport;
 #[cfg(feature = "avro")]
 pub use apache_avro::Schema as AvroSchema;
 #[cfg(feature = "avro")]
-pub use avro::AvroTopic;
+pub use avro::Avro;
 pub use batching::{Batching, BatchingBuilder};
 pub use client::{Client, ClientBuilder, DEFAULT_URL, RetryPolicy, StreamHandle, parse_url};
 pub use codec::{Codec, Json, MsgPack};

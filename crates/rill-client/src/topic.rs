@@ -483,20 +483,25 @@ impl Topic {
         crate::GroupConsumerBuilder::new(self.clone(), group)
     }
 
+    /// A typed view whose values `codec` writes and reads.
+    pub fn typed<T, C: Codec>(&self, codec: C) -> TypedTopic<T, C> {
+        TypedTopic::new(self.clone(), Arc::new(codec))
+    }
+
     /// A typed view whose values are JSON.
     pub fn json<T>(&self) -> TypedTopic<T, Json> {
-        TypedTopic::new(self.clone())
+        self.typed(Json)
     }
 
     /// A typed view whose values are Avro datums of `schema`.
     #[cfg(feature = "avro")]
-    pub fn avro<T>(&self, schema: apache_avro::Schema) -> crate::AvroTopic<T> {
-        crate::AvroTopic::new(self.clone(), schema)
+    pub fn avro<T>(&self, schema: apache_avro::Schema) -> TypedTopic<T, crate::avro::Avro> {
+        self.typed(crate::avro::Avro::new(schema))
     }
 
     /// A typed view whose values are MessagePack.
     pub fn msgpack<T>(&self) -> TypedTopic<T, MsgPack> {
-        TypedTopic::new(self.clone())
+        self.typed(MsgPack)
     }
 }
 
@@ -527,12 +532,12 @@ impl Publish {
 
     /// The value as JSON.
     pub fn json<T: Serialize + ?Sized>(self, value: &T) -> Self {
-        self.encoded::<Json, T>(value)
+        self.encoded(&Json, value)
     }
 
     /// The value as MessagePack.
     pub fn msgpack<T: Serialize + ?Sized>(self, value: &T) -> Self {
-        self.encoded::<MsgPack, T>(value)
+        self.encoded(&MsgPack, value)
     }
 
     /// The value as an Avro datum of `schema` (no container header).
@@ -545,8 +550,9 @@ impl Publish {
         self
     }
 
-    fn encoded<C: Codec, T: Serialize + ?Sized>(mut self, value: &T) -> Self {
-        match C::encode(value) {
+    /// The value written by `codec`; an encoding failure is returned by `send`.
+    pub fn encoded<C: Codec, T: Serialize + ?Sized>(mut self, codec: &C, value: &T) -> Self {
+        match codec.encode(value) {
             Ok(bytes) => self.message.value = bytes.into(),
             Err(e) => self.deferred = Some(e),
         }
@@ -605,24 +611,26 @@ impl Publish {
     }
 }
 
-/// A topic viewed through a codec for values of type `T`.
+/// A topic viewed through a codec for values of type `T`; see [`Topic::typed`].
 #[derive(Debug)]
 pub struct TypedTopic<T, C> {
     topic: Topic,
-    _types: PhantomData<fn() -> (T, C)>,
+    codec: Arc<C>,
+    _type: PhantomData<fn() -> T>,
 }
 
 impl<T, C> Clone for TypedTopic<T, C> {
     fn clone(&self) -> Self {
-        Self::new(self.topic.clone())
+        Self::new(self.topic.clone(), Arc::clone(&self.codec))
     }
 }
 
 impl<T, C> TypedTopic<T, C> {
-    fn new(topic: Topic) -> Self {
+    fn new(topic: Topic, codec: Arc<C>) -> Self {
         Self {
             topic,
-            _types: PhantomData,
+            codec,
+            _type: PhantomData,
         }
     }
 
@@ -630,12 +638,21 @@ impl<T, C> TypedTopic<T, C> {
     pub fn topic(&self) -> &Topic {
         &self.topic
     }
+
+    /// The codec values are written and read with.
+    pub fn codec(&self) -> &C {
+        &self.codec
+    }
 }
 
 impl<T: Serialize, C: Codec> TypedTopic<T, C> {
     /// Publishes one value (balanced routing).
     pub async fn publish(&self, value: &T) -> Result<Position, ClientError> {
-        self.topic.publish().value(C::encode(value)?).send().await
+        self.topic
+            .publish()
+            .value(self.codec.encode(value)?)
+            .send()
+            .await
     }
 
     /// Publishes one value with a key.
@@ -647,7 +664,7 @@ impl<T: Serialize, C: Codec> TypedTopic<T, C> {
         self.topic
             .publish()
             .key(key)
-            .value(C::encode(value)?)
+            .value(self.codec.encode(value)?)
             .send()
             .await
     }
@@ -657,14 +674,11 @@ impl<T: DeserializeOwned + Send + 'static, C: Codec> TypedTopic<T, C> {
     /// A cursor reader that decodes values; a value that fails to decode is returned
     /// as an error carrying its position, and reading continues.
     pub fn records(&self, name: &str) -> Result<Reader<T>, ClientError> {
+        let codec = Arc::clone(&self.codec);
         Ok(Reader::new(
             self.topic.clone(),
             name,
-            Arc::new(decode_with::<T, C>),
+            Arc::new(move |bytes: Bytes| codec.decode(&bytes)),
         ))
     }
-}
-
-fn decode_with<T: DeserializeOwned, C: Codec>(bytes: Bytes) -> Result<T, String> {
-    C::decode(&bytes)
 }
