@@ -37,7 +37,7 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8], schema: &Schema) -> Result<T, S
 }
 
 /// The Avro codec: values as binary datums of one schema (no container header). Cheap
-/// to clone; see [`Topic::avro`].
+/// to clone; see [`Topic::avro`](crate::Topic::avro).
 #[derive(Debug, Clone)]
 pub struct Avro {
     schema: Arc<Schema>,
