@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use base64::Engine;
 use clap::{Args, ValueEnum};
-use rill_client::{ClientError, CommitPolicy, Offsets, Record, StartAt, Topic, Value};
+use rill_client::{ClientError, CommitPolicy, Offsets, Position, Record, StartAt, Topic, Value};
 use serde_json::{Map, json};
 
 use crate::target::{self, Target};
@@ -341,7 +341,10 @@ async fn store_printed(
         return;
     }
     for (partition, offset) in std::mem::take(printed) {
-        if let Err(e) = consumer.store_offset(offset, partition).await {
+        if let Err(e) = consumer
+            .store_offset(Position::new(partition, offset))
+            .await
+        {
             tracing::info!(partition, error = %e, "offset not stored (the partition moved)");
         }
     }
@@ -441,7 +444,7 @@ async fn store_named(consumer: &mut rill_client::Consumer, out: &mut Output) -> 
     if let Some(last) = consumer.last_consumed_offset(p)
         && consumer.last_stored_offset(p) != Some(last)
     {
-        consumer.store_offset(last, p).await?;
+        consumer.store_offset(Position::new(p, last)).await?;
     }
     Ok(())
 }

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use rill_client::{
-    Background, Client, ClientError, CommitPolicy, ErrorCode, Message, Offsets, StartAt, Topic,
-    Value, partition_for_key,
+    Background, Client, ClientError, CommitPolicy, ErrorCode, Message, Offsets, Position, StartAt,
+    Topic, Value, partition_for_key,
 };
 use serde::{Deserialize, Serialize};
 
@@ -227,7 +227,7 @@ async fn every_start_at(client: &Client) {
     );
     assert_eq!(first_offset(&t, StartAt::Offset(6)).await, 6);
     let all = t
-        .fetch(0, 0, 1 << 20, Duration::ZERO)
+        .fetch(Position::new(0, 0), 1 << 20, Duration::ZERO)
         .await
         .unwrap()
         .records;
@@ -417,7 +417,7 @@ async fn long_poll_wakes_on_append_and_times_out_empty(client: &Client) {
     // Nothing arrives: an empty answer after max_wait.
     let started = Instant::now();
     let empty = t
-        .fetch(0, 0, 1 << 20, Duration::from_millis(300))
+        .fetch(Position::new(0, 0), 1 << 20, Duration::from_millis(300))
         .await
         .unwrap();
     let waited = started.elapsed();
@@ -432,7 +432,7 @@ async fn long_poll_wakes_on_append_and_times_out_empty(client: &Client) {
         tokio::spawn(async move {
             let started = Instant::now();
             let fetched = t
-                .fetch(0, 0, 1 << 20, Duration::from_secs(10))
+                .fetch(Position::new(0, 0), 1 << 20, Duration::from_secs(10))
                 .await
                 .unwrap();
             (fetched, started.elapsed())
@@ -533,7 +533,11 @@ async fn a_partly_failed_send_never_acknowledges_records_it_did_not_store(client
             .collect();
         let positions = producer.send_batch(second).await.unwrap();
         let fetched = t
-            .fetch(1, positions[0].offset, 1 << 20, Duration::ZERO)
+            .fetch(
+                Position::new(1, positions[0].offset),
+                1 << 20,
+                Duration::ZERO,
+            )
             .await
             .unwrap();
         let at = &fetched.records[0];
@@ -846,7 +850,10 @@ async fn bad_requests_are_typed_errors(client: &Client) {
     let big = vec![b'x'; 2 << 20];
     let err = t.publish().value(big).send().await.unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::RecordTooLarge), "{err}");
-    let err = t.fetch(0, 99, 1024, Duration::ZERO).await.unwrap_err();
+    let err = t
+        .fetch(Position::new(0, 99), 1024, Duration::ZERO)
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::OffsetBeyondEnd));
     let missing = client.stream("scen").topic("missing");
     let err = missing.publish().value("x").send().await.unwrap_err();
@@ -875,7 +882,9 @@ async fn a_call_after_close_fails_at_once_with_closed(client: &Client) {
     closed("describe", t.describe().await.unwrap_err());
     closed(
         "fetch",
-        t.fetch(0, 0, 1024, Duration::ZERO).await.unwrap_err(),
+        t.fetch(Position::new(0, 0), 1024, Duration::ZERO)
+            .await
+            .unwrap_err(),
     );
     closed(
         "producer",

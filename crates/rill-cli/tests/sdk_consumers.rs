@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use rill_client::{Client, CommitPolicy, StartAt, Topic};
+use rill_client::{Client, CommitPolicy, Position, StartAt, Topic};
 
 const RECORDS: u64 = 10;
 /// The stored offset of the cases that have one: records 0..=4 were consumed.
@@ -27,7 +27,7 @@ async fn topic(client: &Client, name: &str) -> (Topic, i64, u64) {
         t.publish().value(format!("v{i}")).send().await.unwrap();
     }
     let all = t
-        .fetch(0, 0, 1 << 20, Duration::ZERO)
+        .fetch(Position::new(0, 0), 1 << 20, Duration::ZERO)
         .await
         .unwrap()
         .records;
@@ -86,7 +86,7 @@ async fn store_named(t: &Topic, name: &str) {
         .build()
         .await
         .unwrap();
-    c.store_offset(CONSUMED, 0).await.unwrap();
+    c.store_offset(Position::new(0, CONSUMED)).await.unwrap();
     assert_eq!(c.last_stored_offset(0), Some(CONSUMED));
 }
 
@@ -135,7 +135,7 @@ async fn store_group(t: &Topic, group: &str) {
         .build()
         .await
         .unwrap();
-    m.store_offset(CONSUMED, 0).await.unwrap();
+    m.store_offset(Position::new(0, CONSUMED)).await.unwrap();
     m.shutdown().await.unwrap();
     let d = t.describe_group(group).await.unwrap();
     assert_eq!(d.partitions[0].stored_offset, Some(CONSUMED + 1), "{d:?}");

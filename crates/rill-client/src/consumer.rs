@@ -10,7 +10,7 @@ use rill_proto::{ErrorCode, RequestBody, ResponseBody};
 
 use crate::client::{Retry, unexpected};
 use crate::commit::Committer;
-use crate::{ClientError, CommitPolicy, Record, Topic};
+use crate::{ClientError, CommitPolicy, Position, Record, Topic};
 
 /// Where a consumer starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -329,15 +329,15 @@ impl Consumer {
     /// Stores `record` as consumed (its offset + 1 is where a restart resumes).
     /// The record handed out last counts as handled from then on.
     pub async fn commit(&mut self, record: &Record) -> Result<(), ClientError> {
-        self.store_offset(record.offset, record.partition).await
+        self.store_offset(record.position()).await
     }
 
-    /// Stores `offset` of `partition` as consumed. The record handed out last counts as
-    /// handled from then on.
-    pub async fn store_offset(&mut self, offset: u64, partition: u32) -> Result<(), ClientError> {
-        self.check_partition(partition)?;
+    /// Stores the record at `consumed` as consumed (a restart resumes after it). The
+    /// record handed out last counts as handled from then on.
+    pub async fn store_offset(&mut self, consumed: Position) -> Result<(), ClientError> {
+        self.check_partition(consumed.partition)?;
         self.committer.finish_pending();
-        self.store(offset).await
+        self.store(consumed.offset).await
     }
 
     /// Deletes the stored offset of `partition`.

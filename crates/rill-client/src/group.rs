@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 
 use crate::client::{Retry, unexpected};
 use crate::commit::Committer;
-use crate::{ClientError, CommitPolicy, Record, StartAt, Topic};
+use crate::{ClientError, CommitPolicy, Position, Record, StartAt, Topic};
 
 /// Longest pause between two heartbeats of a member.
 const HEARTBEAT_MAX: Duration = Duration::from_millis(250);
@@ -609,7 +609,11 @@ impl GroupConsumer {
             let fetched = match self
                 .inner
                 .topic
-                .fetch(p, position, self.inner.max_bytes, Duration::ZERO)
+                .fetch(
+                    Position::new(p, position),
+                    self.inner.max_bytes,
+                    Duration::ZERO,
+                )
                 .await
             {
                 Ok(f) => f,
@@ -706,14 +710,15 @@ impl GroupConsumer {
     /// to another member meanwhile. The record handed out last counts as handled from
     /// then on.
     pub async fn commit(&self, record: &Record) -> Result<(), ClientError> {
-        self.store_offset(record.offset, record.partition).await
+        self.store_offset(record.position()).await
     }
 
-    /// Stores `offset` of `partition` as consumed (fenced like [`GroupConsumer::commit`]).
+    /// Stores the record at `consumed` as consumed (fenced like
+    /// [`GroupConsumer::commit`]).
     /// The record handed out last counts as handled from then on.
-    pub async fn store_offset(&self, offset: u64, partition: u32) -> Result<(), ClientError> {
+    pub async fn store_offset(&self, consumed: Position) -> Result<(), ClientError> {
         self.inner.lock()?.finish_pending();
-        self.store(partition, offset).await
+        self.store(consumed.partition, consumed.offset).await
     }
 
     /// The offset of the last record handed out of `partition` (`None` once a panic

@@ -155,6 +155,11 @@ pub struct Record<V = Bytes> {
 }
 
 impl<V> Record<V> {
+    /// Where the record is: its partition and offset.
+    pub fn position(&self) -> Position {
+        Position::new(self.partition, self.offset)
+    }
+
     /// The first header named `name`.
     pub fn header(&self, name: &str) -> Option<&Value> {
         self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v)
@@ -172,13 +177,21 @@ impl<V> Record<V> {
     }
 }
 
-/// Where a published record landed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// A record's place: partition and offset. Calls that take both take a `Position`, so
+/// the two numbers cannot be swapped by mistake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Position {
     /// Partition.
     pub partition: u32,
     /// Offset in the partition.
     pub offset: u64,
+}
+
+impl Position {
+    /// The record at `offset` of `partition`.
+    pub const fn new(partition: u32, offset: u64) -> Self {
+        Self { partition, offset }
+    }
 }
 
 /// Builds a batch from messages (all for one partition).

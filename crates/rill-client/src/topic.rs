@@ -259,7 +259,7 @@ impl Topic {
         }
     }
 
-    /// One fetch from a partition: records from `offset` (at most `max_bytes`, at
+    /// One fetch from a partition: records from `from` (at most `max_bytes`, at
     /// least one batch), waiting up to `max_wait` for some to arrive. The building
     /// block of readers and consumers, for callers that manage positions themselves.
     ///
@@ -270,14 +270,20 @@ impl Topic {
     /// batch, so the next fetch reports it.
     pub async fn fetch(
         &self,
-        partition: u32,
-        offset: u64,
+        from: Position,
         max_bytes: u32,
         max_wait: Duration,
     ) -> Result<Fetched, ClientError> {
         let mut records = std::collections::VecDeque::new();
         let mut fetched = self
-            .fetch_into(partition, offset, max_bytes, max_wait, 1, &mut records)
+            .fetch_into(
+                from.partition,
+                from.offset,
+                max_bytes,
+                max_wait,
+                1,
+                &mut records,
+            )
             .await?;
         fetched.records = records.into();
         Ok(fetched)

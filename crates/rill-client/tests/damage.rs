@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rill_client::{Client, ClientError, CommitPolicy, StartAt, Topic, TopicOptions};
+use rill_client::{Client, ClientError, CommitPolicy, Position, StartAt, Topic, TopicOptions};
 
 const RECORDS: u64 = 20;
 
@@ -183,13 +183,13 @@ async fn readers_and_consumers_report_each_loss_once_and_read_past_it() {
 
     // The raw fetch names the corrupt batch too, after the records before it.
     let before = t
-        .fetch(0, corrupt - 1, 1 << 20, Duration::ZERO)
+        .fetch(Position::new(0, corrupt - 1), 1 << 20, Duration::ZERO)
         .await
         .unwrap();
     assert_eq!(before.records.len(), 1);
     assert_eq!(before.next_offset, corrupt);
     let err = t
-        .fetch(0, corrupt, 1 << 20, Duration::ZERO)
+        .fetch(Position::new(0, corrupt), 1 << 20, Duration::ZERO)
         .await
         .unwrap_err();
     assert!(
@@ -197,7 +197,7 @@ async fn readers_and_consumers_report_each_loss_once_and_read_past_it() {
         "{err}"
     );
     let err = t
-        .fetch(0, lost.0, 1 << 20, Duration::ZERO)
+        .fetch(Position::new(0, lost.0), 1 << 20, Duration::ZERO)
         .await
         .unwrap_err();
     assert_eq!(err.lost_range(), Some((0, lost.0, Some(lost.1))), "{err}");

@@ -10,7 +10,7 @@ use anyhow::Context;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use rill_client::{Message, Producer, Routing, Topic};
+use rill_client::{Message, Position, Producer, Routing, Topic};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -460,7 +460,7 @@ impl Consumer {
             let topic = self.topic.clone();
             async move {
                 let started = Instant::now();
-                let r = topic.fetch(p, offset, max_bytes, wait).await;
+                let r = topic.fetch(Position::new(p, offset), max_bytes, wait).await;
                 (p, offset, started, r)
             }
         };

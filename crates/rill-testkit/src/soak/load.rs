@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rill_client::{ClientError, CommitPolicy, ErrorCode, Message, Producer, Topic};
+use rill_client::{ClientError, CommitPolicy, ErrorCode, Message, Position, Producer, Topic};
 use tokio::sync::watch;
 
 use super::check::{Deliveries, OffsetWatch, Produced, RecordId, key_of, parse_record, value_of};
@@ -266,7 +266,10 @@ async fn commit_pending(
             shared.commits_skipped.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        match consumer.store_offset(offset, partition).await {
+        match consumer
+            .store_offset(Position::new(partition, offset))
+            .await
+        {
             Ok(()) => {
                 shared.events.log(format_args!(
                     "member {index} committed {partition}:{}",
