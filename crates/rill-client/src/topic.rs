@@ -454,8 +454,9 @@ impl Topic {
         }
     }
 
-    /// Explicit client-side batching (512 records, 1 MiB, 5 ms linger by default):
-    /// `send` buffers, `flush` and `close` send what is buffered.
+    /// Explicit client-side batching (512 records, 1 MiB, 5 ms linger by default),
+    /// buffered in the caller's task: `send` buffers and sends what is due (a full
+    /// batch, a lingered one), `flush` and `close` send everything buffered.
     pub fn batching(&self) -> crate::BatchingBuilder {
         crate::BatchingBuilder::new(self.clone())
     }

@@ -746,6 +746,26 @@ impl Producer {
         }
     }
 
+    /// The partition `message` goes to with `routing` (balanced: the next one
+    /// round-robin). For [`crate::Batching`], which batches in its caller's task.
+    pub(crate) async fn partition_of(
+        &self,
+        message: &Message,
+        routing: &Routing,
+    ) -> Result<u32, ClientError> {
+        self.core.route(message, routing).await
+    }
+
+    /// Sends `messages` to `partition` now, in batches within the limits, and returns
+    /// their offsets. For [`crate::Batching`].
+    pub(crate) async fn send_now(
+        &self,
+        partition: u32,
+        messages: Vec<Message>,
+    ) -> Result<Vec<u64>, ClientError> {
+        self.core.send_partition(partition, messages).await
+    }
+
     /// Flushes everything buffered, then stops the background shards.
     pub async fn shutdown(self) -> Result<(), ClientError> {
         let result = self.flush().await;
