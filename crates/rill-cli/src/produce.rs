@@ -25,8 +25,9 @@ pub(crate) struct ProduceArgs {
     /// A header NAME=VALUE (string); repeatable.
     #[arg(long = "header", value_name = "K=V", value_parser = parse_header)]
     headers: Vec<(String, String)>,
-    /// With standard input: split each line into key and value at the first SEP.
-    #[arg(long, value_name = "SEP", conflicts_with = "key")]
+    /// With standard input: split each line into key and value at the first SEP (a
+    /// line that starts with SEP has an empty key, which is refused).
+    #[arg(long, value_name = "SEP", conflicts_with_all = ["key", "partition"])]
     key_sep: Option<String>,
     /// The value; without it, standard input is read, one record per line.
     value: Option<String>,

@@ -115,6 +115,31 @@ fn produce_and_consume_round_trip(target: &[String]) {
         &["produce", "shop/orders", "--key-sep", ":"],
         Some("a:1\nb:2\n"),
     ));
+    // A record takes a key or a partition, and a key is never empty.
+    // (No standard input: the arguments are refused before it would be read.)
+    let refused = |args: &[&str], says: &str| {
+        let out = rill(target, args, None);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(says),
+            "{args:?}: {stderr}"
+        );
+    };
+    refused(
+        &[
+            "produce",
+            "shop/orders",
+            "--partition",
+            "1",
+            "--key-sep",
+            ":",
+        ],
+        "cannot be used with",
+    );
+    refused(
+        &["produce", "shop/orders", "--key", "", "x"],
+        "must not be empty",
+    );
     let out = ok(&rill(
         target,
         &[

@@ -14,6 +14,33 @@ pub enum Routing {
     Partition(u32),
 }
 
+/// The error of a record that has both a key and an explicit partition: the two are
+/// exclusive ways to pick its partition (DESIGN.md §1), in every write path.
+pub(crate) fn key_and_partition() -> crate::ClientError {
+    crate::ClientError::InvalidArgument(
+        "a record takes a key or an explicit partition, not both".into(),
+    )
+}
+
+/// The error of an empty key: it would hash like any other key, so a caller who meant
+/// "no key" would silently pin every such record to one partition.
+pub(crate) fn empty_key() -> crate::ClientError {
+    crate::ClientError::InvalidArgument(
+        "a key must not be empty (leave it out for an unkeyed record)".into(),
+    )
+}
+
+/// Checks that `message` may be sent with `routing`: a non-empty key, if any, and no key
+/// when the routing names a partition. Nothing is sent when it fails.
+pub(crate) fn check(message: &crate::Message, routing: &Routing) -> Result<(), crate::ClientError> {
+    match (&message.key, routing) {
+        (Some(k), _) if k.is_empty() => Err(empty_key()),
+        (Some(_), Routing::Partition(_)) => Err(key_and_partition()),
+        (_, Routing::Key(k)) if k.is_empty() => Err(empty_key()),
+        _ => Ok(()),
+    }
+}
+
 /// The partition of `key` among `partitions`: `xxh3_64(key bytes, seed 0) % partitions`.
 ///
 /// Specified so every SDK and the embedded mode agree (see docs/PROTOCOL.md).

@@ -347,7 +347,8 @@ impl Topic {
 
     /// Publishes many messages. Keyed messages go to their key's partition; unkeyed
     /// ones all go to one partition (round-robin per call), so an unkeyed batch is one
-    /// round trip. Positions are returned in input order.
+    /// round trip. Positions are returned in input order. A message with an empty key
+    /// fails the call with [`ClientError::InvalidArgument`] before anything is sent.
     pub async fn publish_batch(
         &self,
         messages: impl IntoIterator<Item = Message>,
@@ -355,6 +356,9 @@ impl Topic {
         let messages: Vec<Message> = messages.into_iter().collect();
         if messages.is_empty() {
             return Ok(Vec::new());
+        }
+        for m in &messages {
+            crate::routing::check(m, &Routing::Balanced)?;
         }
         let partitions = self.partitions().await?;
         let unkeyed = self.next_balanced(partitions);
@@ -446,8 +450,9 @@ impl Topic {
         }
     }
 
-    /// Explicit client-side batching (512 records, 1 MiB, 5 ms linger by default):
-    /// `send` buffers, `flush` and `close` send what is buffered.
+    /// Explicit client-side batching (512 records, 1 MiB, 5 ms linger by default),
+    /// buffered in the caller's task: `send` buffers and sends what is due (a full
+    /// batch, a lingered one), `flush` and `close` send everything buffered.
     pub fn batching(&self) -> crate::BatchingBuilder {
         crate::BatchingBuilder::new(self.clone())
     }
@@ -566,24 +571,24 @@ impl Publish {
     }
 
     /// Routes by key: the same key always lands in the same partition, in order.
+    ///
+    /// A key together with [`Publish::partition`], or an empty key, makes `send` fail
+    /// with [`ClientError::InvalidArgument`] without sending anything.
     pub fn key(mut self, key: impl Into<Bytes>) -> Self {
         let key = key.into();
         if matches!(self.routing, Routing::Partition(_)) {
-            self.deferred = Some(ClientError::InvalidArgument(
-                "a record takes a key or an explicit partition, not both".into(),
-            ));
+            self.deferred = Some(crate::routing::key_and_partition());
         }
         self.message.key = Some(key.clone());
         self.routing = Routing::Key(key);
         self
     }
 
-    /// Sends to this partition.
+    /// Sends to this partition (together with a key, `send` fails; see
+    /// [`Publish::key`]).
     pub fn partition(mut self, partition: u32) -> Self {
         if self.message.key.is_some() {
-            self.deferred = Some(ClientError::InvalidArgument(
-                "a record takes a key or an explicit partition, not both".into(),
-            ));
+            self.deferred = Some(crate::routing::key_and_partition());
         }
         self.routing = Routing::Partition(partition);
         self
@@ -600,6 +605,7 @@ impl Publish {
         if let Some(e) = self.deferred {
             return Err(e);
         }
+        crate::routing::check(&self.message, &self.routing)?;
         let partition = self.topic.route(&self.routing).await?;
         let r = self
             .topic

@@ -1,7 +1,10 @@
-//! The tuned write path: batching, retries, idempotence (`sequence.rs`), background
+//! The tuned write path: batching, retries, idempotence (`sequence.rs`), coalescing of
+//! concurrent direct-mode sends (`accumulator.rs`, run by `direct.rs`), background
 //! sending (`background.rs`).
 
+mod accumulator;
 mod background;
+mod direct;
 mod sequence;
 #[cfg(test)]
 mod tests;
@@ -14,6 +17,9 @@ use bytes::Bytes;
 use rill_proto::pb::{InitProducerRequest, ProduceRequest};
 use rill_proto::{ErrorCode, RequestBody, ResponseBody};
 
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
+use self::accumulator::Accumulator;
 use self::background::Shards;
 use self::sequence::{Refusal, Sequencer, Ticket};
 use crate::client::{Attempt, Retry, RetryPolicy, unexpected};
@@ -108,8 +114,19 @@ impl ProducerBuilder {
         self
     }
 
-    /// In background mode, how long a shard waits to fill a batch (default 0: send
-    /// what is buffered as soon as the shard is free).
+    /// How long a batch waits for more records before it is sent (default 0).
+    ///
+    /// In direct mode, concurrent `send` and `send_keyed`/`send_to_partition` calls to
+    /// one partition join one batch, and each caller gets its own position (or the
+    /// batch's error). With a linger of 0 a batch goes as soon as the partition has a
+    /// free in-flight slot (see [`ProducerBuilder::max_in_flight`]): a lone sender gets
+    /// one round trip, and senders that arrive while batches are in flight coalesce.
+    /// With a linger, a batch waits until it is full (`batch_length`,
+    /// `max_batch_bytes`), `flush` is called, or its first record has waited this
+    /// long, so a `send` may take up to the linger longer. `send_batch` is not delayed.
+    ///
+    /// In background mode, how long a shard waits to fill a batch (0: send what is
+    /// buffered as soon as the shard is free).
     pub fn linger(mut self, d: Duration) -> Self {
         self.linger = d;
         self
@@ -128,7 +145,14 @@ impl ProducerBuilder {
         self
     }
 
-    /// Routing of `send` (default `Balanced`).
+    /// Routing of `send` and `send_batch` (default `Balanced`). A keyed message goes to
+    /// its key's partition — except with `Routing::Partition`, where a keyed message is
+    /// an error ([`ClientError::InvalidArgument`]: a record takes a key or a partition).
+    ///
+    /// Balanced, a direct-mode `send` of an unkeyed message joins one partition's batch
+    /// until that batch is taken for sending or fills, then the next partition's
+    /// (round-robin): concurrent sends coalesce, and a lone sender still goes
+    /// round-robin. `send_batch` sends each call's unkeyed messages to one partition.
     pub fn routing(mut self, routing: Routing) -> Self {
         self.routing = routing;
         self
@@ -169,6 +193,9 @@ impl ProducerBuilder {
         if self.max_in_flight == 0 {
             return bad("max_in_flight must be positive");
         }
+        if matches!(&self.routing, Routing::Key(k) if k.is_empty()) {
+            return Err(crate::routing::empty_key());
+        }
         if let Some(b) = &self.background
             && (b.shards == 0 || b.buffer_messages < b.shards)
         {
@@ -207,11 +234,13 @@ impl ProducerBuilder {
                 backoff: self.retry_interval,
                 backoff_max: self.retry_interval,
             },
+            linger: self.linger,
             routing: self.routing,
-            in_flight: Arc::new(tokio::sync::Semaphore::new(self.max_in_flight)),
+            in_flight: Arc::new(Semaphore::new(self.max_in_flight)),
             producer_id: identity,
             per_partition,
             lanes: parking_lot::Mutex::new(HashMap::new()),
+            sticky: parking_lot::Mutex::new(None),
         });
         let background = self
             .background
@@ -223,6 +252,7 @@ impl ProducerBuilder {
 /// The sending state of one partition.
 #[derive(Debug)]
 struct Lane {
+    partition: u32,
     /// Held while a batch takes its slot and its sequence, so that batches hold slots
     /// in the order of their sequences: a batch waiting for a slot never waits on a
     /// later one (which would wait at the broker for it).
@@ -230,7 +260,16 @@ struct Lane {
     /// Batches in flight: for an idempotent producer at most what the broker remembers
     /// (so any of them can be resent safely; the broker orders them by sequence), else
     /// one (nothing would order them).
-    slots: tokio::sync::Semaphore,
+    slots: Arc<Semaphore>,
+    /// Direct-mode `send`s not yet in a batch in flight (`direct.rs`). A non-poisoning
+    /// lock: each use is a few field updates that cannot panic half-way.
+    accumulator: parking_lot::Mutex<Accumulator>,
+    /// Wakes the lane's driver: a batch closed (full or flushed).
+    ready: Notify,
+    /// Wakes senders waiting for room: the driver took a batch.
+    room: Notify,
+    /// Wakes flushes: a taken batch was answered.
+    answered: Notify,
     /// The idempotent sequencing. A poisoning lock on purpose: a panic while it is
     /// held may leave batches half renumbered, and a sequence used twice makes the
     /// broker acknowledge records it never stored as a duplicate. The producer then
@@ -255,13 +294,13 @@ impl Lane {
 /// unacknowledged (an error, or the future dropped half-way), its outcome may be
 /// unknown: the sequencer then ends its epoch, so no later batch reuses its sequence.
 #[derive(Debug)]
-struct Registered<'a> {
-    lane: &'a Lane,
+struct Registered {
+    lane: Arc<Lane>,
     ticket: Ticket,
     acknowledged: bool,
 }
 
-impl Drop for Registered<'_> {
+impl Drop for Registered {
     fn drop(&mut self) {
         // A poisoned sequencer fails every later send anyway.
         if let Ok(mut s) = self.lane.sequencer() {
@@ -270,19 +309,33 @@ impl Drop for Registered<'_> {
     }
 }
 
+/// A batch's right to be sent: its slots, taken in order, and its sequence. Fields drop
+/// in order: the sequencer hears how the send ended before the slot is free for the
+/// next batch.
+#[derive(Debug)]
+struct Admitted {
+    registered: Option<Registered>,
+    _slot: OwnedSemaphorePermit,
+    _permit: OwnedSemaphorePermit,
+}
+
 #[derive(Debug)]
 struct Core {
     topic: Topic,
     batch_length: usize,
     max_batch_bytes: usize,
+    linger: Duration,
     policy: RetryPolicy,
     routing: Routing,
-    in_flight: Arc<tokio::sync::Semaphore>,
+    in_flight: Arc<Semaphore>,
     producer_id: Option<u64>,
     /// Batches in flight per partition.
     per_partition: usize,
     /// One lane per partition sent to. A non-poisoning lock: a lane is inserted whole.
     lanes: parking_lot::Mutex<HashMap<u32, Arc<Lane>>>,
+    /// The partition balanced direct-mode sends join, until its batch closes or is
+    /// taken. A non-poisoning lock: the value is set or taken whole.
+    sticky: parking_lot::Mutex<Option<u32>>,
 }
 
 impl Core {
@@ -298,8 +351,20 @@ impl Core {
         let mut lanes = self.lanes.lock();
         Arc::clone(lanes.entry(partition).or_insert_with(|| {
             Arc::new(Lane {
+                partition,
                 order: tokio::sync::Mutex::new(()),
-                slots: tokio::sync::Semaphore::new(self.per_partition),
+                slots: Arc::new(Semaphore::new(self.per_partition)),
+                // One batch filling while the in-flight ones are answered, so a lane
+                // holds at most `per_partition + 1` unsent batches.
+                accumulator: parking_lot::Mutex::new(Accumulator::new(
+                    self.batch_length,
+                    self.max_batch_bytes,
+                    self.linger,
+                    self.per_partition + 1,
+                )),
+                ready: Notify::new(),
+                room: Notify::new(),
+                answered: Notify::new(),
                 sequencer: self
                     .producer_id
                     .map(|id| std::sync::Mutex::new(Sequencer::new(id))),
@@ -361,37 +426,63 @@ impl Core {
     async fn send_batch(
         &self,
         partition: u32,
-        lane: &Lane,
+        lane: &Arc<Lane>,
         messages: &[Message],
     ) -> Result<u64, ClientError> {
-        let (_slot, _permit, registered) = {
+        let admitted = {
             let _order = lane.order.lock().await;
-            let slot = lane
-                .slots
-                .acquire()
-                .await
-                .map_err(|_| ClientError::Shutdown)?;
-            let permit = self
-                .in_flight
-                .acquire()
-                .await
-                .map_err(|_| ClientError::Shutdown)?;
-            let registered = match &lane.sequencer {
-                Some(_) => {
-                    let (ticket, _) = lane.sequencer()?.number(messages.len() as u32);
-                    Some(Registered {
-                        lane,
-                        ticket,
-                        acknowledged: false,
-                    })
-                }
-                None => None,
-            };
-            (slot, permit, registered)
+            let (slot, permit) = self.slots(lane).await?;
+            Admitted {
+                registered: Self::register(lane, messages.len())?,
+                _slot: slot,
+                _permit: permit,
+            }
         };
+        self.transmit(partition, lane, admitted, messages).await
+    }
+
+    /// A slot of the lane and one of the producer. Taken under `lane.order`.
+    async fn slots(
+        &self,
+        lane: &Lane,
+    ) -> Result<(OwnedSemaphorePermit, OwnedSemaphorePermit), ClientError> {
+        let slot = Arc::clone(&lane.slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| ClientError::Shutdown)?;
+        let permit = Arc::clone(&self.in_flight)
+            .acquire_owned()
+            .await
+            .map_err(|_| ClientError::Shutdown)?;
+        Ok((slot, permit))
+    }
+
+    /// Numbers a batch of `count` records, next in the lane's sequence (idempotent
+    /// producers only). Called under `lane.order`, after the batch took its slots.
+    fn register(lane: &Arc<Lane>, count: usize) -> Result<Option<Registered>, ClientError> {
+        if lane.sequencer.is_none() {
+            return Ok(None);
+        }
+        let (ticket, _) = lane.sequencer()?.number(count as u32);
+        Ok(Some(Registered {
+            lane: Arc::clone(lane),
+            ticket,
+            acknowledged: false,
+        }))
+    }
+
+    /// Sends an admitted batch; see [`Core::send_batch`].
+    async fn transmit(
+        &self,
+        partition: u32,
+        lane: &Lane,
+        admitted: Admitted,
+        messages: &[Message],
+    ) -> Result<u64, ClientError> {
         #[cfg(test)]
         let _seen = lane.seen.enter();
-        let mut registered = registered;
+        let mut admitted = admitted;
+        let registered = &mut admitted.registered;
         let body = RequestBody::Produce(ProduceRequest {
             stream: self.topic.stream.to_string(),
             topic: self.topic.name.to_string(),
@@ -552,8 +643,16 @@ impl Core {
 /// A producer; see [`ProducerBuilder`].
 ///
 /// In direct mode each `send` returns once the broker acknowledged (idempotent sends
-/// are retried safely). In background mode `send` returns once buffered; a failed
-/// background send is reported by the next call.
+/// are retried safely); concurrent sends to a partition share batches (see
+/// [`ProducerBuilder::linger`]). In background mode `send` returns once buffered; a
+/// failed background send is reported by the next call.
+///
+/// A message with an empty key, or with a key and an explicit partition (from
+/// `send_to_partition` or `Routing::Partition`), fails with
+/// [`ClientError::InvalidArgument`] in every mode, and nothing is sent.
+///
+/// Dropping a direct-mode producer cancels no batch that sends joined: each is still
+/// sent (once its linger passed) by the producer's tasks. `shutdown` waits for them.
 #[derive(Debug)]
 pub struct Producer {
     core: Arc<Core>,
@@ -563,12 +662,21 @@ pub struct Producer {
 impl Producer {
     /// Sends a message with the producer's routing. Returns its position in direct
     /// mode, `None` in background mode.
+    ///
+    /// In direct mode the message joins its partition's open batch and the call waits
+    /// for that batch's answer: its own position, or the batch's error (every caller in
+    /// a failed batch gets it). Dropping the returned future before it is done does not
+    /// withdraw the message once it joined a batch — the batch is sent for everyone in
+    /// it, and only this caller's answer is lost. Dropped while it waited for room (a
+    /// partition holds at most one more unsent batch than it may have in flight), it
+    /// handed nothing over.
     pub async fn send(&self, message: Message) -> Result<Option<Position>, ClientError> {
         let routing = self.core.routing.clone();
         self.send_routed(message, &routing).await
     }
 
-    /// Sends a message to its key's partition.
+    /// Sends a message to its key's partition (as [`Producer::send`]). An empty key, or
+    /// a producer routed to a fixed partition, is an error.
     pub async fn send_keyed(
         &self,
         message: Message,
@@ -577,7 +685,8 @@ impl Producer {
         self.send(message.with_key(key)).await
     }
 
-    /// Sends a message to a partition.
+    /// Sends a message to a partition (as [`Producer::send`]). A keyed message is an
+    /// error: a record takes a key or a partition, not both.
     pub async fn send_to_partition(
         &self,
         message: Message,
@@ -592,19 +701,25 @@ impl Producer {
         message: Message,
         routing: &Routing,
     ) -> Result<Option<Position>, ClientError> {
+        crate::routing::check(&message, routing)?;
         match &self.background {
             Some(shards) => {
                 let p = self.core.route(&message, routing).await?;
                 shards.push(p, message).await?;
                 Ok(None)
             }
-            None => Ok(self.core.send_all(vec![message], routing).await?.pop()),
+            None => self.core.send_one(message, routing).await.map(Some),
         }
     }
 
     /// Sends many messages: keyed ones to their key's partition, unkeyed ones per the
-    /// routing (one partition per call when balanced). Positions in direct mode.
+    /// routing (one partition per call when balanced). Positions in direct mode, where
+    /// the call is sent at once in batches of its own (it does not wait for the linger).
+    /// Every message is checked before anything is sent.
     pub async fn send_batch(&self, messages: Vec<Message>) -> Result<Vec<Position>, ClientError> {
+        for m in &messages {
+            crate::routing::check(m, &self.core.routing)?;
+        }
         match &self.background {
             Some(shards) => {
                 for m in messages {
@@ -617,12 +732,38 @@ impl Producer {
         }
     }
 
-    /// Waits until everything buffered is sent; reports a failed background send.
+    /// Waits until everything buffered is sent. In direct mode, every batch that sends
+    /// joined before the call goes at once (without waiting for the linger) and the
+    /// call waits for their answers, which go to those sends: it returns `Ok`. In
+    /// background mode it reports a failed background send.
     pub async fn flush(&self) -> Result<(), ClientError> {
         match &self.background {
             Some(shards) => shards.flush().await,
-            None => Ok(()),
+            None => {
+                self.core.flush().await;
+                Ok(())
+            }
         }
+    }
+
+    /// The partition `message` goes to with `routing` (balanced: the next one
+    /// round-robin). For [`crate::Batching`], which batches in its caller's task.
+    pub(crate) async fn partition_of(
+        &self,
+        message: &Message,
+        routing: &Routing,
+    ) -> Result<u32, ClientError> {
+        self.core.route(message, routing).await
+    }
+
+    /// Sends `messages` to `partition` now, in batches within the limits, and returns
+    /// their offsets. For [`crate::Batching`].
+    pub(crate) async fn send_now(
+        &self,
+        partition: u32,
+        messages: Vec<Message>,
+    ) -> Result<Vec<u64>, ClientError> {
+        self.core.send_partition(partition, messages).await
     }
 
     /// Flushes everything buffered, then stops the background shards.
