@@ -6,6 +6,8 @@
 //! Architecture Invariant: no socket code here, and every decision about data lives
 //! here rather than in the server. Blocking log I/O runs on tokio's blocking pool.
 
+#![deny(missing_docs, unreachable_pub)]
+
 mod admin;
 mod broker;
 mod catalog;

@@ -37,6 +37,8 @@
 //! behind that seam: `fault::FaultyIo` (fsync failures, write errors, a full disk) and
 //! `sim::SimIo` (the power-loss model).
 
+#![deny(missing_docs, unreachable_pub)]
+
 mod clock;
 mod config;
 mod damage;
