@@ -13,11 +13,11 @@ use crate::BrokerError;
 use crate::names::validate_name;
 
 /// Most partitions a topic may have.
-pub const PARTITIONS_MAX: u32 = 4096;
+pub(crate) const PARTITIONS_MAX: u32 = 4096;
 /// Default segment size.
-pub const SEGMENT_BYTES_DEFAULT: u64 = 1 << 30;
+pub(crate) const SEGMENT_BYTES_DEFAULT: u64 = 1 << 30;
 /// Default largest record.
-pub const RECORD_BYTES_DEFAULT: u32 = 1 << 20;
+pub(crate) const RECORD_BYTES_DEFAULT: u32 = 1 << 20;
 
 /// The catalog's form of a [`Durability`] (`"always"`, `{"interval":{"ms":N}}`,
 /// `"never"`), kept as it was written by earlier versions.

@@ -39,6 +39,11 @@ impl Broker {
         let p = self.partition(stream, topic, partition)?;
         let header =
             rill_format::BatchHeader::parse(&batch).map_err(rill_storage::StorageError::from)?;
+        // Format-valid (stored batches with it stay readable), but refused on produce:
+        // an id of 0 means the client set bit 3 and left the producer fields unset.
+        if header.producer.is_some_and(|p| p.id == 0) {
+            return Err(BrokerError::ProducerIdZero);
+        }
         // A batch that waits for nothing is a write into the page cache: append it here
         // rather than paying a hop to the blocking pool and back, unless it needs a
         // segment roll (files and syncs), which goes to the pool like everything else.

@@ -93,6 +93,12 @@ pub enum BrokerError {
         /// The batch's base sequence.
         sequence: u32,
     },
+    /// An idempotent batch (attribute bit 3 set) names producer id 0. `InitProducer`
+    /// never issues it, so the batch's producer fields were left unset.
+    #[error(
+        "an idempotent batch carries producer id 0, which is never issued: set the id InitProducer returned"
+    )]
+    ProducerIdZero,
     /// The partition could not be opened (its files are unreadable): it serves nothing
     /// until it is repaired.
     #[error("partition {stream}/{topic}/{partition} is unavailable: {reason}")]
@@ -152,6 +158,7 @@ impl BrokerError {
             Self::OutOfOrderSequence { .. } => ErrorCode::OutOfOrderSequence,
             Self::ProducerFenced { .. } => ErrorCode::ProducerFenced,
             Self::UnknownProducerId { .. } => ErrorCode::UnknownProducerId,
+            Self::ProducerIdZero => ErrorCode::InvalidBatch,
             Self::PartitionUnavailable { .. } => ErrorCode::StorageFailure,
             Self::OffsetNotFound(_) => ErrorCode::OffsetNotFound,
             Self::GroupNotFound(_) => ErrorCode::GroupNotFound,

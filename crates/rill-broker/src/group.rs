@@ -44,7 +44,7 @@ pub enum GroupError {
 
 /// What a member may do now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberView {
+pub(crate) struct MemberView {
     /// The group's generation; it grows with every assignment change.
     pub generation: u64,
     /// Partitions the member owns: it may read them and store their offsets.
@@ -68,7 +68,7 @@ struct Member {
 
 /// One group's membership and assignment.
 #[derive(Debug, Clone)]
-pub struct Coordinator {
+pub(crate) struct Coordinator {
     partitions: u32,
     session_timeout: Duration,
     generation: u64,
@@ -78,7 +78,8 @@ pub struct Coordinator {
 impl Coordinator {
     /// A group over `partitions` partitions whose members expire after
     /// `session_timeout` without a heartbeat.
-    pub fn new(partitions: u32, session_timeout: Duration) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(partitions: u32, session_timeout: Duration) -> Self {
         Self::starting_at(partitions, session_timeout, 0)
     }
 
@@ -86,7 +87,7 @@ impl Coordinator {
     /// starts each group's generations at its clock (µs), so a generation never repeats
     /// across restarts: a commit sent to a broker that then died is refused by the next
     /// one instead of landing in a new session that started from an older offset.
-    pub fn starting_at(partitions: u32, session_timeout: Duration, generation: u64) -> Self {
+    pub(crate) fn starting_at(partitions: u32, session_timeout: Duration, generation: u64) -> Self {
         Self {
             partitions,
             session_timeout,
@@ -96,22 +97,22 @@ impl Coordinator {
     }
 
     /// How long a member may stay silent.
-    pub fn session_timeout(&self) -> Duration {
+    pub(crate) fn session_timeout(&self) -> Duration {
         self.session_timeout
     }
 
     /// The group's generation.
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation
     }
 
     /// Member ids, sorted.
-    pub fn members(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn members(&self) -> impl Iterator<Item = &str> {
         self.members.keys().map(String::as_str)
     }
 
     /// Adds a member (a rejoin of a known member is a heartbeat) and rebalances.
-    pub fn join(&mut self, member: &str, now: Instant) -> MemberView {
+    pub(crate) fn join(&mut self, member: &str, now: Instant) -> MemberView {
         if let Some(m) = self.members.get_mut(member) {
             m.last_seen = now;
         } else {
@@ -141,7 +142,7 @@ impl Coordinator {
 
     /// Removes a member that stopped cleanly (its offsets are stored); its partitions
     /// move at once. Returns whether it was a member.
-    pub fn leave(&mut self, member: &str) -> bool {
+    pub(crate) fn leave(&mut self, member: &str) -> bool {
         let was = self.members.remove(member).is_some();
         if was {
             self.rebalance();
@@ -150,7 +151,11 @@ impl Coordinator {
     }
 
     /// Records a heartbeat and returns the member's view.
-    pub fn heartbeat(&mut self, member: &str, now: Instant) -> Result<MemberView, GroupError> {
+    pub(crate) fn heartbeat(
+        &mut self,
+        member: &str,
+        now: Instant,
+    ) -> Result<MemberView, GroupError> {
         let m = self
             .members
             .get_mut(member)
@@ -161,7 +166,11 @@ impl Coordinator {
 
     /// The member stopped reading `partitions` (it was asked to revoke them); they go to
     /// their new owners.
-    pub fn revoked(&mut self, member: &str, partitions: &[u32]) -> Result<MemberView, GroupError> {
+    pub(crate) fn revoked(
+        &mut self,
+        member: &str,
+        partitions: &[u32],
+    ) -> Result<MemberView, GroupError> {
         let m = self
             .members
             .get_mut(member)
@@ -178,7 +187,7 @@ impl Coordinator {
 
     /// Removes members whose session expired by `now`; returns them. Their partitions
     /// move at once: a member that missed its heartbeats is presumed stopped.
-    pub fn expire(&mut self, now: Instant) -> Vec<String> {
+    pub(crate) fn expire(&mut self, now: Instant) -> Vec<String> {
         let timeout = self.session_timeout;
         let expired: Vec<String> = self
             .members
@@ -197,7 +206,7 @@ impl Coordinator {
 
     /// Whether `member` may store an offset of `partition`: it must be in the group and
     /// own the partition now. A zombie (expired or removed member) is refused.
-    pub fn check_commit(
+    pub(crate) fn check_commit(
         &self,
         member: &str,
         generation: u64,
@@ -223,7 +232,7 @@ impl Coordinator {
     }
 
     /// A member's view.
-    pub fn view(&self, member: &str) -> Result<MemberView, GroupError> {
+    pub(crate) fn view(&self, member: &str) -> Result<MemberView, GroupError> {
         let m = self
             .members
             .get(member)
@@ -236,7 +245,7 @@ impl Coordinator {
     }
 
     /// Who owns each partition now (`None`: nobody yet).
-    pub fn owners(&self) -> Vec<Option<&str>> {
+    pub(crate) fn owners(&self) -> Vec<Option<&str>> {
         let mut owners = vec![None; self.partitions as usize];
         for (id, m) in &self.members {
             for &p in &m.owned {
@@ -247,7 +256,8 @@ impl Coordinator {
     }
 
     /// Whether every revocation is done: each member owns exactly its target.
-    pub fn is_settled(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_settled(&self) -> bool {
         self.members.values().all(|m| m.owned == m.target)
     }
 

@@ -11,12 +11,13 @@ use rill_proto::pb::{
     GroupPartitionInfo, PartitionOffset,
 };
 
+use crate::group::Coordinator;
 use crate::names::validate_name;
 use crate::offsets::OffsetKey;
-use crate::{Broker, BrokerError, Coordinator, GroupError};
+use crate::{Broker, BrokerError, GroupError};
 
 /// Session timeout of a group created without one.
-pub const SESSION_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+pub(crate) const SESSION_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 const SESSION_TIMEOUT_MIN: Duration = Duration::from_secs(1);
 const SESSION_TIMEOUT_MAX: Duration = Duration::from_secs(300);
 

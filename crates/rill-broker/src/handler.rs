@@ -263,7 +263,7 @@ fn partition_info(p: crate::PartitionState) -> PartitionInfo {
 }
 
 /// The wire form of a broker error.
-pub fn error_response(e: &BrokerError) -> ErrorResponse {
+pub(crate) fn error_response(e: &BrokerError) -> ErrorResponse {
     ErrorResponse {
         code: e.code() as i32,
         message: e.to_string(),

@@ -6,6 +6,8 @@
 //! Architecture Invariant: no socket code here, and every decision about data lives
 //! here rather than in the server. Blocking log I/O runs on tokio's blocking pool.
 
+#![deny(missing_docs, unreachable_pub)]
+
 mod admin;
 mod broker;
 mod catalog;
@@ -21,15 +23,14 @@ mod producer;
 mod reserve;
 mod upkeep;
 
+// The API other crates use, and the types its signatures name; everything else is
+// crate-private (the coordinator, the producer table, the offset store, the limits).
 pub use broker::{Broker, BrokerConfig, FailedPartition, Fetch, PartitionState};
-pub use catalog::{PARTITIONS_MAX, RECORD_BYTES_DEFAULT, SEGMENT_BYTES_DEFAULT, TopicConfig};
+pub use catalog::TopicConfig;
 pub use error::BrokerError;
-pub use group::{Coordinator, GroupError, MemberView};
-pub use groups::{SESSION_TIMEOUT_DEFAULT, Session};
-pub use handler::error_response;
-pub use names::{NAME_LEN_MAX, validate_name};
-pub use offsets::{OffsetKey, OffsetStore};
+pub use group::GroupError;
+pub use groups::Session;
+pub use names::validate_name;
 pub use partition::Produced;
-pub use producer::{Check, ProducerTable, RECENT_BATCHES, RECENT_BATCHES_MAX, RecentBatch};
 /// Process-wide fsync latency of the log engine, for metrics.
 pub use rill_storage::{FSYNC_BUCKETS_SECONDS, FsyncStats, fsync_stats};

@@ -3,7 +3,7 @@
 use crate::BrokerError;
 
 /// Longest name, in bytes.
-pub const NAME_LEN_MAX: usize = 255;
+pub(crate) const NAME_LEN_MAX: usize = 255;
 
 /// Checks a user-chosen name: 1–255 bytes of `[A-Za-z0-9._-]`, and not `.` or `..`
 /// (names become directory names).

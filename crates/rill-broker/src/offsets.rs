@@ -27,7 +27,7 @@ const COMPACT_BYTES_MIN: u64 = 16 << 20;
 
 /// Identifies one stored offset.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OffsetKey {
+pub(crate) struct OffsetKey {
     /// Stream name.
     pub stream: String,
     /// Topic name.
@@ -78,7 +78,7 @@ pub(crate) struct PendingStore {
 
 /// The stored-offset table.
 #[derive(Debug)]
-pub struct OffsetStore {
+pub(crate) struct OffsetStore {
     data_dir: PathBuf,
     env: LogEnv,
     compact_bytes_min: u64,
@@ -99,17 +99,19 @@ fn log_config() -> LogConfig {
 
 impl OffsetStore {
     /// Opens (recovering) the store in `data_dir`.
-    pub fn open(data_dir: &Path) -> Result<Self, BrokerError> {
+    #[cfg(test)]
+    pub(crate) fn open(data_dir: &Path) -> Result<Self, BrokerError> {
         Self::open_with(data_dir, COMPACT_BYTES_MIN)
     }
 
     /// Like [`OffsetStore::open`], compacting once the log passes `compact_bytes_min`.
-    pub fn open_with(data_dir: &Path, compact_bytes_min: u64) -> Result<Self, BrokerError> {
+    #[cfg(test)]
+    pub(crate) fn open_with(data_dir: &Path, compact_bytes_min: u64) -> Result<Self, BrokerError> {
         Self::open_env(data_dir, &LogEnv::default(), compact_bytes_min)
     }
 
     /// Opens the store in an environment (the broker's disk and file cache).
-    pub fn open_in(data_dir: &Path, env: &LogEnv) -> Result<Self, BrokerError> {
+    pub(crate) fn open_in(data_dir: &Path, env: &LogEnv) -> Result<Self, BrokerError> {
         Self::open_env(data_dir, env, COMPACT_BYTES_MIN)
     }
 
@@ -154,7 +156,7 @@ impl OffsetStore {
 
     /// Why stores are refused, if they are (the log is poisoned after a failed write
     /// or fsync, a full disk say, or damaged).
-    pub fn failure(&self) -> Option<String> {
+    pub(crate) fn failure(&self) -> Option<String> {
         self.lock().log.failure()
     }
 
@@ -165,7 +167,7 @@ impl OffsetStore {
 
     /// Reopens the log with recovery and rebuilds the table from it: what a failed
     /// write left unsynced is gone from both (blocking).
-    pub fn reopen(&self) -> Result<(), BrokerError> {
+    pub(crate) fn reopen(&self) -> Result<(), BrokerError> {
         let mut inner = self.lock();
         let _ = inner.log.close();
         *self.heal_at.lock() = Instant::now() + HEAL_BACKOFF;
@@ -177,22 +179,22 @@ impl OffsetStore {
     }
 
     /// The stored offset, if any.
-    pub fn get(&self, key: &OffsetKey) -> Option<u64> {
+    pub(crate) fn get(&self, key: &OffsetKey) -> Option<u64> {
         self.lock().live.get(key).map(|(offset, _)| *offset)
     }
 
     /// Stores `offset` durably (blocking).
-    pub fn store(&self, key: OffsetKey, offset: u64) -> Result<(), BrokerError> {
+    pub(crate) fn store(&self, key: OffsetKey, offset: u64) -> Result<(), BrokerError> {
         self.write(key, Some(offset)).map(drop)
     }
 
     /// Deletes the stored offset; returns whether there was one (blocking).
-    pub fn delete(&self, key: OffsetKey) -> Result<bool, BrokerError> {
+    pub(crate) fn delete(&self, key: OffsetKey) -> Result<bool, BrokerError> {
         self.write(key, None)
     }
 
     /// Every stored offset of a topic, for describing and for deleting the topic.
-    pub fn for_topic(&self, stream: &str, topic: &str) -> Vec<(OffsetKey, u64)> {
+    pub(crate) fn for_topic(&self, stream: &str, topic: &str) -> Vec<(OffsetKey, u64)> {
         let mut out: Vec<_> = self
             .lock()
             .live
@@ -314,7 +316,7 @@ impl OffsetStore {
     }
 
     /// Syncs and closes the log.
-    pub fn close(&self) -> Result<(), BrokerError> {
+    pub(crate) fn close(&self) -> Result<(), BrokerError> {
         Ok(self.lock().log.close()?)
     }
 }

@@ -16,13 +16,13 @@ use crate::BrokerError;
 
 /// Batches remembered per producer and partition for retry detection by default (as
 /// Kafka's in-flight bound). Clients learn the broker's number from `InitProducer`.
-pub const RECENT_BATCHES: usize = 5;
+pub(crate) const RECENT_BATCHES: usize = 5;
 /// The largest number of batches a broker may be configured to remember.
-pub const RECENT_BATCHES_MAX: usize = 64;
+pub(crate) const RECENT_BATCHES_MAX: usize = 64;
 
 /// Where a batch was appended, for acknowledging its retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RecentBatch {
+pub(crate) struct RecentBatch {
     /// Base sequence of the batch.
     pub base_sequence: u32,
     /// Records in it.
@@ -37,7 +37,7 @@ pub struct RecentBatch {
 
 /// What to do with an idempotent batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Check {
+pub(crate) enum Check {
     /// The batch is the next in sequence: append it.
     Append,
     /// The batch was appended before: acknowledge it again.
@@ -63,7 +63,7 @@ struct ProducerState {
 /// Per-producer state of one partition, bounded in the number of producers (the least
 /// recently used is forgotten, in O(1)) and in the batches remembered per producer.
 #[derive(Debug)]
-pub struct ProducerTable {
+pub(crate) struct ProducerTable {
     producers: LruCache<u64, ProducerState>,
     recent_max: usize,
 }
@@ -71,13 +71,14 @@ pub struct ProducerTable {
 impl ProducerTable {
     /// An empty table holding at most `producers_max` producers (least recently used
     /// ones are forgotten beyond that), each with its last [`RECENT_BATCHES`] batches.
-    pub fn new(producers_max: usize) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(producers_max: usize) -> Self {
         Self::with_recent(producers_max, RECENT_BATCHES)
     }
 
     /// Like [`ProducerTable::new`], remembering `recent_max` batches per producer
     /// (1 ..= [`RECENT_BATCHES_MAX`]).
-    pub fn with_recent(producers_max: usize, recent_max: usize) -> Self {
+    pub(crate) fn with_recent(producers_max: usize, recent_max: usize) -> Self {
         Self {
             producers: LruCache::new(NonZeroUsize::new(producers_max.max(1)).expect("positive")),
             recent_max: recent_max.clamp(1, RECENT_BATCHES_MAX),
@@ -85,22 +86,19 @@ impl ProducerTable {
     }
 
     /// Batches remembered per producer.
-    pub fn recent_max(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn recent_max(&self) -> usize {
         self.recent_max
     }
 
     /// Number of producers tracked.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.producers.len()
     }
 
-    /// Whether no producer is tracked.
-    pub fn is_empty(&self) -> bool {
-        self.producers.is_empty()
-    }
-
     /// Decides what to do with a batch of `count` records from `producer`.
-    pub fn check(&self, producer: ProducerInfo, count: u32) -> Result<Check, BrokerError> {
+    pub(crate) fn check(&self, producer: ProducerInfo, count: u32) -> Result<Check, BrokerError> {
         let Some(state) = self.producers.peek(&producer.id) else {
             // Unknown producer: its first batch (sequence 0), a later batch that overtook
             // the first, or a producer whose state is older than what a restart
@@ -141,13 +139,13 @@ impl ProducerTable {
     }
 
     /// The next sequence expected from a producer, if it is known.
-    pub fn next_sequence(&self, producer_id: u64) -> Option<u32> {
+    pub(crate) fn next_sequence(&self, producer_id: u64) -> Option<u32> {
         self.producers.peek(&producer_id).map(|s| s.next_sequence)
     }
 
     /// Records an appended batch; the producer becomes the most recently used (the
     /// least recently used one is forgotten if the table is full).
-    pub fn record(&mut self, producer: ProducerInfo, batch: RecentBatch) {
+    pub(crate) fn record(&mut self, producer: ProducerInfo, batch: RecentBatch) {
         let recent_max = self.recent_max;
         let state = self
             .producers
@@ -168,7 +166,7 @@ impl ProducerTable {
     }
 
     /// Rebuilds the table from stored batch headers, oldest first (after a restart).
-    pub fn rebuild(&mut self, headers: &[BatchHeader]) {
+    pub(crate) fn rebuild(&mut self, headers: &[BatchHeader]) {
         for header in headers {
             if let Some(producer) = header.producer {
                 self.record(

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rill_broker::{Broker, BrokerConfig, BrokerError, Fetch};
-use rill_format::{BatchBuilder, NewRecord, ProducerInfo};
+use rill_format::{BatchBuilder, BatchView, NewRecord, ProducerInfo, stamp};
 use rill_proto::pb;
 
 fn batch(producer: Option<ProducerInfo>, values: &[&str]) -> Bytes {
@@ -107,6 +107,74 @@ async fn a_gap_that_never_fills_is_out_of_order_and_a_stale_epoch_is_fenced() {
         ),
         "{err}"
     );
+}
+
+/// docs/FORMAT.md §1: the broker does not check a producer's `base_offset` and
+/// `first_timestamp_us` (beyond validation rules 6 and 7); it overwrites both, keeping
+/// the span to `max_timestamp_us`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producers_base_offset_and_first_timestamp_are_overwritten_unchecked() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path());
+    create(&broker, 1);
+    let mut b = BatchBuilder::new();
+    b.push(NewRecord::value(b"a")).unwrap();
+    b.push(NewRecord::value(b"b").timestamp_delta_us(250))
+        .unwrap();
+    let mut bytes = b.finish().unwrap();
+    // As a careless producer might send it: a made-up offset and first timestamp,
+    // with `max_timestamp_us` moved along (rule 6 still holds).
+    stamp(&mut bytes, 1 << 40, -5_000_000).unwrap();
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64;
+    let produced = broker
+        .produce("s", "t", 0, Bytes::from(bytes))
+        .await
+        .unwrap();
+    assert_eq!((produced.base_offset, produced.last_offset), (0, 1));
+    assert!(produced.timestamp_us >= before, "{produced:?}");
+    let read = broker
+        .fetch(
+            "s",
+            "t",
+            0,
+            Fetch {
+                offset: 0,
+                max_bytes: 1 << 20,
+                max_wait: Duration::ZERO,
+                min_bytes: 0,
+            },
+        )
+        .await
+        .unwrap();
+    let stored = BatchView::parse(&read.bytes).unwrap();
+    assert_eq!(stored.base_offset(), 0);
+    assert_eq!(stored.first_timestamp_us(), produced.timestamp_us);
+    assert_eq!(stored.max_timestamp_us(), produced.timestamp_us + 250);
+}
+
+/// docs/FORMAT.md §1: producer id 0 is never issued, so an idempotent batch naming it is
+/// refused on produce (`INVALID_BATCH`) and nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_batch_with_producer_id_zero_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path());
+    create(&broker, 1);
+    let err = broker
+        .produce("s", "t", 0, batch(Some(info(0, 0, 0)), &["a"]))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BrokerError::ProducerIdZero), "{err}");
+    assert_eq!(err.code(), rill_proto::ErrorCode::InvalidBatch);
+    let (_, partitions) = broker.describe_topic("s", "t").unwrap();
+    assert_eq!(partitions[0].next_offset, 0);
+    // The same batch with an issued id goes in.
+    broker
+        .produce("s", "t", 0, batch(Some(info(1, 0, 0)), &["a"]))
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

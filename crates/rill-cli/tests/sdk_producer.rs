@@ -76,7 +76,7 @@ async fn size(t: &Topic, partition: u32) -> u64 {
 
 async fn stored_values(t: &Topic, partition: u32) -> Vec<String> {
     let fetched = t
-        .fetch(partition, 0, 1 << 20, Duration::ZERO)
+        .fetch(Position::new(partition, 0), 1 << 20, Duration::ZERO)
         .await
         .unwrap();
     fetched

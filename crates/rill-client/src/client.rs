@@ -1,6 +1,7 @@
 //! The client: one handle for every stream, over TCP or an embedded broker.
 
 use std::collections::HashMap;
+#[cfg(feature = "embedded")]
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,11 +9,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+#[cfg(feature = "embedded")]
 use rill_broker::{Broker, BrokerConfig};
 use rill_proto::pb::*;
 use rill_proto::{Request, RequestBody, Response, ResponseBody};
 
-use crate::transport::{CallError, Embedded, Tcp, TcpOptions, Transport};
+#[cfg(feature = "embedded")]
+use crate::transport::Embedded;
+use crate::transport::{CallError, Tcp, TcpOptions, Transport};
 use crate::{ClientError, Topic};
 
 /// Default server: `rill://127.0.0.1:7171`.
@@ -179,11 +183,13 @@ impl ClientBuilder {
     }
 
     /// Opens a data directory with an in-process broker: the same API, no server.
+    #[cfg(feature = "embedded")]
     pub async fn open(self, dir: impl AsRef<Path>) -> Result<Client, ClientError> {
         self.open_with(BrokerConfig::new(dir.as_ref())).await
     }
 
     /// Like [`ClientBuilder::open`] with explicit broker options.
+    #[cfg(feature = "embedded")]
     pub async fn open_with(self, config: BrokerConfig) -> Result<Client, ClientError> {
         let broker = Arc::new(
             tokio::task::spawn_blocking(move || Broker::open(config))
@@ -237,6 +243,7 @@ impl Client {
     }
 
     /// Opens a data directory with an in-process broker.
+    #[cfg(feature = "embedded")]
     pub async fn open(dir: impl AsRef<Path>) -> Result<Self, ClientError> {
         ClientBuilder::default().open(dir).await
     }

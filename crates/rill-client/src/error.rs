@@ -100,6 +100,7 @@ pub enum ClientError {
     #[error("no record within {0:?}")]
     Timeout(std::time::Duration),
     /// The embedded broker failed to open.
+    #[cfg(feature = "embedded")]
     #[error("embedded broker: {0}")]
     Embedded(#[from] rill_broker::BrokerError),
     /// The producer or consumer was shut down.

@@ -34,6 +34,8 @@
 //! seam (`transport.rs`: TCP or embedded); every feature is built on it, so both
 //! transports run the same code above it.
 
+#![deny(missing_docs, unreachable_pub)]
+
 #[cfg(feature = "avro")]
 pub mod avro;
 mod batching;

@@ -1,6 +1,6 @@
 //! The one seam between the client and a broker: [`Transport`], with a TCP
 //! implementation (multiplexed, pipelined, reconnecting) and an in-process one that
-//! calls an embedded [`rill_broker::Broker`] directly. Every client feature is built on
+//! calls an embedded `rill_broker::Broker` directly (feature `embedded`). Every client feature is built on
 //! `call`, so both transports behave the same.
 
 use std::collections::HashMap;
@@ -12,6 +12,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
+#[cfg(feature = "embedded")]
 use rill_broker::Broker;
 use rill_proto::pb::HelloRequest;
 use rill_proto::{EncodedFrame, FrameDecoder, PROTOCOL_VERSION, Request, RequestBody, Response};
@@ -43,7 +44,8 @@ pub(crate) trait Transport: Send + Sync + fmt::Debug {
 
 // ---- embedded -----------------------------------------------------------------------
 
-/// Calls an in-process broker: no sockets, no encoding.
+/// Calls an in-process broker: no sockets, no encoding (feature `embedded`).
+#[cfg(feature = "embedded")]
 #[derive(Debug)]
 pub(crate) struct Embedded {
     /// `None` once closed: the broker is shut down and dropped, which releases its data
@@ -55,6 +57,7 @@ pub(crate) struct Embedded {
     data_dir: std::path::PathBuf,
 }
 
+#[cfg(feature = "embedded")]
 impl Embedded {
     /// Serves calls with `broker` and starts its upkeep on the current runtime.
     pub(crate) fn start(broker: Arc<Broker>) -> Self {
@@ -67,6 +70,7 @@ impl Embedded {
     }
 }
 
+#[cfg(feature = "embedded")]
 impl Drop for Embedded {
     /// The last handle of a client that was not closed: the upkeep would otherwise keep
     /// the broker (and its directory lock) alive for as long as the runtime runs.
@@ -77,6 +81,7 @@ impl Drop for Embedded {
     }
 }
 
+#[cfg(feature = "embedded")]
 impl Transport for Embedded {
     fn call(&self, request: Request) -> BoxFuture<'_, Result<Response, CallError>> {
         Box::pin(async move {

@@ -10,6 +10,8 @@
 //! crate. Every parser here is bounds-checked and returns [`FormatError`] for bad input;
 //! a panic on any input is a bug (the fuzz targets look for one).
 
+#![deny(missing_docs, unreachable_pub)]
+
 mod batch;
 mod builder;
 mod durability;

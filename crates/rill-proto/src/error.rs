@@ -47,6 +47,21 @@ pub enum ProtoError {
         /// The decoder's message.
         reason: String,
     },
+    /// A field of a decoded message holds a value its protobuf type allows but the
+    /// protocol does not: an `InitProducerResponse.producer_epoch` above 65535 (record
+    /// batches carry the epoch in 16 bits, docs/PROTOCOL.md §3.9). The frame is well
+    /// formed, so only the request it answers fails.
+    #[error("{field} = {value} in frame {correlation_id} is above its limit {max}")]
+    OutOfRange {
+        /// Correlation id of the frame.
+        correlation_id: u64,
+        /// The message and field, as `Message.field`.
+        field: &'static str,
+        /// The value received.
+        value: u64,
+        /// The largest value the protocol allows.
+        max: u64,
+    },
 }
 
 impl From<prost::DecodeError> for ProtoError {
@@ -75,7 +90,8 @@ impl ProtoError {
             Self::FrameTooLarge { .. } | Self::Malformed(_) => None,
             Self::MalformedFrame { correlation_id, .. }
             | Self::UnknownKind { correlation_id, .. }
-            | Self::UnsupportedVersion { correlation_id, .. } => Some(*correlation_id),
+            | Self::UnsupportedVersion { correlation_id, .. }
+            | Self::OutOfRange { correlation_id, .. } => Some(*correlation_id),
             Self::Decode { correlation_id, .. } => *correlation_id,
         }
     }
@@ -86,9 +102,10 @@ impl ProtoError {
             Self::FrameTooLarge { .. } => ErrorCode::FrameTooLarge,
             Self::UnknownKind { .. } => ErrorCode::UnknownKind,
             Self::UnsupportedVersion { .. } => ErrorCode::UnsupportedVersion,
-            Self::Malformed(_) | Self::MalformedFrame { .. } | Self::Decode { .. } => {
-                ErrorCode::InvalidRequest
-            }
+            Self::Malformed(_)
+            | Self::MalformedFrame { .. }
+            | Self::Decode { .. }
+            | Self::OutOfRange { .. } => ErrorCode::InvalidRequest,
         }
     }
 
@@ -97,7 +114,10 @@ impl ProtoError {
     pub fn is_recoverable(&self) -> bool {
         matches!(
             self,
-            Self::UnknownKind { .. } | Self::UnsupportedVersion { .. } | Self::Decode { .. }
+            Self::UnknownKind { .. }
+                | Self::UnsupportedVersion { .. }
+                | Self::Decode { .. }
+                | Self::OutOfRange { .. }
         )
     }
 }

@@ -19,11 +19,16 @@
 //! Architecture Invariant: this crate knows no other Rill crate, no sockets and no
 //! tokio. Decoders are bounded and never panic (fuzzed by `fuzz/fuzz_targets/frame_decode.rs`).
 
+#![deny(missing_docs, unreachable_pub)]
+
 mod error;
 mod frame;
 mod message;
 
 /// The generated protobuf messages of `proto/rill.proto`.
+///
+/// prost writes this code: `missing_docs` and `unreachable_pub`, denied for the rest of
+/// the crate, are allowed here; the schema's comments are its documentation.
 #[allow(missing_docs, clippy::all, clippy::pedantic, unreachable_pub)]
 pub mod pb {
     include!(concat!(env!("OUT_DIR"), "/rill.v1.rs"));

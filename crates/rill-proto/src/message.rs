@@ -252,10 +252,32 @@ impl Response {
         })?;
         let body =
             ResponseBody::decode(kind, frame.control).map_err(|e| e.at(frame.correlation_id))?;
+        body.check_ranges(frame.correlation_id)?;
         Ok(Self::Ok {
             body,
             payload: frame.payload,
         })
+    }
+}
+
+/// The largest producer epoch: record batches carry it as a `u16` (docs/FORMAT.md §1),
+/// while `InitProducerResponse.producer_epoch` is a protobuf `uint32`.
+const PRODUCER_EPOCH_MAX: u32 = u16::MAX as u32;
+
+impl ResponseBody {
+    /// Refuses values a field's protobuf type allows but the protocol does not.
+    fn check_ranges(&self, correlation_id: u64) -> Result<(), ProtoError> {
+        if let Self::InitProducer(r) = self
+            && r.producer_epoch > PRODUCER_EPOCH_MAX
+        {
+            return Err(ProtoError::OutOfRange {
+                correlation_id,
+                field: "InitProducerResponse.producer_epoch",
+                value: u64::from(r.producer_epoch),
+                max: u64::from(PRODUCER_EPOCH_MAX),
+            });
+        }
+        Ok(())
     }
 }
 

@@ -125,6 +125,38 @@ fn error_responses_round_trip() {
     assert!(!ErrorCode::TopicNotFound.is_transient());
 }
 
+/// Record batches carry the producer epoch in 16 bits; `InitProducerResponse` has it as
+/// a protobuf `uint32`. A larger value is refused as out of range, never truncated
+/// (docs/PROTOCOL.md §3.9).
+#[test]
+fn a_producer_epoch_beyond_16_bits_is_refused() {
+    let init = |producer_epoch| {
+        Response::ok(ResponseBody::InitProducer(InitProducerResponse {
+            producer_id: 7,
+            producer_epoch,
+            recent_batches: 5,
+        }))
+    };
+    let largest = init(u32::from(u16::MAX));
+    let frame = decode_one(largest.encode(3).unwrap().to_bytes());
+    assert_eq!(Response::decode(frame).unwrap(), largest);
+
+    let frame = decode_one(init(u32::from(u16::MAX) + 1).encode(3).unwrap().to_bytes());
+    let e = Response::decode(frame).unwrap_err();
+    assert_eq!(
+        e,
+        ProtoError::OutOfRange {
+            correlation_id: 3,
+            field: "InitProducerResponse.producer_epoch",
+            value: 65_536,
+            max: 65_535,
+        }
+    );
+    // The frame was well formed: only this request fails, the connection goes on.
+    assert!(e.is_recoverable());
+    assert_eq!(e.correlation_id(), Some(3));
+}
+
 fn decode_one(bytes: Bytes) -> rill_proto::Frame {
     let mut buf = BytesMut::from(&bytes[..]);
     let frame = FrameDecoder::default().decode(&mut buf).unwrap().unwrap();

@@ -38,6 +38,8 @@
 //! records and offsets is in `rill-broker`; this crate decodes frames, calls
 //! `Broker::handle`, encodes replies, and enforces transport bounds.
 
+#![deny(missing_docs, unreachable_pub)]
+
 mod budget;
 mod config;
 mod connection;

@@ -177,6 +177,27 @@ async fn an_oversized_length_prefix_is_answered_then_closed() {
     server.stop().await;
 }
 
+/// docs/PROTOCOL.md §1.5: the reply to a framing error is sent at once, so it can come
+/// before the answers to requests read before the bad frame; those answers still
+/// follow, and only then does the server close the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_framing_error_reply_may_overtake_earlier_answers_which_still_come() {
+    let server = Harness::start(config()).await;
+    let mut client = server.client().await;
+    setup_topic(&mut client, "shop", "orders").await;
+    let poll = client.send(&fetch("shop", "orders", 0, 700)).await;
+    client.send_raw(&u32::MAX.to_le_bytes()).await;
+    let got = client.until_closed().await;
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0].0, 0, "the framing-error reply first: {got:?}");
+    assert_eq!(code(&err(got[0].1.clone()).1), ErrorCode::FrameTooLarge);
+    assert_eq!(got[1].0, poll, "then the long poll read before it");
+    let (body, payload) = ok(got[1].1.clone());
+    assert!(matches!(body, ResponseBody::Fetch(_)), "{body:?}");
+    assert!(payload.is_empty());
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_length_prefix_is_answered_then_closed() {
     let server = Harness::start(config()).await;

@@ -1,5 +1,6 @@
 //! The narrow disk seam: every byte the log engine reads or writes goes through [`Io`]
-//! and [`IoFile`], so tests can inject failures (see [`crate::fault`]).
+//! and [`IoFile`], so tests can inject failures (the `fault` and `sim` modules, feature
+//! `fault-injection`).
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};

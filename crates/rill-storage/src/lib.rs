@@ -32,12 +32,19 @@
 //! depends on `rill-proto` or any network code. Every disk operation goes through the
 //! [`Io`] trait. A failed write or fsync poisons the log (fail-stop); it is never
 //! retried.
+//!
+//! Feature `fault-injection` (off by default; for tests only) adds the test-only disks
+//! behind that seam: `fault::FaultyIo` (fsync failures, write errors, a full disk) and
+//! `sim::SimIo` (the power-loss model).
+
+#![deny(missing_docs, unreachable_pub)]
 
 mod clock;
 mod config;
 mod damage;
 mod env;
 mod error;
+#[cfg(any(test, feature = "fault-injection"))]
 pub mod fault;
 mod files;
 mod flusher;
@@ -47,6 +54,7 @@ mod log;
 mod recovery;
 mod recovery_point;
 mod segment;
+#[cfg(any(test, feature = "fault-injection"))]
 pub mod sim;
 mod stats;
 mod sys;

@@ -6,6 +6,8 @@
 //! Architecture Invariant: nothing outside tests depends on this crate (only
 //! dev-dependencies; checked by `tests/architecture.rs`).
 
+#![deny(missing_docs, unreachable_pub)]
+
 pub mod soak;
 
 /// The value of record `index` of batch `seq` appended by writer `thread`.

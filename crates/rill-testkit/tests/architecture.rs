@@ -15,7 +15,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &["rill-format", "rill-storage", "rill-proto"],
     ),
     ("rill-server", &["rill-format", "rill-proto", "rill-broker"]),
-    // The embedded transport runs a broker in-process.
+    // The embedded transport (feature `embedded`, on by default) runs a broker in-process.
     ("rill-client", &["rill-format", "rill-proto", "rill-broker"]),
     ("rill-cli", &["rill-client", "rill-server", "rill-broker"]),
     ("rill", &["rill-client"]),
@@ -88,6 +88,61 @@ fn testkit_is_only_a_dev_dependency() {
             }
         }
     }
+}
+
+#[test]
+fn fault_injection_is_only_for_tests() {
+    let meta = metadata();
+    for package in meta["packages"].as_array().unwrap() {
+        let name = package["name"].as_str().unwrap();
+        for dep in package["dependencies"].as_array().unwrap() {
+            if dep["name"] == "rill-storage" && dep["kind"].is_null() {
+                let features = dep["features"].as_array().unwrap();
+                assert!(
+                    !features.iter().any(|f| f == "fault-injection"),
+                    "{name} enables rill-storage's fault injection outside its dev-dependencies"
+                );
+            }
+        }
+        if name == "rill-storage" {
+            let default = &package["features"]["default"];
+            assert!(
+                default.is_null() || !default.to_string().contains("fault-injection"),
+                "fault injection is off by default"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_embedded_transport_is_an_optional_default_feature() {
+    let meta = metadata();
+    let client = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "rill-client")
+        .expect("rill-client is in the workspace");
+    let broker = client["dependencies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "rill-broker" && d["kind"].is_null())
+        .expect("the embedded transport depends on rill-broker");
+    assert_eq!(
+        broker["optional"], true,
+        "rill-broker is optional in rill-client"
+    );
+    let features = &client["features"];
+    assert_eq!(features["embedded"], serde_json::json!(["dep:rill-broker"]));
+    assert!(
+        features["default"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f == "embedded"),
+        "embedded is a default feature"
+    );
 }
 
 fn sources(dir: &Path, out: &mut Vec<(String, String)>) {

@@ -12,4 +12,6 @@
 //!
 //! See the crate `rill-client` for the whole API; this crate re-exports it.
 
+#![deny(missing_docs, unreachable_pub)]
+
 pub use rill_client::*;

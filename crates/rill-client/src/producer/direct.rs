@@ -278,6 +278,7 @@ fn duplicate(e: &ClientError) -> ClientError {
         E::Timeout(d) => E::Timeout(*d),
         // Only opening an embedded broker fails this way, never a send; the broker's
         // error is not clonable, so its text stands in.
+        #[cfg(feature = "embedded")]
         E::Embedded(b) => E::Protocol(format!("embedded broker: {b}")),
         E::Shutdown => E::Shutdown,
         E::Closed => E::Closed,
