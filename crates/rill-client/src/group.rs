@@ -5,6 +5,13 @@
 //! committed) and gives up revoked ones: it stores their offsets as the commit policy
 //! says, drops their buffered records and reports them, so a partition moves only after
 //! this member stopped reading it.
+//!
+//! Reading long-polls: [`GroupConsumer::next`] keeps at most one fetch in flight per
+//! owned partition, each waiting on the broker up to `max_wait` for records, and wakes on
+//! whichever answers first or when the assignment changes. A fetch runs as a task of its
+//! own, tied to its partition: giving the partition up aborts it, and an answer for a
+//! partition given up (or given up and taken again) meanwhile is dropped unread, so a
+//! late answer never moves a position or an offset.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -17,10 +24,11 @@ use rill_proto::pb::{
 };
 use rill_proto::{ErrorCode, RequestBody, ResponseBody};
 use tokio::sync::Notify;
+use tokio::task::{AbortHandle, JoinSet};
 
 use crate::client::{Retry, unexpected};
 use crate::commit::Committer;
-use crate::{ClientError, CommitPolicy, Record, StartAt, Topic};
+use crate::{ClientError, CommitPolicy, Fetched, Record, StartAt, Topic};
 
 /// Longest pause between two heartbeats of a member.
 const HEARTBEAT_MAX: Duration = Duration::from_millis(250);
@@ -40,6 +48,8 @@ pub struct GroupConsumerBuilder {
     commit_policy: CommitPolicy,
     batch_length: u32,
     poll_interval: Duration,
+    max_wait: Duration,
+    polling_retry_interval: Duration,
     session_timeout: Duration,
     max_bytes: u32,
     on_assigned: Option<RebalanceCallback>,
@@ -68,6 +78,8 @@ impl GroupConsumerBuilder {
             commit_policy: CommitPolicy::default(),
             batch_length: 1000,
             poll_interval: Duration::from_millis(100),
+            max_wait: Duration::from_secs(1),
+            polling_retry_interval: Duration::from_secs(1),
             session_timeout: Duration::from_secs(10),
             max_bytes: 1 << 20,
             on_assigned: None,
@@ -114,9 +126,32 @@ impl GroupConsumerBuilder {
         self
     }
 
-    /// Pause between polls that found nothing (default 100 ms).
+    /// Pause between polls of a partition that found nothing, when long polling is off
+    /// (`max_wait` zero; default 100 ms). With long polling, a partition is polled again
+    /// at once after its wait ended empty, but never sooner than `min(max_wait,
+    /// poll_interval)` after the previous poll started.
     pub fn poll_interval(mut self, d: Duration) -> Self {
         self.poll_interval = d;
+        self
+    }
+
+    /// How long each fetch waits on the broker for records (default 1 s; the broker
+    /// caps it at 60 s). The member keeps one such fetch in flight per owned partition,
+    /// so a record reaches it as soon as it is appended and an idle member sends about
+    /// one fetch per partition per `max_wait`. Zero turns long polling off: fetches
+    /// answer at once and an empty one is followed by a `poll_interval` pause.
+    pub fn max_wait(mut self, d: Duration) -> Self {
+        self.max_wait = d;
+        self
+    }
+
+    /// Pause before polling a partition again after a poll of it failed (default 1 s;
+    /// must be positive). The failure is returned by [`GroupConsumer::next`] (after the
+    /// client's own retries of transient errors); the next call polls that partition
+    /// again only once the pause is over, so a caller that goes on after errors does
+    /// not hammer the broker. Other partitions are read meanwhile.
+    pub fn polling_retry_interval(mut self, d: Duration) -> Self {
+        self.polling_retry_interval = d;
         self
     }
 
@@ -142,10 +177,13 @@ impl GroupConsumerBuilder {
     /// Joins the group (creating it if needed) and starts heartbeating, unless
     /// `auto_join(false)`.
     pub async fn build(self) -> Result<GroupConsumer, ClientError> {
-        if self.batch_length == 0 || self.poll_interval.is_zero() || self.session_timeout.is_zero()
+        if self.batch_length == 0
+            || self.poll_interval.is_zero()
+            || self.session_timeout.is_zero()
+            || self.polling_retry_interval.is_zero()
         {
             return Err(ClientError::InvalidArgument(
-                "batch_length, poll_interval and session_timeout must be positive".into(),
+                "batch_length, poll_interval, polling_retry_interval and session_timeout must be positive".into(),
             ));
         }
         self.commit_policy.validate()?;
@@ -157,6 +195,8 @@ impl GroupConsumerBuilder {
             policy: self.commit_policy,
             batch_length: self.batch_length as usize,
             poll_interval: self.poll_interval,
+            max_wait: self.max_wait,
+            retry_interval: self.polling_retry_interval,
             max_bytes: self.max_bytes,
             on_assigned: self.on_assigned,
             on_revoked: self.on_revoked,
@@ -169,11 +209,13 @@ impl GroupConsumerBuilder {
                 closed: false,
             }),
             wake: Notify::new(),
+            assigned: Notify::new(),
             session_timeout: parking_lot::Mutex::new(self.session_timeout),
         });
         let mut consumer = GroupConsumer {
             inner,
             heartbeat: None,
+            fetches: JoinSet::new(),
         };
         if self.auto_join {
             consumer.join().await?;
@@ -189,7 +231,33 @@ struct Partition {
     buffered: VecDeque<Record>,
     /// The start of an open-ended loss already reported.
     reported: Option<u64>,
+    /// The fetch in flight, at most one. Dropping the partition (given up) aborts it.
+    fetch: Option<InFlight>,
+    /// No fetch before this (after an empty answer or a failure).
+    not_before: Option<Instant>,
 }
+
+impl Partition {
+    /// Whether a fetch should start now: none in flight, nothing left to hand out, no
+    /// pause pending.
+    fn fetch_due(&self, now: Instant) -> bool {
+        self.fetch.is_none() && self.buffered.is_empty() && self.not_before.is_none_or(|t| t <= now)
+    }
+}
+
+/// A fetch task of one partition; aborted when dropped, so a partition given up stops
+/// waiting on the broker at once.
+#[derive(Debug)]
+struct InFlight(AbortHandle);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// What a fetch task returns: partition, position fetched, when it started, the answer.
+type FetchDone = (u32, u64, Instant, Result<Fetched, ClientError>);
 
 #[derive(Debug)]
 struct State {
@@ -210,6 +278,8 @@ struct Inner {
     policy: CommitPolicy,
     batch_length: usize,
     poll_interval: Duration,
+    max_wait: Duration,
+    retry_interval: Duration,
     max_bytes: u32,
     on_assigned: Option<RebalanceCallback>,
     on_revoked: Option<RebalanceCallback>,
@@ -225,6 +295,8 @@ struct Inner {
     state: Mutex<State>,
     /// Wakes the heartbeat task early (revocations to report, shutdown).
     wake: Notify,
+    /// Wakes a waiting `next` when partitions were taken up, to start fetching them.
+    assigned: Notify,
     session_timeout: parking_lot::Mutex<Duration>,
 }
 
@@ -345,16 +417,30 @@ impl Inner {
                         committer: Committer::new(self.policy, *consumed, Instant::now()),
                         buffered: VecDeque::new(),
                         reported: None,
+                        fetch: None,
+                        not_before: None,
                     },
                 );
             }
             drop(st);
+            self.assigned.notify_one();
             if let Some(f) = &self.on_assigned {
                 let ps: Vec<u32> = started.iter().map(|s| s.0).collect();
                 f(&ps);
             }
         }
         Ok(())
+    }
+
+    /// The least time between the starts of two polls of a partition that found
+    /// nothing: `poll_interval` without long polling; with it, `min(max_wait,
+    /// poll_interval)`, which only matters if the broker answered before `max_wait`.
+    fn idle_pause(&self) -> Duration {
+        if self.max_wait.is_zero() {
+            self.poll_interval
+        } else {
+            self.max_wait.min(self.poll_interval)
+        }
     }
 
     async fn commit_next(&self, partition: u32, next: u64) -> Result<(), ClientError> {
@@ -450,6 +536,9 @@ impl Inner {
 pub struct GroupConsumer {
     inner: Arc<Inner>,
     heartbeat: Option<tokio::task::JoinHandle<()>>,
+    /// The fetches in flight, at most one per owned partition (each is also held by its
+    /// partition, as an [`InFlight`]); aborted when the consumer is dropped.
+    fetches: JoinSet<FetchDone>,
 }
 
 impl std::fmt::Debug for GroupConsumer {
@@ -536,10 +625,8 @@ impl GroupConsumer {
                 }
                 return Some(Ok(record));
             }
-            match self.poll().await {
-                Ok(0) => tokio::time::sleep(self.inner.poll_interval).await,
-                Ok(_) => {}
-                Err(e) => return Some(Err(e)),
+            if let Err(e) = self.poll().await {
+                return Some(Err(e));
             }
         }
     }
@@ -554,92 +641,133 @@ impl GroupConsumer {
         }
     }
 
-    /// Fetches once from every owned partition; returns how many records arrived.
+    /// One step of waiting for records, called when nothing is buffered: starts a fetch
+    /// on every owned partition that is due one, stores what the commit policy wants
+    /// stored at a poll of those (while the fetches wait, so a durable store is not on
+    /// the path of the next record), then waits until a fetch answers, the assignment
+    /// changes or a pause ends. Returns how many records arrived (0 for any other
+    /// wake-up).
     async fn poll(&mut self) -> Result<usize, ClientError> {
         let stores: Vec<(u32, u64)> = {
             let mut st = self.inner.lock()?;
             let now = Instant::now();
             st.partitions
                 .iter_mut()
+                .filter(|(_, part)| part.fetch_due(now))
                 .filter_map(|(p, part)| part.committer.polling(now).map(|c| (*p, c)))
                 .collect()
         };
+        let pause_end = self.start_fetches()?;
+        // Records fetched meanwhile are taken in below, after the stores.
         for (p, consumed) in stores {
             self.auto_store(p, consumed).await?;
         }
-        let targets: Vec<(u32, u64)> = self
-            .inner
-            .lock()?
+        let wake_at = pause_end.unwrap_or_else(Instant::now);
+        let done = tokio::select! {
+            done = self.fetches.join_next_with_id(), if !self.fetches.is_empty() => done,
+            () = self.inner.assigned.notified() => return Ok(0),
+            () = tokio::time::sleep_until(wake_at.into()), if pause_end.is_some() => return Ok(0),
+        };
+        let (id, (p, position, started, fetched)) = match done {
+            Some(Ok(done)) => done,
+            Some(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Aborted: its partition was given up.
+            Some(Err(_)) | None => return Ok(0),
+        };
+        let mut st = self.inner.lock()?;
+        // Given up while the fetch waited (revoked, expired, or given up and taken again,
+        // which starts a fetch of its own): the answer is not this partition's to use.
+        let Some(part) = st
             .partitions
-            .iter()
-            .map(|(p, part)| (*p, part.position))
-            .collect();
-        let mut arrived = 0;
-        for (p, position) in targets {
-            let fetched = match self
-                .inner
-                .topic
-                .fetch(p, position, self.inner.max_bytes, Duration::ZERO)
-                .await
-            {
-                Ok(f) => f,
-                Err(ClientError::Server {
-                    code: ErrorCode::OffsetBeforeStart,
-                    offset: Some(start),
-                    ..
-                }) => {
-                    if let Some(part) = self.inner.lock()?.partitions.get_mut(&p) {
-                        part.position = start;
-                    }
-                    continue;
-                }
-                Err(e) => {
-                    let Some((_, from, to)) = e.lost_range() else {
-                        return Err(e);
-                    };
-                    let mut st = self.inner.lock()?;
-                    // Revoked, or moved on, while we fetched: not ours to report.
-                    let Some(part) = st
-                        .partitions
-                        .get_mut(&p)
-                        .filter(|part| part.position == position)
-                    else {
-                        continue;
-                    };
-                    match to {
-                        Some(to) => {
-                            // Nothing is buffered for `p` (polled only once drained).
-                            part.position = to.max(position);
-                            if let Some(last) = to.checked_sub(1) {
-                                part.committer.skipped(last);
-                            }
-                            part.reported = None;
-                        }
-                        // Told already: look again at the next poll.
-                        None if part.reported == Some(from) => continue,
-                        None => part.reported = Some(from),
-                    }
+            .get_mut(&p)
+            .filter(|part| part.fetch.as_ref().is_some_and(|f| f.0.id() == id))
+        else {
+            return Ok(0);
+        };
+        part.fetch = None;
+        if part.position != position {
+            return Ok(0);
+        }
+        let now = Instant::now();
+        let fetched = match fetched {
+            Ok(f) => f,
+            Err(ClientError::Server {
+                code: ErrorCode::OffsetBeforeStart,
+                offset: Some(start),
+                ..
+            }) => {
+                part.position = start;
+                return Ok(0);
+            }
+            Err(e) => {
+                let Some((_, from, to)) = e.lost_range() else {
+                    part.not_before = Some(now + self.inner.retry_interval);
                     return Err(e);
+                };
+                match to {
+                    Some(to) => {
+                        // Nothing is buffered for `p` (polled only once drained).
+                        part.position = to.max(position);
+                        if let Some(last) = to.checked_sub(1) {
+                            part.committer.skipped(last);
+                        }
+                        part.reported = None;
+                    }
+                    // Told already: look again after a pause.
+                    None if part.reported == Some(from) => {
+                        part.not_before = Some(now + self.inner.poll_interval);
+                        return Ok(0);
+                    }
+                    None => {
+                        part.reported = Some(from);
+                        part.not_before = Some(now + self.inner.poll_interval);
+                    }
                 }
-            };
-            let mut st = self.inner.lock()?;
-            // The partition may have been revoked while we fetched.
-            let Some(part) = st.partitions.get_mut(&p) else {
-                continue;
-            };
-            if part.position != position {
+                return Err(e);
+            }
+        };
+        let mut records: VecDeque<Record> = fetched.records.into();
+        records.truncate(self.inner.batch_length);
+        part.position = records
+            .back()
+            .map_or(fetched.next_offset.max(position), |r| r.offset + 1);
+        if records.is_empty() {
+            part.not_before = Some(started + self.inner.idle_pause());
+        }
+        let arrived = records.len();
+        part.committer.polled(arrived);
+        part.buffered.extend(records);
+        Ok(arrived)
+    }
+
+    /// Starts a fetch on every owned partition that is due one; returns the earliest end
+    /// of a pause among the others, if any.
+    fn start_fetches(&mut self) -> Result<Option<Instant>, ClientError> {
+        let now = Instant::now();
+        let mut st = self.inner.lock()?;
+        let mut pause_end: Option<Instant> = None;
+        for (&p, part) in st.partitions.iter_mut() {
+            if !part.fetch_due(now) {
+                if part.fetch.is_none()
+                    && part.buffered.is_empty()
+                    && let Some(t) = part.not_before
+                {
+                    pause_end = Some(pause_end.map_or(t, |e| e.min(t)));
+                }
                 continue;
             }
-            let mut records: VecDeque<Record> = fetched.records.into();
-            records.truncate(self.inner.batch_length);
-            part.position = records
-                .back()
-                .map_or(fetched.next_offset.max(position), |r| r.offset + 1);
-            arrived += records.len();
-            part.committer.polled(records.len());
-            part.buffered.extend(records);
+            part.not_before = None;
+            let topic = self.inner.topic.clone();
+            let (position, max_bytes, max_wait) =
+                (part.position, self.inner.max_bytes, self.inner.max_wait);
+            let task = self.fetches.spawn(async move {
+                let started = Instant::now();
+                let fetched = topic.fetch(p, position, max_bytes, max_wait).await;
+                (p, position, started, fetched)
+            });
+            part.fetch = Some(InFlight(task));
         }
-        Ok(arrived)
+        Ok(pause_end)
     }
 
     /// A store the commit policy asked for. If the broker says this member no longer
@@ -726,6 +854,7 @@ impl GroupConsumer {
         if let Some(h) = self.heartbeat.take() {
             h.abort();
         }
+        self.fetches.abort_all();
         for (p, consumed) in stores {
             if let Err(e) = self.inner.commit_next(p, consumed + 1).await {
                 first_error.get_or_insert(e);

@@ -1,0 +1,252 @@
+//! The SDK's consumer-group members, over both transports (the real `rill` binary on a
+//! free port, `tcp::*`, and an in-process broker, `embedded::*`): long polling,
+//! rebalancing while a long poll waits, back-off after a failed poll.
+
+#[macro_use]
+mod common;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rill_client::{Client, ClientError, CommitPolicy, ErrorCode, Record, StartAt, Topic};
+
+over_both_transports!(
+    an_idle_member_waits_on_the_broker_instead_of_polling_it,
+    a_record_published_while_a_member_waits_reaches_it,
+    a_partition_assigned_while_a_member_waits_is_read_at_once,
+    a_revoked_partition_moves_while_its_long_poll_waits_and_its_answer_is_dropped,
+    a_failed_poll_is_retried_after_the_polling_retry_interval,
+);
+
+async fn topic(client: &Client, name: &str, partitions: u32) -> Topic {
+    let t = client.stream("sdkg").topic(name);
+    t.ensure(partitions).await.unwrap();
+    t
+}
+
+/// Waits up to 20 s for `done`, checking every 20 ms.
+async fn wait_until<F: Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
+    let started = Instant::now();
+    while !done().await {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Whether each of `members` owns one partition and no revocation is pending.
+async fn settled(t: &Topic, group: &str, members: usize) -> bool {
+    match t.describe_group(group).await {
+        Ok(d) => {
+            d.members.len() == members
+                && d.partitions.iter().all(|p| p.owner.is_some())
+                && d.members.iter().all(|m| m.revoke.is_empty())
+        }
+        Err(_) => false,
+    }
+}
+
+fn value(r: &Record) -> String {
+    String::from_utf8(r.value.to_vec()).unwrap()
+}
+
+/// An idle member sends about one fetch per partition per `max_wait` (1 s by default),
+/// each waiting on the broker, instead of a zero-wait fetch every `poll_interval`
+/// (100 ms: about 60 fetches here).
+async fn an_idle_member_waits_on_the_broker_instead_of_polling_it(client: &Client) {
+    let t = topic(client, "idle", 2).await;
+    let mut member = t.consumer_group("g").build().await.unwrap();
+    assert_eq!(member.assignment(), vec![0, 1]);
+    let before = client.requests_sent("Fetch");
+    let err = member
+        .next_within(Duration::from_secs(3))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Timeout(_)), "{err}");
+    let fetches = client.requests_sent("Fetch") - before;
+    // 2 partitions × (3 s / 1 s + 1), with room for a slow machine.
+    assert!(
+        (2..=12).contains(&fetches),
+        "{fetches} fetches in 3 s by an idle member of 2 partitions"
+    );
+    member.shutdown().await.unwrap();
+}
+
+/// A record published while the member waits reaches it from the waiting fetch: the
+/// member does not sleep between polls (here `poll_interval` is 60 s, which applies only
+/// without long polling).
+async fn a_record_published_while_a_member_waits_reaches_it(client: &Client) {
+    let t = topic(client, "wake", 1).await;
+    let mut member = t
+        .consumer_group("g")
+        .poll_interval(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        let r = member.next_within(Duration::from_secs(20)).await;
+        (member, r)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    t.publish().value("late").send().await.unwrap();
+    let (mut member, r) = waiting.await.unwrap();
+    assert_eq!(value(&r.unwrap()), "late");
+    member.shutdown().await.unwrap();
+}
+
+/// A member waiting with no partitions starts reading one as soon as it is assigned
+/// (instead of after its next `poll_interval`, here 60 s).
+async fn a_partition_assigned_while_a_member_waits_is_read_at_once(client: &Client) {
+    let t = topic(client, "assigned", 1).await;
+    let mut a = t.consumer_group("g").member_id("a").build().await.unwrap();
+    let mut b = t
+        .consumer_group("g")
+        .member_id("b")
+        .poll_interval(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
+    assert!(b.assignment().is_empty());
+    let waiting = tokio::spawn(async move {
+        let r = b.next_within(Duration::from_secs(20)).await;
+        (b, r)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    a.shutdown().await.unwrap();
+    wait_until("b to own the partition", || async {
+        t.describe_group("g").await.unwrap().partitions[0]
+            .owner
+            .as_deref()
+            == Some("b")
+    })
+    .await;
+    t.publish().value("for-b").send().await.unwrap();
+    let (mut b, r) = waiting.await.unwrap();
+    assert_eq!(value(&r.unwrap()), "for-b");
+    b.shutdown().await.unwrap();
+}
+
+/// A member waits on both its partitions with 60 s long polls when a second member
+/// joins: the partition it must give up moves at once (not when the long poll ends), and
+/// the record published there afterwards reaches only the new owner — the old owner's
+/// fetch is dropped with the partition, and nothing it held moves that partition's
+/// offset.
+async fn a_revoked_partition_moves_while_its_long_poll_waits_and_its_answer_is_dropped(
+    client: &Client,
+) {
+    let t = topic(client, "revoke", 2).await;
+    let mut a = t
+        .consumer_group("g")
+        .member_id("a")
+        .max_wait(Duration::from_secs(60))
+        .commit_policy(CommitPolicy::Each)
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(a.assignment(), vec![0, 1]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_a = Arc::clone(&stop);
+    let reading_a = tokio::spawn(async move {
+        let mut got = Vec::new();
+        while !stop_a.load(Ordering::Relaxed) {
+            match a.next_within(Duration::from_millis(200)).await {
+                Ok(r) => got.push(r),
+                Err(ClientError::Timeout(_)) => {}
+                Err(e) => panic!("member a: {e}"),
+            }
+        }
+        (a, got)
+    });
+    // Both long polls of `a` are waiting now.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut b = t
+        .consumer_group("g")
+        .member_id("b")
+        .commit_policy(CommitPolicy::Each)
+        .build()
+        .await
+        .unwrap();
+    wait_until("the partition to move to b", || settled(&t, "g", 2)).await;
+    wait_until("b to take it up", || {
+        let taken = !b.assignment().is_empty();
+        async move { taken }
+    })
+    .await;
+    let moved = b.assignment();
+    assert_eq!(moved.len(), 1, "{moved:?}");
+    let (moved, kept) = (moved[0], 1 - moved[0]);
+    t.publish()
+        .value("to-b")
+        .partition(moved)
+        .send()
+        .await
+        .unwrap();
+    t.publish()
+        .value("to-a")
+        .partition(kept)
+        .send()
+        .await
+        .unwrap();
+    let r = b.next_within(Duration::from_secs(20)).await.unwrap();
+    assert_eq!((r.partition, value(&r)), (moved, "to-b".to_owned()));
+    wait_until("a to read its record", || async {
+        t.describe_group("g").await.unwrap().partitions[kept as usize].stored_offset == Some(1)
+    })
+    .await;
+    // Let a late answer of the dropped long poll arrive, if it were to.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut a, got) = reading_a.await.unwrap();
+    let got: Vec<(u32, String)> = got.iter().map(|r| (r.partition, value(r))).collect();
+    assert_eq!(got, vec![(kept, "to-a".to_owned())]);
+    assert_eq!(a.last_consumed_offset(moved), None);
+    // `b` stores the moved partition once it asks for its next record (or shuts down).
+    b.shutdown().await.unwrap();
+    a.shutdown().await.unwrap();
+    let d = t.describe_group("g").await.unwrap();
+    assert_eq!(d.partitions[moved as usize].stored_offset, Some(1), "{d:?}");
+}
+
+/// A poll that fails is returned by `next`, and the partition is polled again only after
+/// `polling_retry_interval`, so a caller that goes on after errors does not spin.
+async fn a_failed_poll_is_retried_after_the_polling_retry_interval(client: &Client) {
+    let t = topic(client, "retry", 1).await;
+    let zero = t
+        .consumer_group("g")
+        .polling_retry_interval(Duration::ZERO)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(zero, ClientError::InvalidArgument(_)), "{zero}");
+    // Starting beyond the end of the (empty) partition: every fetch fails.
+    let mut member = t
+        .consumer_group("g")
+        .start_at(StartAt::Offset(1000))
+        .polling_retry_interval(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let before = client.requests_sent("Fetch");
+    let started = Instant::now();
+    let mut errors = 0u64;
+    while started.elapsed() < Duration::from_millis(1500) {
+        let err = member
+            .next_within(Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Some(ErrorCode::OffsetBeyondEnd), "{err}");
+        errors += 1;
+    }
+    let fetches = client.requests_sent("Fetch") - before;
+    // 1.5 s / 300 ms + the first, with room for a slow machine.
+    assert!((2..=8).contains(&errors), "{errors} failed polls in 1.5 s");
+    assert!(
+        fetches <= errors + 1,
+        "{fetches} fetches for {errors} errors"
+    );
+    member.shutdown().await.unwrap();
+}
