@@ -239,6 +239,7 @@ fn bad_numbers_are_usage_errors() {
         &["produce", "--durability", "sometimes"],
         &["consume", "--rate", "100"],
         &["produce", "--group"],
+        &["e2e", "--commit-policy", "disabled"],
         &["produce", "--rate", "0"],
         &["sideways"],
     ] {

@@ -9,9 +9,9 @@ use anyhow::Context;
 use rill_client::{CommitPolicy, GroupConsumer, Topic};
 use tokio::sync::watch;
 
-use super::Plan;
 use super::stats::Latency;
 use super::workers::{Progress, Role, STALL, TaskResult, Tasks, now_us};
+use super::{GroupCommit, Plan};
 
 /// Joins `plan.consumers` members of a fresh group `group` that start at `starts` (the
 /// partitions' current ends), waits until the group has settled (every partition owned,
@@ -28,11 +28,16 @@ pub(super) async fn spawn_members(
     progress: &Arc<Progress>,
 ) -> anyhow::Result<()> {
     seed(topic, group, starts).await?;
+    let policy = match plan.commit_policy {
+        GroupCommit::Polling => CommitPolicy::Polling,
+        GroupCommit::Disabled => CommitPolicy::Disabled,
+    };
     let mut members = Vec::with_capacity(plan.consumers);
     for _ in 0..plan.consumers {
         members.push(
             topic
                 .consumer_group(group)
+                .commit_policy(policy)
                 .build()
                 .await
                 .with_context(|| format!("cannot join bench group {group}"))?,

@@ -114,9 +114,22 @@ pub(crate) struct BenchArgs {
     /// `--consumers` members) instead of raw long-polling fetches.
     #[arg(long)]
     group: bool,
+    /// With --group: when members store their offsets (the SDK's default is polling:
+    /// a durable store at each poll).
+    #[arg(long, value_enum, default_value_t = GroupCommit::Polling, requires = "group")]
+    commit_policy: GroupCommit,
     /// Print one JSON object on stdout.
     #[arg(long)]
     json: bool,
+}
+
+/// The commit policy of `e2e --group` members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum GroupCommit {
+    /// `CommitPolicy::Polling` (the SDK default): store at each poll.
+    Polling,
+    /// `CommitPolicy::Disabled`: never store.
+    Disabled,
 }
 
 /// A parser of whole numbers in `min..=max`, with a plain message otherwise.
@@ -155,6 +168,8 @@ pub(super) struct Plan {
     pub(super) keyed: bool,
     /// e2e receives through consumer-group members.
     group: bool,
+    /// Their commit policy.
+    pub(super) commit_policy: GroupCommit,
     json: bool,
     /// One value of `--size` bytes, reused by every record.
     pub(super) value: Bytes,
@@ -202,6 +217,7 @@ impl Plan {
             rate: args.rate,
             keyed: args.keyed,
             group: args.group,
+            commit_policy: args.commit_policy,
             json: args.json,
             value: Bytes::from(value),
         })
@@ -291,8 +307,20 @@ pub(crate) async fn run(args: BenchArgs, target: &Target) -> anyhow::Result<()> 
         ("rate", json!(plan.rate)),
         ("keyed", json!(plan.keyed)),
         ("group", json!(plan.group)),
-        ("topic", json!(format!("{STREAM}/{name}"))),
     ]);
+    if plan.group {
+        report.settings.push((
+            "commit_policy",
+            json!(
+                plan.commit_policy
+                    .to_possible_value()
+                    .map(|v| v.get_name().to_owned())
+            ),
+        ));
+    }
+    report
+        .settings
+        .push(("topic", json!(format!("{STREAM}/{name}"))));
     if plan.workload == Workload::Produce {
         report.settings.retain(|(k, _)| *k != "consumers");
     }
