@@ -1,6 +1,7 @@
 //! The SDK's consumer-group members, over both transports (the real `rill` binary on a
 //! free port, `tcp::*`, and an in-process broker, `embedded::*`): long polling,
-//! rebalancing while a long poll waits, back-off after a failed poll.
+//! rebalancing while a long poll waits, back-off after a failed poll, joining only an
+//! existing group, deleting a group's offset.
 
 #[macro_use]
 mod common;
@@ -18,6 +19,8 @@ over_both_transports!(
     a_partition_assigned_while_a_member_waits_is_read_at_once,
     a_revoked_partition_moves_while_its_long_poll_waits_and_its_answer_is_dropped,
     a_failed_poll_is_retried_after_the_polling_retry_interval,
+    a_member_that_must_not_create_its_group_finds_only_an_existing_one,
+    group_offsets_are_deleted_by_their_owner_or_by_an_admin_of_an_empty_group,
 );
 
 async fn topic(client: &Client, name: &str, partitions: u32) -> Topic {
@@ -249,4 +252,96 @@ async fn a_failed_poll_is_retried_after_the_polling_retry_interval(client: &Clie
         "{fetches} fetches for {errors} errors"
     );
     member.shutdown().await.unwrap();
+}
+
+/// `create_group(false)`: a group that does not exist (no member, no stored offset) is a
+/// `GROUP_NOT_FOUND` error instead of a new group; one with a stored offset is joined.
+async fn a_member_that_must_not_create_its_group_finds_only_an_existing_one(client: &Client) {
+    let t = topic(client, "exists", 1).await;
+    t.publish().value("v0").send().await.unwrap();
+    let err = t
+        .consumer_group("typo")
+        .create_group(false)
+        .build()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::GroupNotFound), "{err}");
+    assert!(t.describe_group("typo").await.is_err(), "not created");
+    let mut first = t
+        .consumer_group("g")
+        .commit_policy(CommitPolicy::Disabled)
+        .build()
+        .await
+        .unwrap();
+    // A live member makes it exist.
+    let mut second = t
+        .consumer_group("g")
+        .create_group(false)
+        .build()
+        .await
+        .unwrap();
+    second.shutdown().await.unwrap();
+    let r = first.next_within(Duration::from_secs(10)).await.unwrap();
+    first.commit(&r).await.unwrap();
+    first.shutdown().await.unwrap();
+    // No members left, but a stored offset: it still exists, and the member resumes.
+    let mut again = t
+        .consumer_group("g")
+        .create_group(false)
+        .build()
+        .await
+        .unwrap();
+    t.publish().value("v1").send().await.unwrap();
+    let r = again.next_within(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(value(&r), "v1");
+    again.shutdown().await.unwrap();
+}
+
+/// A member deletes the stored offset of a partition it owns (fenced: others are
+/// refused), and the partition's next owner starts at its `start_at`; an admin deletes
+/// one only while the group has no members.
+async fn group_offsets_are_deleted_by_their_owner_or_by_an_admin_of_an_empty_group(
+    client: &Client,
+) {
+    let t = topic(client, "delete", 1).await;
+    for i in 0..5 {
+        t.publish().value(format!("v{i}")).send().await.unwrap();
+    }
+    let mut a = t
+        .consumer_group("g")
+        .commit_policy(CommitPolicy::Disabled)
+        .build()
+        .await
+        .unwrap();
+    let mut last = None;
+    for _ in 0..3 {
+        last = Some(a.next_within(Duration::from_secs(10)).await.unwrap());
+    }
+    a.commit(&last.unwrap()).await.unwrap();
+    let stored = |d: rill_client::wire::DescribeGroupResponse| d.partitions[0].stored_offset;
+    assert_eq!(stored(t.describe_group("g").await.unwrap()), Some(3));
+    let mut b = t
+        .consumer_group("g")
+        .commit_policy(CommitPolicy::Disabled)
+        .build()
+        .await
+        .unwrap();
+    assert!(b.assignment().is_empty());
+    let err = b.delete_offset(0).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::NotAssigned), "{err}");
+    a.delete_offset(0).await.unwrap();
+    assert_eq!(a.last_stored_offset(0), None);
+    assert_eq!(stored(t.describe_group("g").await.unwrap()), None);
+    // The next owner starts at its start_at (First), not after what `a` read.
+    a.shutdown().await.unwrap();
+    let r = b.next_within(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(r.offset, 0);
+    b.commit(&r).await.unwrap();
+    // An admin delete while a member lives is refused; once the group is empty it goes.
+    let err = t.delete_group_offset("g", 0).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::GroupNotEmpty), "{err}");
+    b.shutdown().await.unwrap();
+    assert!(t.delete_group_offset("g", 0).await.unwrap());
+    let err = t.delete_group_offset("g", 0).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::GroupNotFound), "{err}");
 }

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rill_proto::pb::{
-    CommitGroupOffsetRequest, GroupAssignment, GroupHeartbeatRequest, JoinGroupRequest,
-    LeaveGroupRequest,
+    CommitGroupOffsetRequest, DeleteGroupOffsetRequest, GroupAssignment, GroupHeartbeatRequest,
+    JoinGroupRequest, LeaveGroupRequest,
 };
 use rill_proto::{ErrorCode, RequestBody, ResponseBody};
 use tokio::sync::Notify;
@@ -45,6 +45,7 @@ pub struct GroupConsumerBuilder {
     start_at: StartAt,
     allow_replay: bool,
     auto_join: bool,
+    create_group: bool,
     commit_policy: CommitPolicy,
     batch_length: u32,
     poll_interval: Duration,
@@ -75,6 +76,7 @@ impl GroupConsumerBuilder {
             start_at: StartAt::First,
             allow_replay: false,
             auto_join: true,
+            create_group: true,
             commit_policy: CommitPolicy::default(),
             batch_length: 1000,
             poll_interval: Duration::from_millis(100),
@@ -111,6 +113,17 @@ impl GroupConsumerBuilder {
     /// A group is created by its first join either way.
     pub fn auto_join(mut self, on: bool) -> Self {
         self.auto_join = on;
+        self
+    }
+
+    /// Whether joining creates the group if it does not exist (default on). Off: the
+    /// join fails with `GROUP_NOT_FOUND` ([`ClientError::code`]) unless the group exists
+    /// — it has a live member or a stored offset — which catches a misspelt group name
+    /// instead of starting a new group at `start_at`. Applies to the first join only: a
+    /// member whose session expired rejoins the group it was in even if that emptied
+    /// meanwhile. An older server ignores it and creates the group.
+    pub fn create_group(mut self, on: bool) -> Self {
+        self.create_group = on;
         self
     }
 
@@ -174,8 +187,8 @@ impl GroupConsumerBuilder {
         self
     }
 
-    /// Joins the group (creating it if needed) and starts heartbeating, unless
-    /// `auto_join(false)`.
+    /// Joins the group (creating it if needed, unless `create_group(false)`) and starts
+    /// heartbeating, unless `auto_join(false)`.
     pub async fn build(self) -> Result<GroupConsumer, ClientError> {
         if self.batch_length == 0
             || self.poll_interval.is_zero()
@@ -192,6 +205,7 @@ impl GroupConsumerBuilder {
             group: self.group,
             start_at: self.start_at,
             allow_replay: self.allow_replay,
+            create_group: self.create_group,
             policy: self.commit_policy,
             batch_length: self.batch_length as usize,
             poll_interval: self.poll_interval,
@@ -275,6 +289,7 @@ struct Inner {
     group: String,
     start_at: StartAt,
     allow_replay: bool,
+    create_group: bool,
     policy: CommitPolicy,
     batch_length: usize,
     poll_interval: Duration,
@@ -320,7 +335,9 @@ impl Inner {
             .0)
     }
 
-    async fn join(&self) -> Result<GroupAssignment, ClientError> {
+    /// Joins; `first` is the member's first join (where `create_group` applies), not a
+    /// rejoin after its session expired.
+    async fn join(&self, first: bool) -> Result<GroupAssignment, ClientError> {
         let member_id = self.member_id();
         let timeout = *self.session_timeout.lock();
         match self
@@ -330,6 +347,8 @@ impl Inner {
                 group: self.group.clone(),
                 member_id,
                 session_timeout_ms: Some(u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX)),
+                // Absent means "create", as for servers that predate the field.
+                create_group: (first && !self.create_group).then_some(false),
             }))
             .await?
         {
@@ -509,7 +528,7 @@ impl Inner {
                     {
                         f(&lost);
                     }
-                    self.join().await.ok()
+                    self.join(false).await.ok()
                 }
                 // Nothing can be sent any more; the member's session ends with the
                 // connection (or the embedded broker).
@@ -557,13 +576,14 @@ impl std::fmt::Debug for GroupConsumer {
 }
 
 impl GroupConsumer {
-    /// Joins the group (creating it at the first join) and starts heartbeating; done by
-    /// `build` unless `auto_join(false)`. Joining again is a no-op.
+    /// Joins the group (creating it at the first join, unless `create_group(false)`)
+    /// and starts heartbeating; done by `build` unless `auto_join(false)`. Joining again
+    /// is a no-op.
     pub async fn join(&mut self) -> Result<(), ClientError> {
         if self.heartbeat.is_some() {
             return Ok(());
         }
-        let assignment = self.inner.join().await?;
+        let assignment = self.inner.join(true).await?;
         self.inner.apply(assignment).await?;
         self.heartbeat = Some(tokio::spawn(Arc::clone(&self.inner).heartbeat_loop()));
         Ok(())
@@ -807,6 +827,31 @@ impl GroupConsumer {
     /// Stores `offset` of `partition` as consumed (fenced like [`GroupConsumer::commit`]).
     pub async fn store_offset(&self, offset: u64, partition: u32) -> Result<(), ClientError> {
         self.store(partition, offset).await
+    }
+
+    /// Deletes the group's stored offset of `partition`, which this member must own now
+    /// (fenced like [`GroupConsumer::commit`]: `NOT_ASSIGNED` otherwise). Reading goes
+    /// on where it is; an automatic policy stores the partition's offset again when it
+    /// is next due. Once deleted and not stored again, the partition's next owner starts
+    /// at its `start_at`. To delete an offset of a group without members, as an
+    /// operator, see [`Topic::delete_group_offset`].
+    pub async fn delete_offset(&self, partition: u32) -> Result<(), ClientError> {
+        let member_id = self.inner.member_id();
+        let generation = self.inner.lock()?.generation;
+        self.inner
+            .call(RequestBody::DeleteGroupOffset(DeleteGroupOffsetRequest {
+                stream: self.inner.topic.stream.to_string(),
+                topic: self.inner.topic.name.to_string(),
+                group: self.inner.group.clone(),
+                member_id,
+                generation,
+                partition,
+            }))
+            .await?;
+        if let Some(part) = self.inner.lock()?.partitions.get_mut(&partition) {
+            part.committer.forget_stored();
+        }
+        Ok(())
     }
 
     /// The offset of the last record handed out of `partition` (`None` once a panic
