@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use rill_client::{Client, ClientError, CommitPolicy, ErrorCode, Record, StartAt, Topic};
 
 over_both_transports!(
@@ -21,6 +22,7 @@ over_both_transports!(
     a_failed_poll_is_retried_after_the_polling_retry_interval,
     a_member_that_must_not_create_its_group_finds_only_an_existing_one,
     group_offsets_are_deleted_by_their_owner_or_by_an_admin_of_an_empty_group,
+    a_member_is_a_stream_of_records,
 );
 
 async fn topic(client: &Client, name: &str, partitions: u32) -> Topic {
@@ -344,4 +346,38 @@ async fn group_offsets_are_deleted_by_their_owner_or_by_an_admin_of_an_empty_gro
     assert!(t.delete_group_offset("g", 0).await.unwrap());
     let err = t.delete_group_offset("g", 0).await.unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::GroupNotFound), "{err}");
+}
+
+/// `into_stream`: the member's records as a `Stream`, with long polling underneath (a
+/// record published while the stream waits arrives).
+async fn a_member_is_a_stream_of_records(client: &Client) {
+    let t = topic(client, "stream", 2).await;
+    for i in 0..4 {
+        t.publish()
+            .value(format!("v{i}"))
+            .partition(i % 2)
+            .send()
+            .await
+            .unwrap();
+    }
+    let member = t.consumer_group("g").build().await.unwrap();
+    let mut stream = Box::pin(member.into_stream());
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        let r = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        got.push(value(&r));
+    }
+    got.sort();
+    assert_eq!(got, vec!["v0", "v1", "v2", "v3"]);
+    let next = tokio::spawn(async move {
+        let r = tokio::time::timeout(Duration::from_secs(20), stream.next()).await;
+        r.unwrap().unwrap().unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    t.publish().value("late").partition(1).send().await.unwrap();
+    assert_eq!(value(&next.await.unwrap()), "late");
 }

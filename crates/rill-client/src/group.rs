@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::Stream;
 use rill_proto::pb::{
     CommitGroupOffsetRequest, DeleteGroupOffsetRequest, GroupAssignment, GroupHeartbeatRequest,
     JoinGroupRequest, LeaveGroupRequest,
@@ -659,6 +660,13 @@ impl GroupConsumer {
             Ok(None) => Err(ClientError::Shutdown),
             Err(_) => Err(ClientError::Timeout(timeout)),
         }
+    }
+
+    /// The records as a `Stream` (ending after shutdown). Dropping the stream stops the
+    /// member's heartbeats without leaving the group: its partitions move when its
+    /// session expires (or at once over TCP, when the client's connection closes).
+    pub fn into_stream(self) -> impl Stream<Item = Result<Record, ClientError>> {
+        futures::stream::unfold(self, |mut c| async move { c.next().await.map(|r| (r, c)) })
     }
 
     /// One step of waiting for records, called when nothing is buffered: starts a fetch
