@@ -1,7 +1,8 @@
 //! The SDK's consumer-group members, over both transports (the real `rill` binary on a
 //! free port, `tcp::*`, and an in-process broker, `embedded::*`): long polling,
 //! rebalancing while a long poll waits, back-off after a failed poll, joining only an
-//! existing group, deleting a group's offset.
+//! existing group, deleting a group's offset; and `rill consume --group G --member ID`
+//! with the real binary.
 
 #[macro_use]
 mod common;
@@ -380,4 +381,67 @@ async fn a_member_is_a_stream_of_records(client: &Client) {
     tokio::time::sleep(Duration::from_millis(200)).await;
     t.publish().value("late").partition(1).send().await.unwrap();
     assert_eq!(value(&next.await.unwrap()), "late");
+}
+
+/// `rill consume --group G --member ID` joins with that member id; a bad id, or one
+/// without `--group`, is a usage error (exit 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_consume_joins_a_group_with_the_member_id_given() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::ServerProcess::start(&dir.path().join("data"));
+    let client = Client::connect(&server.url()).await.unwrap();
+    let t = topic(&client, "cli", 2).await;
+    t.publish().value("hello").send().await.unwrap();
+    let mut child = Command::new(common::rill_bin())
+        .args(["--server", &server.url(), "consume", "sdkg/cli"])
+        .args(["--group", "g", "--member", "alice", "--follow"])
+        .env("RILL_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("alice to join", || async {
+        t.describe_group("g").await.is_ok_and(|d| {
+            d.members
+                .iter()
+                .map(|m| m.member_id.as_str())
+                .collect::<Vec<_>>()
+                == ["alice"]
+        })
+    })
+    .await;
+    let d = t.describe_group("g").await.unwrap();
+    assert!(
+        d.partitions
+            .iter()
+            .all(|p| p.owner.as_deref() == Some("alice")),
+        "{d:?}"
+    );
+    // It stores the offset after printing and flushing the record (once quiet).
+    wait_until("alice to store what it printed", || async {
+        t.describe_group("g")
+            .await
+            .is_ok_and(|d| d.partitions.iter().any(|p| p.stored_offset == Some(1)))
+    })
+    .await;
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "hello");
+    for bad in [
+        &["--group", "g", "--member", "has space"][..],
+        &["--group", "g", "--member", ".."],
+        &["--member", "alice"],
+    ] {
+        let out = Command::new(common::rill_bin())
+            .args(["--server", &server.url(), "consume", "sdkg/cli"])
+            .args(bad)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("member"),
+            "{bad:?}: {out:?}"
+        );
+    }
 }
