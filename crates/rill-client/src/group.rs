@@ -553,6 +553,12 @@ impl Inner {
 }
 
 /// A member of a consumer group; see [`Topic::consumer_group`].
+///
+/// [`GroupConsumer::next`] long-polls: each owned partition has at most one fetch
+/// waiting on the broker (up to [`GroupConsumerBuilder::max_wait`]), so a new record
+/// arrives within milliseconds and an idle member sends about one request per partition
+/// per `max_wait`. Rebalances are handled by a background task and never wait for a
+/// fetch: a partition given up has its fetch dropped, answer and all.
 pub struct GroupConsumer {
     inner: Arc<Inner>,
     heartbeat: Option<tokio::task::JoinHandle<()>>,
