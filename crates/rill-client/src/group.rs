@@ -805,15 +805,18 @@ impl GroupConsumer {
     }
 
     /// A store the commit policy asked for. If the broker says this member no longer
-    /// owns the partition (or is no longer in the group, as after a server restart),
-    /// the assignment is stale: the heartbeat task is woken to catch up (rejoining if
+    /// owns the partition (or is no longer in the group, as after a server restart, or
+    /// the store was sent for the session before a rejoin that overtook it), the
+    /// assignment is stale: the heartbeat task is woken to catch up (rejoining if
     /// needed) and reading goes on; the next owner re-reads from the group's offset.
     async fn auto_store(&self, partition: u32, consumed: u64) -> Result<(), ClientError> {
         match self.store(partition, consumed).await {
             Err(e)
                 if matches!(
                     e.code(),
-                    Some(ErrorCode::NotMember | ErrorCode::NotAssigned)
+                    Some(
+                        ErrorCode::NotMember | ErrorCode::NotAssigned | ErrorCode::StaleGeneration
+                    )
                 ) =>
             {
                 tracing::info!(group = %self.inner.group, partition, error = %e, "automatic store refused; refreshing the assignment");
