@@ -116,8 +116,18 @@ pub enum BrokerError {
     #[error(transparent)]
     Group(#[from] crate::GroupError),
     /// The group has no members and no stored offsets.
-    #[error("group {0:?} does not exist")]
+    #[error("group {0:?} does not exist (it has no member and no stored offset)")]
     GroupNotFound(String),
+    /// An admin request that needs the group without live members found some.
+    #[error(
+        "group {group:?} has {members} live member(s); stop them first (or delete the offset as the member that owns the partition)"
+    )]
+    GroupNotEmpty {
+        /// The group.
+        group: String,
+        /// How many members it has.
+        members: usize,
+    },
     /// No offset is stored for this consumer and partition.
     #[error("no offset stored for consumer {0:?}")]
     OffsetNotFound(String),
@@ -162,6 +172,7 @@ impl BrokerError {
             Self::PartitionUnavailable { .. } => ErrorCode::StorageFailure,
             Self::OffsetNotFound(_) => ErrorCode::OffsetNotFound,
             Self::GroupNotFound(_) => ErrorCode::GroupNotFound,
+            Self::GroupNotEmpty { .. } => ErrorCode::GroupNotEmpty,
             Self::Group(e) => match e {
                 crate::GroupError::NotMember(_) => ErrorCode::NotMember,
                 crate::GroupError::NotAssigned { .. } => ErrorCode::NotAssigned,

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
 use rill_proto::pb::{
-    CommitGroupOffsetRequest, DescribeGroupResponse, GroupAssignment, GroupMemberInfo,
-    GroupPartitionInfo, PartitionOffset,
+    CommitGroupOffsetRequest, DeleteGroupOffsetRequest, DescribeGroupResponse, GroupAssignment,
+    GroupMemberInfo, GroupPartitionInfo, PartitionOffset,
 };
 
 use crate::group::Coordinator;
@@ -83,6 +83,20 @@ fn group_offset_key(stream: &str, topic: &str, group: &str, partition: u32) -> O
 }
 
 impl Broker {
+    /// Whether a group exists: it has a live member or a stored offset of one of the
+    /// topic's partitions (a group whose members all left without storing anything is
+    /// gone, as it is after a restart). `DescribeGroup`, `JoinGroup` without
+    /// `create_group` and the admin `DeleteGroupOffset` agree on this.
+    fn group_exists(&self, key: &GroupKey, c: Option<&Coordinator>, partitions: u32) -> bool {
+        let (stream, topic, group) = key;
+        c.is_some_and(|c| c.members().next().is_some())
+            || (0..partitions).any(|p| {
+                self.offsets
+                    .get(&group_offset_key(stream, topic, group, p))
+                    .is_some()
+            })
+    }
+
     fn assignment(
         &self,
         key: &GroupKey,
@@ -118,6 +132,31 @@ impl Broker {
         member_id: &str,
         session_timeout: Option<Duration>,
     ) -> Result<GroupAssignment, BrokerError> {
+        self.join(stream, topic, group, member_id, session_timeout, true)
+    }
+
+    /// Like [`Broker::join_group`], but a group that does not exist (no live member, no
+    /// stored offset) is refused with [`BrokerError::GroupNotFound`] instead of created.
+    pub fn join_existing_group(
+        &self,
+        stream: &str,
+        topic: &str,
+        group: &str,
+        member_id: &str,
+        session_timeout: Option<Duration>,
+    ) -> Result<GroupAssignment, BrokerError> {
+        self.join(stream, topic, group, member_id, session_timeout, false)
+    }
+
+    fn join(
+        &self,
+        stream: &str,
+        topic: &str,
+        group: &str,
+        member_id: &str,
+        session_timeout: Option<Duration>,
+        create: bool,
+    ) -> Result<GroupAssignment, BrokerError> {
         validate_name("group", group)?;
         let member = if member_id.is_empty() {
             format!("m-{:016x}", rand::random::<u64>())
@@ -132,10 +171,15 @@ impl Broker {
         let key: GroupKey = (stream.to_owned(), topic.to_owned(), group.to_owned());
         let now = Instant::now();
         let mut groups = self.groups.lock();
+        if let Some(c) = groups.get_mut(&key) {
+            c.expire(now);
+        }
+        if !create && !self.group_exists(&key, groups.get(&key), partitions) {
+            return Err(BrokerError::GroupNotFound(group.to_owned()));
+        }
         let c = groups
             .entry(key.clone())
             .or_insert_with(|| Coordinator::starting_at(partitions, timeout, generation_base()));
-        c.expire(now);
         c.join(&member, now);
         let timeout = c.session_timeout();
         tracing::info!(
@@ -229,6 +273,72 @@ impl Broker {
         .map_err(|e| BrokerError::Internal(format!("group commit task failed: {e}")))?
     }
 
+    /// Deletes the group's stored offset of a partition; returns whether one was
+    /// stored. With a member id it is fenced like a commit: the member must be in the
+    /// group and own the partition now ([`GroupError::NotMember`],
+    /// [`GroupError::NotAssigned`], [`GroupError::StaleGeneration`]). Without one it is
+    /// an admin request, refused while the group has live members
+    /// ([`BrokerError::GroupNotEmpty`]: they would store the offset again, Kafka's
+    /// `DeleteConsumerGroupOffsets` refuses the same way) and for a group that does not
+    /// exist ([`BrokerError::GroupNotFound`]).
+    pub async fn delete_group_offset(
+        self: &Arc<Self>,
+        request: &DeleteGroupOffsetRequest,
+    ) -> Result<bool, BrokerError> {
+        self.check_running()?;
+        let DeleteGroupOffsetRequest {
+            stream,
+            topic,
+            group,
+            member_id: member,
+            generation,
+            partition,
+        } = request;
+        let (generation, partition) = (*generation, *partition);
+        validate_name("group", group)?;
+        // The partition must exist (PARTITION_NOT_FOUND, TOPIC_NOT_FOUND otherwise).
+        let partitions = self.topic(stream, topic)?.config.partitions;
+        self.partition(stream, topic, partition)?;
+        let key: GroupKey = (stream.to_owned(), topic.to_owned(), group.to_owned());
+        let offset_key = group_offset_key(stream, topic, group, partition);
+        let member = member.to_owned();
+        let broker = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let pending = {
+                // Checked and appended under the group lock, like commits, so a delete
+                // and the owner's commits reach the log in the order they were allowed.
+                let mut groups = broker.groups.lock();
+                if member.is_empty() {
+                    if let Some(c) = groups.get_mut(&key) {
+                        c.expire(Instant::now());
+                    }
+                    let c = groups.get(&key);
+                    let members = c.map_or(0, |c| c.members().count());
+                    if members > 0 {
+                        return Err(BrokerError::GroupNotEmpty {
+                            group: key.2.clone(),
+                            members,
+                        });
+                    }
+                    if !broker.group_exists(&key, c, partitions) {
+                        return Err(BrokerError::GroupNotFound(key.2.clone()));
+                    }
+                } else {
+                    let c = groups
+                        .get(&key)
+                        .ok_or_else(|| GroupError::NotMember(member.clone()))?;
+                    c.check_commit(&member, generation, partition)?;
+                }
+                broker.offsets.begin_delete(offset_key)?
+            };
+            let (pending, existed) = pending;
+            broker.offsets.finish(pending)?;
+            Ok(existed)
+        })
+        .await
+        .map_err(|e| BrokerError::Internal(format!("group offset delete task failed: {e}")))?
+    }
+
     /// Lag of every live group: (stream, topic, group, partition, lag), for metrics.
     pub fn group_lags(&self) -> Vec<(String, String, String, u32, u64)> {
         let mut out = Vec::new();
@@ -267,7 +377,8 @@ impl Broker {
                     .get(&group_offset_key(stream, topic, group, p.partition))
             })
             .collect();
-        if c.is_none() && stored.iter().all(Option::is_none) {
+        let count = u32::try_from(partitions.len()).unwrap_or(u32::MAX);
+        if !self.group_exists(&key, c, count) {
             return Err(BrokerError::GroupNotFound(group.to_owned()));
         }
         let owners = c.map(Coordinator::owners).unwrap_or_default();

@@ -166,18 +166,19 @@ impl Broker {
             RequestBody::GetOffset(r) => ResponseBody::GetOffset(GetOffsetResponse {
                 offset: self.get_offset(&r.stream, &r.topic, r.partition, &r.consumer)?,
             }),
-            RequestBody::JoinGroup(r) => ResponseBody::JoinGroup(JoinGroupResponse {
-                assignment: Some(
-                    self.join_group(
-                        &r.stream,
-                        &r.topic,
-                        &r.group,
-                        &r.member_id,
-                        r.session_timeout_ms
-                            .map(|ms| Duration::from_millis(u64::from(ms))),
-                    )?,
-                ),
-            }),
+            RequestBody::JoinGroup(r) => {
+                let timeout = r
+                    .session_timeout_ms
+                    .map(|ms| Duration::from_millis(u64::from(ms)));
+                let assignment = if r.create_group.unwrap_or(true) {
+                    self.join_group(&r.stream, &r.topic, &r.group, &r.member_id, timeout)?
+                } else {
+                    self.join_existing_group(&r.stream, &r.topic, &r.group, &r.member_id, timeout)?
+                };
+                ResponseBody::JoinGroup(JoinGroupResponse {
+                    assignment: Some(assignment),
+                })
+            }
             RequestBody::GroupHeartbeat(r) => {
                 ResponseBody::GroupHeartbeat(GroupHeartbeatResponse {
                     assignment: Some(self.group_heartbeat(
@@ -196,6 +197,11 @@ impl Broker {
             RequestBody::CommitGroupOffset(r) => {
                 self.commit_group_offset(&r).await?;
                 ResponseBody::CommitGroupOffset(CommitGroupOffsetResponse {})
+            }
+            RequestBody::DeleteGroupOffset(r) => {
+                ResponseBody::DeleteGroupOffset(DeleteGroupOffsetResponse {
+                    deleted: self.delete_group_offset(&r).await?,
+                })
             }
             RequestBody::DescribeGroup(r) => {
                 ResponseBody::DescribeGroup(self.describe_group(&r.stream, &r.topic, &r.group)?)

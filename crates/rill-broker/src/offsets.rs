@@ -224,6 +224,12 @@ impl OffsetStore {
         self.begin(key, Some(offset)).map(|(pending, _)| pending)
     }
 
+    /// Deletes the stored offset in two steps, like [`OffsetStore::begin_store`]; also
+    /// says whether one was stored.
+    pub(crate) fn begin_delete(&self, key: OffsetKey) -> Result<(PendingStore, bool), BrokerError> {
+        self.begin(key, None)
+    }
+
     fn begin(
         &self,
         key: OffsetKey,

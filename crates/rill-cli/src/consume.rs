@@ -40,6 +40,15 @@ pub(crate) struct ConsumeArgs {
     /// partitions (e.g. 10s; set by the group's first member).
     #[arg(long, value_parser = crate::admin::parse_duration, requires = "group")]
     session_timeout: Option<Duration>,
+    /// With --group: join with this member id (name rules as for groups; default: the
+    /// broker picks one). A member that restarts with its id takes its place again.
+    #[arg(long, value_name = "ID", value_parser = parse_member, requires = "group")]
+    member: Option<String>,
+}
+
+fn parse_member(s: &str) -> Result<String, String> {
+    rill_broker::validate_name("member", s).map_err(|e| e.to_string())?;
+    Ok(s.to_owned())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -284,6 +293,9 @@ async fn grouped(
         .commit_policy(CommitPolicy::Disabled);
     if let Some(d) = args.session_timeout {
         builder = builder.session_timeout(d);
+    }
+    if let Some(id) = &args.member {
+        builder = builder.member_id(id);
     }
     let mut consumer = builder.build().await?;
     // Without --follow: stop once nothing has arrived for a while (caught up).

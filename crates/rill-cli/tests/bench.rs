@@ -91,6 +91,25 @@ fn e2e_json() {
     assert!(v["produce_request_latency_us"]["p50"].is_number(), "{v}");
 }
 
+/// Received through consumer-group members: every record once, whatever member got it.
+#[test]
+fn e2e_through_group_members_json() {
+    let v = bench_json(
+        "e2e",
+        &[
+            "--group",
+            "--partitions",
+            "3",
+            "--consumers",
+            "2",
+            "--rate",
+            "4000",
+        ],
+    );
+    assert_eq!(v["group"], true, "{v}");
+    assert_eq!(v["consumers"], 2, "{v}");
+}
+
 #[test]
 fn e2e_durability_always_without_warmup() {
     bench_json("e2e", &["--durability", "always", "--warmup", "0"]);
@@ -219,6 +238,8 @@ fn bad_numbers_are_usage_errors() {
         &["produce", "--size", "1000000", "--batch", "1000"],
         &["produce", "--durability", "sometimes"],
         &["consume", "--rate", "100"],
+        &["produce", "--group"],
+        &["e2e", "--commit-policy", "disabled"],
         &["produce", "--rate", "0"],
         &["sideways"],
     ] {

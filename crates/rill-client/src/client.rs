@@ -78,6 +78,9 @@ pub(crate) struct Inner {
     embedded: bool,
     /// Set by `close`: every call fails with `ClientError::Closed` from then on.
     closed: AtomicBool,
+    /// Attempts sent, by request kind (a test seam).
+    #[cfg(feature = "test-seams")]
+    sent: Mutex<HashMap<u16, u64>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -208,6 +211,8 @@ impl ClientBuilder {
                 partitions: Mutex::new(HashMap::new()),
                 embedded,
                 closed: AtomicBool::new(false),
+                #[cfg(feature = "test-seams")]
+                sent: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -283,6 +288,20 @@ impl Client {
             return Ok(());
         }
         self.inner.transport.close().await
+    }
+
+    /// How many requests of `kind` (a request name such as `"Fetch"`, as in
+    /// docs/PROTOCOL.md §3) this client has sent, counting every attempt of a retried
+    /// one. A test seam (feature `test-seams`): tests count requests to check, say,
+    /// that an idle consumer waits on the broker instead of polling it.
+    #[cfg(feature = "test-seams")]
+    pub fn requests_sent(&self, kind: &str) -> u64 {
+        let sent = self.inner.sent.lock();
+        rill_proto::Kind::ALL
+            .iter()
+            .filter(|k| k.name() == kind)
+            .map(|k| sent.get(&(*k as u16)).copied().unwrap_or(0))
+            .sum()
     }
 
     /// Whether [`Client::close`] was called.
@@ -393,6 +412,15 @@ impl Client {
     pub(crate) async fn attempt(&self, body: &RequestBody, payload: &Bytes) -> Attempt {
         if self.is_closed() {
             return Attempt::Failed(ClientError::Closed);
+        }
+        #[cfg(feature = "test-seams")]
+        {
+            *self
+                .inner
+                .sent
+                .lock()
+                .entry(body.kind() as u16)
+                .or_default() += 1;
         }
         let request = Request::with_payload(body.clone(), payload.clone());
         let connection_error = |reason| ClientError::Connection {

@@ -5,22 +5,31 @@
 //! committed) and gives up revoked ones: it stores their offsets as the commit policy
 //! says, drops their buffered records and reports them, so a partition moves only after
 //! this member stopped reading it.
+//!
+//! Reading long-polls: [`GroupConsumer::next`] keeps at most one fetch in flight per
+//! owned partition, each waiting on the broker up to `max_wait` for records, and wakes on
+//! whichever answers first or when the assignment changes. A fetch runs as a task of its
+//! own, tied to its partition: giving the partition up aborts it, and an answer for a
+//! partition given up (or given up and taken again) meanwhile is dropped unread, so a
+//! late answer never moves a position or an offset.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::Stream;
 use rill_proto::pb::{
-    CommitGroupOffsetRequest, GroupAssignment, GroupHeartbeatRequest, JoinGroupRequest,
-    LeaveGroupRequest,
+    CommitGroupOffsetRequest, DeleteGroupOffsetRequest, GroupAssignment, GroupHeartbeatRequest,
+    JoinGroupRequest, LeaveGroupRequest,
 };
 use rill_proto::{ErrorCode, RequestBody, ResponseBody};
 use tokio::sync::Notify;
+use tokio::task::{AbortHandle, JoinSet};
 
 use crate::client::{Retry, unexpected};
 use crate::commit::Committer;
-use crate::{ClientError, CommitPolicy, Position, Record, StartAt, Topic};
+use crate::{ClientError, CommitPolicy, Fetched, Position, Record, StartAt, Topic};
 
 /// Longest pause between two heartbeats of a member.
 const HEARTBEAT_MAX: Duration = Duration::from_millis(250);
@@ -37,9 +46,12 @@ pub struct GroupConsumerBuilder {
     start_at: StartAt,
     allow_replay: bool,
     auto_join: bool,
+    create_group: bool,
     commit_policy: CommitPolicy,
     batch_length: u32,
     poll_interval: Duration,
+    max_wait: Duration,
+    polling_retry_interval: Duration,
     session_timeout: Duration,
     max_bytes: u32,
     on_assigned: Option<RebalanceCallback>,
@@ -65,9 +77,12 @@ impl GroupConsumerBuilder {
             start_at: StartAt::First,
             allow_replay: false,
             auto_join: true,
+            create_group: true,
             commit_policy: CommitPolicy::default(),
             batch_length: 1000,
             poll_interval: Duration::from_millis(100),
+            max_wait: Duration::from_secs(1),
+            polling_retry_interval: Duration::from_secs(1),
             session_timeout: Duration::from_secs(10),
             max_bytes: 1 << 20,
             on_assigned: None,
@@ -102,6 +117,17 @@ impl GroupConsumerBuilder {
         self
     }
 
+    /// Whether joining creates the group if it does not exist (default on). Off: the
+    /// join fails with `GROUP_NOT_FOUND` ([`ClientError::code`]) unless the group exists
+    /// — it has a live member or a stored offset — which catches a misspelt group name
+    /// instead of starting a new group at `start_at`. Applies to the first join only: a
+    /// member whose session expired rejoins the group it was in even if that emptied
+    /// meanwhile. An older server ignores it and creates the group.
+    pub fn create_group(mut self, on: bool) -> Self {
+        self.create_group = on;
+        self
+    }
+
     /// When offsets are stored (default [`CommitPolicy::Polling`]).
     pub fn commit_policy(mut self, policy: CommitPolicy) -> Self {
         self.commit_policy = policy;
@@ -114,9 +140,32 @@ impl GroupConsumerBuilder {
         self
     }
 
-    /// Pause between polls that found nothing (default 100 ms).
+    /// Pause between polls of a partition that found nothing, when long polling is off
+    /// (`max_wait` zero; default 100 ms). With long polling, a partition is polled again
+    /// at once after its wait ended empty, but never sooner than `min(max_wait,
+    /// poll_interval)` after the previous poll started.
     pub fn poll_interval(mut self, d: Duration) -> Self {
         self.poll_interval = d;
+        self
+    }
+
+    /// How long each fetch waits on the broker for records (default 1 s; the broker
+    /// caps it at 60 s). The member keeps one such fetch in flight per owned partition,
+    /// so a record reaches it as soon as it is appended and an idle member sends about
+    /// one fetch per partition per `max_wait`. Zero turns long polling off: fetches
+    /// answer at once and an empty one is followed by a `poll_interval` pause.
+    pub fn max_wait(mut self, d: Duration) -> Self {
+        self.max_wait = d;
+        self
+    }
+
+    /// Pause before polling a partition again after a poll of it failed (default 1 s;
+    /// must be positive). The failure is returned by [`GroupConsumer::next`] (after the
+    /// client's own retries of transient errors); the next call polls that partition
+    /// again only once the pause is over, so a caller that goes on after errors does
+    /// not hammer the broker. Other partitions are read meanwhile.
+    pub fn polling_retry_interval(mut self, d: Duration) -> Self {
+        self.polling_retry_interval = d;
         self
     }
 
@@ -139,13 +188,16 @@ impl GroupConsumerBuilder {
         self
     }
 
-    /// Joins the group (creating it if needed) and starts heartbeating, unless
-    /// `auto_join(false)`.
+    /// Joins the group (creating it if needed, unless `create_group(false)`) and starts
+    /// heartbeating, unless `auto_join(false)`.
     pub async fn build(self) -> Result<GroupConsumer, ClientError> {
-        if self.batch_length == 0 || self.poll_interval.is_zero() || self.session_timeout.is_zero()
+        if self.batch_length == 0
+            || self.poll_interval.is_zero()
+            || self.session_timeout.is_zero()
+            || self.polling_retry_interval.is_zero()
         {
             return Err(ClientError::InvalidArgument(
-                "batch_length, poll_interval and session_timeout must be positive".into(),
+                "batch_length, poll_interval, polling_retry_interval and session_timeout must be positive".into(),
             ));
         }
         self.commit_policy.validate()?;
@@ -154,9 +206,12 @@ impl GroupConsumerBuilder {
             group: self.group,
             start_at: self.start_at,
             allow_replay: self.allow_replay,
+            create_group: self.create_group,
             policy: self.commit_policy,
             batch_length: self.batch_length as usize,
             poll_interval: self.poll_interval,
+            max_wait: self.max_wait,
+            retry_interval: self.polling_retry_interval,
             max_bytes: self.max_bytes,
             on_assigned: self.on_assigned,
             on_revoked: self.on_revoked,
@@ -170,11 +225,13 @@ impl GroupConsumerBuilder {
                 closed: false,
             }),
             wake: Notify::new(),
+            assigned: Notify::new(),
             session_timeout: parking_lot::Mutex::new(self.session_timeout),
         });
         let mut consumer = GroupConsumer {
             inner,
             heartbeat: None,
+            fetches: JoinSet::new(),
         };
         if self.auto_join {
             consumer.join().await?;
@@ -190,7 +247,33 @@ struct Partition {
     buffered: VecDeque<Record>,
     /// The start of an open-ended loss already reported.
     reported: Option<u64>,
+    /// The fetch in flight, at most one. Dropping the partition (given up) aborts it.
+    fetch: Option<InFlight>,
+    /// No fetch before this (after an empty answer or a failure).
+    not_before: Option<Instant>,
 }
+
+impl Partition {
+    /// Whether a fetch should start now: none in flight, nothing left to hand out, no
+    /// pause pending.
+    fn fetch_due(&self, now: Instant) -> bool {
+        self.fetch.is_none() && self.buffered.is_empty() && self.not_before.is_none_or(|t| t <= now)
+    }
+}
+
+/// A fetch task of one partition; aborted when dropped, so a partition given up stops
+/// waiting on the broker at once.
+#[derive(Debug)]
+struct InFlight(AbortHandle);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// What a fetch task returns: partition, position fetched, when it started, the answer.
+type FetchDone = (u32, u64, Instant, Result<Fetched, ClientError>);
 
 #[derive(Debug)]
 struct State {
@@ -230,9 +313,12 @@ struct Inner {
     group: String,
     start_at: StartAt,
     allow_replay: bool,
+    create_group: bool,
     policy: CommitPolicy,
     batch_length: usize,
     poll_interval: Duration,
+    max_wait: Duration,
+    retry_interval: Duration,
     max_bytes: u32,
     on_assigned: Option<RebalanceCallback>,
     on_revoked: Option<RebalanceCallback>,
@@ -248,6 +334,8 @@ struct Inner {
     state: Mutex<State>,
     /// Wakes the heartbeat task early (revocations to report, shutdown).
     wake: Notify,
+    /// Wakes a waiting `next` when partitions were taken up, to start fetching them.
+    assigned: Notify,
     session_timeout: parking_lot::Mutex<Duration>,
 }
 
@@ -271,7 +359,9 @@ impl Inner {
             .0)
     }
 
-    async fn join(&self) -> Result<GroupAssignment, ClientError> {
+    /// Joins; `first` is the member's first join (where `create_group` applies), not a
+    /// rejoin after its session expired.
+    async fn join(&self, first: bool) -> Result<GroupAssignment, ClientError> {
         let member_id = self.member_id();
         let timeout = *self.session_timeout.lock();
         match self
@@ -281,6 +371,8 @@ impl Inner {
                 group: self.group.clone(),
                 member_id,
                 session_timeout_ms: Some(u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX)),
+                // Absent means "create", as for servers that predate the field.
+                create_group: (first && !self.create_group).then_some(false),
             }))
             .await?
         {
@@ -371,16 +463,30 @@ impl Inner {
                         committer: Committer::new(self.policy, *consumed, Instant::now()),
                         buffered: VecDeque::new(),
                         reported: None,
+                        fetch: None,
+                        not_before: None,
                     },
                 );
             }
             drop(st);
+            self.assigned.notify_one();
             if let Some(f) = &self.on_assigned {
                 let ps: Vec<u32> = started.iter().map(|s| s.0).collect();
                 f(&ps);
             }
         }
         Ok(())
+    }
+
+    /// The least time between the starts of two polls of a partition that found
+    /// nothing: `poll_interval` without long polling; with it, `min(max_wait,
+    /// poll_interval)`, which only matters if the broker answered before `max_wait`.
+    fn idle_pause(&self) -> Duration {
+        if self.max_wait.is_zero() {
+            self.poll_interval
+        } else {
+            self.max_wait.min(self.poll_interval)
+        }
     }
 
     async fn commit_next(&self, partition: u32, next: u64) -> Result<(), ClientError> {
@@ -449,7 +555,7 @@ impl Inner {
                     {
                         f(&lost);
                     }
-                    self.join().await.ok()
+                    self.join(false).await.ok()
                 }
                 // Nothing can be sent any more; the member's session ends with the
                 // connection (or the embedded broker).
@@ -473,9 +579,18 @@ impl Inner {
 }
 
 /// A member of a consumer group; see [`Topic::consumer_group`].
+///
+/// [`GroupConsumer::next`] long-polls: each owned partition has at most one fetch
+/// waiting on the broker (up to [`GroupConsumerBuilder::max_wait`]), so a new record
+/// arrives within milliseconds and an idle member sends about one request per partition
+/// per `max_wait`. Rebalances are handled by a background task and never wait for a
+/// fetch: a partition given up has its fetch dropped, answer and all.
 pub struct GroupConsumer {
     inner: Arc<Inner>,
     heartbeat: Option<tokio::task::JoinHandle<()>>,
+    /// The fetches in flight, at most one per owned partition (each is also held by its
+    /// partition, as an [`InFlight`]); aborted when the consumer is dropped.
+    fetches: JoinSet<FetchDone>,
 }
 
 impl std::fmt::Debug for GroupConsumer {
@@ -494,13 +609,14 @@ impl std::fmt::Debug for GroupConsumer {
 }
 
 impl GroupConsumer {
-    /// Joins the group (creating it at the first join) and starts heartbeating; done by
-    /// `build` unless `auto_join(false)`. Joining again is a no-op.
+    /// Joins the group (creating it at the first join, unless `create_group(false)`)
+    /// and starts heartbeating; done by `build` unless `auto_join(false)`. Joining again
+    /// is a no-op.
     pub async fn join(&mut self) -> Result<(), ClientError> {
         if self.heartbeat.is_some() {
             return Ok(());
         }
-        let assignment = self.inner.join().await?;
+        let assignment = self.inner.join(true).await?;
         self.inner.apply(assignment).await?;
         self.heartbeat = Some(tokio::spawn(Arc::clone(&self.inner).heartbeat_loop()));
         Ok(())
@@ -566,10 +682,8 @@ impl GroupConsumer {
                     return Some(Ok(record));
                 }
             }
-            match self.poll().await {
-                Ok(0) => tokio::time::sleep(self.inner.poll_interval).await,
-                Ok(_) => {}
-                Err(e) => return Some(Err(e)),
+            if let Err(e) = self.poll().await {
+                return Some(Err(e));
             }
         }
     }
@@ -584,101 +698,148 @@ impl GroupConsumer {
         }
     }
 
-    /// Fetches once from every owned partition; returns how many records arrived.
+    /// The records as a `Stream` (ending after shutdown). Dropping the stream stops the
+    /// member's heartbeats without leaving the group: its partitions move when its
+    /// session expires (or at once over TCP, when the client's connection closes).
+    pub fn into_stream(self) -> impl Stream<Item = Result<Record, ClientError>> {
+        futures::stream::unfold(self, |mut c| async move { c.next().await.map(|r| (r, c)) })
+    }
+
+    /// One step of waiting for records, called when nothing is buffered: starts a fetch
+    /// on every owned partition that is due one, stores what the commit policy wants
+    /// stored at a poll of those (while the fetches wait, so a durable store is not on
+    /// the path of the next record), then waits until a fetch answers, the assignment
+    /// changes or a pause ends. Returns how many records arrived (0 for any other
+    /// wake-up).
     async fn poll(&mut self) -> Result<usize, ClientError> {
         let stores: Vec<(u32, u64)> = {
             let mut st = self.inner.lock()?;
             let now = Instant::now();
             st.partitions
                 .iter_mut()
+                .filter(|(_, part)| part.fetch_due(now))
                 .filter_map(|(p, part)| part.committer.polling(now).map(|c| (*p, c)))
                 .collect()
         };
+        let pause_end = self.start_fetches()?;
+        // Records fetched meanwhile are taken in below, after the stores.
         for (p, consumed) in stores {
             self.auto_store(p, consumed).await?;
         }
-        let targets: Vec<(u32, u64)> = self
-            .inner
-            .lock()?
+        let wake_at = pause_end.unwrap_or_else(Instant::now);
+        let done = tokio::select! {
+            done = self.fetches.join_next_with_id(), if !self.fetches.is_empty() => done,
+            () = self.inner.assigned.notified() => return Ok(0),
+            () = tokio::time::sleep_until(wake_at.into()), if pause_end.is_some() => return Ok(0),
+        };
+        let (id, (p, position, started, fetched)) = match done {
+            Some(Ok(done)) => done,
+            Some(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Aborted: its partition was given up.
+            Some(Err(_)) | None => return Ok(0),
+        };
+        let mut st = self.inner.lock()?;
+        // Given up while the fetch waited (revoked, expired, or given up and taken again,
+        // which starts a fetch of its own): the answer is not this partition's to use.
+        let Some(part) = st
             .partitions
-            .iter()
-            .map(|(p, part)| (*p, part.position))
-            .collect();
-        let mut arrived = 0;
-        for (p, position) in targets {
-            let fetched = match self
-                .inner
-                .topic
-                .fetch(
-                    Position::new(p, position),
-                    self.inner.max_bytes,
-                    Duration::ZERO,
-                )
-                .await
-            {
-                Ok(f) => f,
-                Err(ClientError::Server {
-                    code: ErrorCode::OffsetBeforeStart,
-                    offset: Some(start),
-                    ..
-                }) => {
-                    if let Some(part) = self.inner.lock()?.partitions.get_mut(&p) {
-                        part.position = start;
-                    }
-                    continue;
-                }
-                Err(e) => {
-                    let Some((_, from, to)) = e.lost_range() else {
-                        return Err(e);
-                    };
-                    let mut st = self.inner.lock()?;
-                    // Revoked, or moved on, while we fetched: not ours to report.
-                    let Some(part) = st
-                        .partitions
-                        .get_mut(&p)
-                        .filter(|part| part.position == position)
-                    else {
-                        continue;
-                    };
-                    match to {
-                        Some(to) => {
-                            // Nothing is buffered for `p` (polled only once drained).
-                            part.position = to.max(position);
-                            if let Some(last) = to.checked_sub(1) {
-                                part.committer.skipped(last);
-                            }
-                            part.reported = None;
-                        }
-                        // Told already: look again at the next poll.
-                        None if part.reported == Some(from) => continue,
-                        None => part.reported = Some(from),
-                    }
-                    return Err(e);
-                }
-            };
-            let mut st = self.inner.lock()?;
-            // The partition may have been revoked while we fetched.
-            let Some(part) = st.partitions.get_mut(&p) else {
-                continue;
-            };
-            if part.position != position {
-                continue;
-            }
-            let mut records: VecDeque<Record> = fetched.records.into();
-            records.truncate(self.inner.batch_length);
-            part.position = records
-                .back()
-                .map_or(fetched.next_offset.max(position), |r| r.offset + 1);
-            arrived += records.len();
-            part.committer.polled(records.len());
-            part.buffered.extend(records);
+            .get_mut(&p)
+            .filter(|part| part.fetch.as_ref().is_some_and(|f| f.0.id() == id))
+        else {
+            return Ok(0);
+        };
+        part.fetch = None;
+        if part.position != position {
+            return Ok(0);
         }
+        let now = Instant::now();
+        let fetched = match fetched {
+            Ok(f) => f,
+            Err(ClientError::Server {
+                code: ErrorCode::OffsetBeforeStart,
+                offset: Some(start),
+                ..
+            }) => {
+                part.position = start;
+                return Ok(0);
+            }
+            Err(e) => {
+                let Some((_, from, to)) = e.lost_range() else {
+                    part.not_before = Some(now + self.inner.retry_interval);
+                    return Err(e);
+                };
+                match to {
+                    Some(to) => {
+                        // Nothing is buffered for `p` (polled only once drained).
+                        part.position = to.max(position);
+                        if let Some(last) = to.checked_sub(1) {
+                            part.committer.skipped(last);
+                        }
+                        part.reported = None;
+                    }
+                    // Told already: look again after a pause.
+                    None if part.reported == Some(from) => {
+                        part.not_before = Some(now + self.inner.poll_interval);
+                        return Ok(0);
+                    }
+                    None => {
+                        part.reported = Some(from);
+                        part.not_before = Some(now + self.inner.poll_interval);
+                    }
+                }
+                return Err(e);
+            }
+        };
+        let mut records: VecDeque<Record> = fetched.records.into();
+        records.truncate(self.inner.batch_length);
+        part.position = records
+            .back()
+            .map_or(fetched.next_offset.max(position), |r| r.offset + 1);
+        if records.is_empty() {
+            part.not_before = Some(started + self.inner.idle_pause());
+        }
+        let arrived = records.len();
+        part.committer.polled(arrived);
+        part.buffered.extend(records);
         Ok(arrived)
     }
 
+    /// Starts a fetch on every owned partition that is due one; returns the earliest end
+    /// of a pause among the others, if any.
+    fn start_fetches(&mut self) -> Result<Option<Instant>, ClientError> {
+        let now = Instant::now();
+        let mut st = self.inner.lock()?;
+        let mut pause_end: Option<Instant> = None;
+        for (&p, part) in st.partitions.iter_mut() {
+            if !part.fetch_due(now) {
+                if part.fetch.is_none()
+                    && part.buffered.is_empty()
+                    && let Some(t) = part.not_before
+                {
+                    pause_end = Some(pause_end.map_or(t, |e| e.min(t)));
+                }
+                continue;
+            }
+            part.not_before = None;
+            let topic = self.inner.topic.clone();
+            let (position, max_bytes, max_wait) =
+                (part.position, self.inner.max_bytes, self.inner.max_wait);
+            let task = self.fetches.spawn(async move {
+                let started = Instant::now();
+                let fetched = topic
+                    .fetch(Position::new(p, position), max_bytes, max_wait)
+                    .await;
+                (p, position, started, fetched)
+            });
+            part.fetch = Some(InFlight(task));
+        }
+        Ok(pause_end)
+    }
+
     /// A store the commit policy asked for. If the broker says this member no longer
-    /// owns the partition (or is no longer in the group, as after a server restart),
-    /// the assignment is stale: the heartbeat task is woken to catch up (rejoining if
+    /// owns the partition (or is no longer in the group, as after a server restart, or
+    /// the store was sent for the session before a rejoin that overtook it), the
+    /// assignment is stale: the heartbeat task is woken to catch up (rejoining if
     /// needed) and reading goes on; the next owner re-reads from the group's offset.
     async fn auto_store(&self, partition: u32, consumed: u64) -> Result<(), ClientError> {
         match self.store(partition, consumed).await {
@@ -719,6 +880,31 @@ impl GroupConsumer {
     pub async fn store_offset(&self, consumed: Position) -> Result<(), ClientError> {
         self.inner.lock()?.finish_pending();
         self.store(consumed.partition, consumed.offset).await
+    }
+
+    /// Deletes the group's stored offset of `partition`, which this member must own now
+    /// (fenced like [`GroupConsumer::commit`]: `NOT_ASSIGNED` otherwise). Reading goes
+    /// on where it is; an automatic policy stores the partition's offset again when it
+    /// is next due. Once deleted and not stored again, the partition's next owner starts
+    /// at its `start_at`. To delete an offset of a group without members, as an
+    /// operator, see [`Topic::delete_group_offset`].
+    pub async fn delete_offset(&self, partition: u32) -> Result<(), ClientError> {
+        let member_id = self.inner.member_id();
+        let generation = self.inner.lock()?.generation;
+        self.inner
+            .call(RequestBody::DeleteGroupOffset(DeleteGroupOffsetRequest {
+                stream: self.inner.topic.stream.to_string(),
+                topic: self.inner.topic.name.to_string(),
+                group: self.inner.group.clone(),
+                member_id,
+                generation,
+                partition,
+            }))
+            .await?;
+        if let Some(part) = self.inner.lock()?.partitions.get_mut(&partition) {
+            part.committer.forget_stored();
+        }
+        Ok(())
     }
 
     /// The offset of the last record handed out of `partition` (`None` once a panic
@@ -766,6 +952,7 @@ impl GroupConsumer {
         if let Some(h) = self.heartbeat.take() {
             h.abort();
         }
+        self.fetches.abort_all();
         for (p, consumed) in stores {
             if let Err(e) = self.inner.commit_next(p, consumed + 1).await {
                 first_error.get_or_insert(e);

@@ -488,6 +488,32 @@ impl Topic {
         }
     }
 
+    /// Deletes consumer group `group`'s stored offset of `partition`, as an operator
+    /// (Kafka's `DeleteConsumerGroupOffsets`); returns whether one was stored. Refused
+    /// with `GROUP_NOT_EMPTY` while the group has live members (they would store it
+    /// again: stop them first, or let the member that owns the partition call
+    /// [`GroupConsumer::delete_offset`](crate::GroupConsumer::delete_offset)), and with
+    /// `GROUP_NOT_FOUND` for a group with neither members nor stored offsets. The next
+    /// member to get the partition starts at its `start_at`.
+    pub async fn delete_group_offset(
+        &self,
+        group: &str,
+        partition: u32,
+    ) -> Result<bool, ClientError> {
+        let body = RequestBody::DeleteGroupOffset(pb::DeleteGroupOffsetRequest {
+            stream: self.stream.to_string(),
+            topic: self.name.to_string(),
+            group: group.to_owned(),
+            member_id: String::new(),
+            generation: 0,
+            partition,
+        });
+        match self.client.call(body, Bytes::new(), Retry::Safe).await?.0 {
+            ResponseBody::DeleteGroupOffset(r) => Ok(r.deleted),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// A member of consumer group `group` (created at its first join): the broker
     /// assigns partitions and moves them as members join, leave or go silent.
     pub fn consumer_group(&self, group: &str) -> crate::GroupConsumerBuilder {

@@ -122,6 +122,7 @@ protocol! {
     19 => CommitGroupOffset(CommitGroupOffsetRequest, CommitGroupOffsetResponse),
     20 => DescribeGroup(DescribeGroupRequest, DescribeGroupResponse),
     21 => RepairPartition(RepairPartitionRequest, RepairPartitionResponse),
+    22 => DeleteGroupOffset(DeleteGroupOffsetRequest, DeleteGroupOffsetResponse),
 }
 
 /// A request: its control message and its payload (the batch of a `Produce`).

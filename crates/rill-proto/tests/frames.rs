@@ -101,6 +101,28 @@ fn every_kind_round_trips_requests_and_responses() {
                 }),
                 ResponseBody::GetOffset(GetOffsetResponse { offset: Some(4) }),
             ),
+            Kind::JoinGroup => (
+                RequestBody::JoinGroup(JoinGroupRequest {
+                    stream: "s".into(),
+                    topic: "t".into(),
+                    group: "g".into(),
+                    member_id: "m".into(),
+                    session_timeout_ms: None,
+                    create_group: Some(false),
+                }),
+                ResponseBody::JoinGroup(JoinGroupResponse { assignment: None }),
+            ),
+            Kind::DeleteGroupOffset => (
+                RequestBody::DeleteGroupOffset(DeleteGroupOffsetRequest {
+                    stream: "s".into(),
+                    topic: "t".into(),
+                    group: "g".into(),
+                    member_id: String::new(),
+                    generation: 7,
+                    partition: 2,
+                }),
+                ResponseBody::DeleteGroupOffset(DeleteGroupOffsetResponse { deleted: true }),
+            ),
             _ => continue,
         };
         let request = Request::new(req);
@@ -113,6 +135,28 @@ fn every_kind_round_trips_requests_and_responses() {
         let frame = decode_one(response.encode(1).unwrap().to_bytes());
         assert_eq!(Response::decode(frame).unwrap(), response);
     }
+}
+
+/// A join from a client that predates `create_group` leaves it absent: "create".
+#[test]
+fn a_join_without_create_group_decodes_as_absent() {
+    use prost::Message;
+    let old = JoinGroupRequest {
+        stream: "s".into(),
+        topic: "t".into(),
+        group: "g".into(),
+        member_id: String::new(),
+        session_timeout_ms: Some(1000),
+        create_group: None,
+    };
+    let decoded = JoinGroupRequest::decode(&old.encode_to_vec()[..]).unwrap();
+    assert_eq!(decoded.create_group, None);
+    let refusing = JoinGroupRequest {
+        create_group: Some(false),
+        ..old
+    };
+    let decoded = JoinGroupRequest::decode(&refusing.encode_to_vec()[..]).unwrap();
+    assert_eq!(decoded.create_group, Some(false));
 }
 
 #[test]

@@ -6,6 +6,7 @@
 //! cold memory are several times slower), then resets its histograms and timers and
 //! measures `--messages` records.
 
+mod group;
 mod stats;
 mod workers;
 
@@ -109,9 +110,26 @@ pub(crate) struct BenchArgs {
     /// Client API for publishing.
     #[arg(long, value_enum, default_value_t = Api::Producer)]
     api: Api,
+    /// e2e: receive through the members of a consumer group (`GroupConsumer::next`,
+    /// `--consumers` members) instead of raw long-polling fetches.
+    #[arg(long)]
+    group: bool,
+    /// With --group: when members store their offsets (the SDK's default is polling:
+    /// a durable store at each poll).
+    #[arg(long, value_enum, default_value_t = GroupCommit::Polling, requires = "group")]
+    commit_policy: GroupCommit,
     /// Print one JSON object on stdout.
     #[arg(long)]
     json: bool,
+}
+
+/// The commit policy of `e2e --group` members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum GroupCommit {
+    /// `CommitPolicy::Polling` (the SDK default): store at each poll.
+    Polling,
+    /// `CommitPolicy::Disabled`: never store.
+    Disabled,
 }
 
 /// A parser of whole numbers in `min..=max`, with a plain message otherwise.
@@ -148,6 +166,10 @@ pub(super) struct Plan {
     /// Records/s in all, or `None` for as fast as acknowledged.
     pub(super) rate: Option<u64>,
     pub(super) keyed: bool,
+    /// e2e receives through consumer-group members.
+    group: bool,
+    /// Their commit policy.
+    pub(super) commit_policy: GroupCommit,
     json: bool,
     /// One value of `--size` bytes, reused by every record.
     pub(super) value: Bytes,
@@ -166,6 +188,9 @@ impl Plan {
                 "--rate applies to publishing (produce, e2e); consume reads as fast as it can"
                     .to_owned(),
             );
+        }
+        if args.group && args.workload != Workload::E2e {
+            return Err("--group applies to e2e: it receives through group members".to_owned());
         }
         let request = args.batch * (size + RECORD_OVERHEAD);
         if request > REQUEST_BYTES_MAX {
@@ -191,6 +216,8 @@ impl Plan {
             api: args.api,
             rate: args.rate,
             keyed: args.keyed,
+            group: args.group,
+            commit_policy: args.commit_policy,
             json: args.json,
             value: Bytes::from(value),
         })
@@ -275,8 +302,21 @@ pub(crate) async fn run(args: BenchArgs, target: &Target) -> anyhow::Result<()> 
         ("warmup", json!(plan.warmup)),
         ("rate", json!(plan.rate)),
         ("keyed", json!(plan.keyed)),
-        ("topic", json!(format!("{STREAM}/{name}"))),
+        ("group", json!(plan.group)),
     ]);
+    if plan.group {
+        report.settings.push((
+            "commit_policy",
+            json!(
+                plan.commit_policy
+                    .to_possible_value()
+                    .map(|v| v.get_name().to_owned())
+            ),
+        ));
+    }
+    report
+        .settings
+        .push(("topic", json!(format!("{STREAM}/{name}"))));
     if plan.workload == Workload::Produce {
         report.settings.retain(|(k, _)| *k != "consumers");
     }
@@ -307,7 +347,10 @@ async fn bench(topic: &Topic, plan: &Arc<Plan>) -> anyhow::Result<Report> {
         plan.partitions,
         plan.durability_name()
     ));
-    if plan.workload != Workload::Produce && plan.consumers > plan.partitions as usize {
+    if plan.workload != Workload::Produce
+        && !plan.group
+        && plan.consumers > plan.partitions as usize
+    {
         note(format_args!(
             "{} consumers for {} partition(s): only {} will read (a partition has one reader)",
             plan.consumers, plan.partitions, plan.partitions
@@ -473,9 +516,10 @@ async fn consume(topic: &Topic, plan: &Arc<Plan>) -> anyhow::Result<Report> {
     })
 }
 
-/// One e2e phase: consumers long-poll from the current ends while producers publish
-/// `count` stamped records. Returns the results and the time from the start to the
-/// last record received.
+/// One e2e phase: consumers long-poll from the current ends (or, with `--group`, the
+/// members of group `bench-<label>` wait for records) while producers publish `count`
+/// stamped records. Returns the results and the time from the start to the last record
+/// received.
 async fn e2e_phase(
     topic: &Topic,
     plan: &Arc<Plan>,
@@ -486,8 +530,13 @@ async fn e2e_phase(
     let received = Arc::new(Progress::default());
     let sent = Arc::new(Progress::default());
     let mut tasks = Tasks::new();
-    let reading = Reading::Follow { target: count };
-    workers::spawn_consumers(&mut tasks, topic, plan, &starts, &reading, &received);
+    if plan.group {
+        let name = format!("bench-{label}");
+        group::spawn_members(&mut tasks, topic, plan, &name, &starts, count, &received).await?;
+    } else {
+        let reading = Reading::Follow { target: count };
+        workers::spawn_consumers(&mut tasks, topic, plan, &starts, &reading, &received);
+    }
     let started = Instant::now();
     workers::spawn_producers(&mut tasks, topic, plan, count, true, &sent);
     let results = workers::supervise(tasks, &received, count, label).await?;

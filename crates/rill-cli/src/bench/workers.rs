@@ -46,7 +46,7 @@ pub(super) struct Progress(AtomicU64);
 
 impl Progress {
     /// Adds `n` and returns the new total.
-    fn add(&self, n: u64) -> u64 {
+    pub(super) fn add(&self, n: u64) -> u64 {
         self.0.fetch_add(n, Ordering::Relaxed) + n
     }
 
