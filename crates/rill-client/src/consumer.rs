@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::Stream;
 use rill_proto::pb::{DeleteOffsetRequest, GetOffsetRequest, StoreOffsetRequest};
-use rill_proto::{ErrorCode, RequestBody, ResponseBody};
+use rill_proto::{RequestBody, ResponseBody};
 
 use crate::client::{Retry, unexpected};
 use crate::commit::Committer;
-use crate::{ClientError, CommitPolicy, Position, Record, Topic};
+use crate::{ClientError, CommitPolicy, ErrorCode, Position, Record, Topic};
 
 /// Where a consumer starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1,4 +1,4 @@
-use rill_proto::ErrorCode;
+use crate::ErrorCode;
 
 /// Errors of the Rill client. Each says what the caller can do about it.
 #[derive(Debug, thiserror::Error)]
@@ -174,7 +174,7 @@ impl ClientError {
         error: rill_proto::pb::ErrorResponse,
         request: &rill_proto::RequestBody,
     ) -> Self {
-        let code = ErrorCode::try_from(error.code).unwrap_or(ErrorCode::Unspecified);
+        let code = ErrorCode::from_wire(error.code);
         if let (ErrorCode::DataLoss, rill_proto::RequestBody::Fetch(fetch)) = (code, request) {
             return Self::DataLoss {
                 partition: fetch.partition,

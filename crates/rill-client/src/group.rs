@@ -23,13 +23,14 @@ use rill_proto::pb::{
     CommitGroupOffsetRequest, DeleteGroupOffsetRequest, GroupAssignment, GroupHeartbeatRequest,
     JoinGroupRequest, LeaveGroupRequest,
 };
-use rill_proto::{ErrorCode, RequestBody, ResponseBody};
+use rill_proto::{RequestBody, ResponseBody};
+
 use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::client::{Retry, unexpected};
 use crate::commit::Committer;
-use crate::{ClientError, CommitPolicy, Fetched, Position, Record, StartAt, Topic};
+use crate::{ClientError, CommitPolicy, ErrorCode, Fetched, Position, Record, StartAt, Topic};
 
 /// Longest pause between two heartbeats of a member.
 const HEARTBEAT_MAX: Duration = Duration::from_millis(250);

@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use std::time::Duration;
 
+use crate::ErrorCode;
 use bytes::Bytes;
-use rill_proto::ErrorCode;
 use serde::{Deserialize, Serialize};
 
 use crate::{ClientError, Record, Topic};

@@ -8,7 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use rill_format::{Durability, ProducerInfo};
 use rill_proto::pb::{self, ProduceRequest, ProduceResponse};
-use rill_proto::{ErrorCode, RequestBody, ResponseBody};
+use rill_proto::{RequestBody, ResponseBody};
+
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -16,8 +17,8 @@ use crate::client::{Retry, unexpected};
 use crate::codec::{Codec, Json, MsgPack};
 use crate::message::build_batch;
 use crate::{
-    Client, ClientError, ConsumerBuilder, Message, Position, ProducerBuilder, Reader, Routing,
-    Value, partition_for_key,
+    Client, ClientError, ConsumerBuilder, ErrorCode, Message, Position, ProducerBuilder, Reader,
+    Routing, Value, partition_for_key,
 };
 
 /// Options for creating a topic. Unset fields take the broker's defaults.

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rill_proto::pb::{InitProducerRequest, ProduceRequest};
-use rill_proto::{ErrorCode, RequestBody, ResponseBody};
+use rill_proto::{RequestBody, ResponseBody};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
@@ -24,7 +24,7 @@ use self::background::Shards;
 use self::sequence::{Refusal, Sequencer, Ticket};
 use crate::client::{Attempt, Retry, RetryPolicy, unexpected};
 use crate::message::build_batch;
-use crate::{ClientError, Message, Position, Routing, Topic, partition_for_key};
+use crate::{ClientError, ErrorCode, Message, Position, Routing, Topic, partition_for_key};
 
 /// Batches per partition an idempotent producer keeps in flight when the broker does
 /// not say how many it remembers (an older broker: its `RECENT_BATCHES`, 5).

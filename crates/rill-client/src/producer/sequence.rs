@@ -14,8 +14,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::ErrorCode;
 use rill_format::ProducerInfo;
-use rill_proto::ErrorCode;
 
 /// A registered batch.
 pub(crate) type Ticket = u64;
