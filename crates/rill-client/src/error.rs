@@ -123,6 +123,17 @@ pub enum ClientError {
     /// `Backpressure::BlockFor` waited in vain).
     #[error("the producer buffer is full")]
     BufferFull,
+    /// An idempotent producer ended every one of the 65,536 epochs it has in a
+    /// partition (an epoch ends when a send's outcome is unknown or the broker forgot
+    /// the producer), so it cannot number new batches there without reusing an
+    /// identity. Build a new producer: it gets a new producer id.
+    #[error(
+        "the idempotent producer used up its epochs in partition {partition}: build a new producer"
+    )]
+    EpochsExhausted {
+        /// The partition.
+        partition: u32,
+    },
     /// A background send failed; the error is reported on the next call.
     #[error("a background send failed: {0}")]
     Background(String),

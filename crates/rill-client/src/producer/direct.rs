@@ -284,6 +284,9 @@ fn duplicate(e: &ClientError) -> ClientError {
         E::Closed => E::Closed,
         E::Poisoned { what } => E::Poisoned { what },
         E::BufferFull => E::BufferFull,
+        E::EpochsExhausted { partition } => E::EpochsExhausted {
+            partition: *partition,
+        },
         E::Background(m) => E::Background(m.clone()),
     }
 }

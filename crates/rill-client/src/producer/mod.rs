@@ -463,7 +463,12 @@ impl Core {
         if lane.sequencer.is_none() {
             return Ok(None);
         }
-        let (ticket, _) = lane.sequencer()?.number(count as u32);
+        let (ticket, _) =
+            lane.sequencer()?
+                .number(count as u32)
+                .ok_or(ClientError::EpochsExhausted {
+                    partition: lane.partition,
+                })?;
         Ok(Some(Registered {
             lane: Arc::clone(lane),
             ticket,

@@ -50,6 +50,9 @@ pub(crate) struct Sequencer {
     next_ticket: Ticket,
     /// Batches in flight, in the order they were numbered.
     in_flight: BTreeMap<Ticket, Batch>,
+    /// The last epoch (`u16::MAX`) ended: nothing more may be numbered, since any
+    /// identity could repeat one already used.
+    exhausted: bool,
 }
 
 impl Sequencer {
@@ -60,6 +63,7 @@ impl Sequencer {
             next_sequence: 0,
             next_ticket: 0,
             in_flight: BTreeMap::new(),
+            exhausted: false,
         }
     }
 
@@ -71,8 +75,12 @@ impl Sequencer {
         }
     }
 
-    /// Numbers a batch of `count` records, next in line.
-    pub(crate) fn number(&mut self, count: u32) -> (Ticket, ProducerInfo) {
+    /// Numbers a batch of `count` records, next in line; `None` once every epoch has
+    /// ended (see [`ClientError::EpochsExhausted`](crate::ClientError::EpochsExhausted)).
+    pub(crate) fn number(&mut self, count: u32) -> Option<(Ticket, ProducerInfo)> {
+        if self.exhausted {
+            return None;
+        }
         let batch = Batch {
             epoch: self.epoch,
             base_sequence: self.next_sequence,
@@ -83,7 +91,7 @@ impl Sequencer {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         self.in_flight.insert(ticket, batch);
-        (ticket, self.info(&batch))
+        Some((ticket, self.info(&batch)))
     }
 
     /// The identity the batch is to be sent under now (renumbering changes it).
@@ -101,10 +109,16 @@ impl Sequencer {
     /// Ends `epoch`, unless it has ended already: the next epoch starts at sequence 0,
     /// and the batches in flight that are certainly not stored move into it in order.
     pub(crate) fn restart(&mut self, epoch: u16) {
-        if self.epoch != epoch {
+        if self.epoch != epoch || self.exhausted {
             return;
         }
-        self.epoch = self.epoch.wrapping_add(1);
+        let Some(next) = self.epoch.checked_add(1) else {
+            // No epoch is left: batches in flight keep their identities (none is
+            // renumbered, so none is resent as another), and nothing new is numbered.
+            self.exhausted = true;
+            return;
+        };
+        self.epoch = next;
         self.next_sequence = 0;
         for b in self.in_flight.values_mut().filter(|b| !b.maybe_stored) {
             b.epoch = self.epoch;
@@ -157,6 +171,11 @@ impl Sequencer {
     fn epoch(&self) -> u16 {
         self.epoch
     }
+
+    #[cfg(test)]
+    fn number_ok(&mut self, count: u32) -> (Ticket, ProducerInfo) {
+        self.number(count).expect("epochs left")
+    }
 }
 
 #[cfg(test)]
@@ -174,9 +193,9 @@ mod tests {
     #[test]
     fn batches_are_numbered_in_order_and_renumbered_in_order_into_a_new_epoch() {
         let mut s = Sequencer::new(7);
-        let (a, ia) = s.number(3);
-        let (b, ib) = s.number(2);
-        let (c, _) = s.number(4);
+        let (a, ia) = s.number_ok(3);
+        let (b, ib) = s.number_ok(2);
+        let (c, _) = s.number_ok(4);
         assert_eq!((ia, ib), (at(0, 0), at(0, 3)));
         // `a` is forgotten by the broker: all three move into epoch 1, in order.
         assert_eq!(
@@ -196,15 +215,15 @@ mod tests {
             Refusal::Resend(at(1, 5))
         );
         assert_eq!(s.epoch(), 1);
-        let (_, next) = s.number(1);
+        let (_, next) = s.number_ok(1);
         assert_eq!(next, at(1, 9));
     }
 
     #[test]
     fn a_batch_that_may_be_stored_keeps_its_identity_and_its_outcome_is_unknown() {
         let mut s = Sequencer::new(7);
-        let (a, ia) = s.number(3);
-        let (b, ib) = s.number(2);
+        let (a, ia) = s.number_ok(3);
+        let (b, ib) = s.number_ok(2);
         s.maybe_stored(a);
         assert_eq!(
             s.refused(a, ia, ErrorCode::UnknownProducerId),
@@ -224,7 +243,7 @@ mod tests {
     #[test]
     fn a_fence_by_someone_else_fails() {
         let mut s = Sequencer::new(7);
-        let (a, ia) = s.number(3);
+        let (a, ia) = s.number_ok(3);
         assert_eq!(s.refused(a, ia, ErrorCode::ProducerFenced), Refusal::Fail);
         assert_eq!(
             s.refused(a, ia, ErrorCode::OutOfOrderSequence),
@@ -236,9 +255,9 @@ mod tests {
     #[test]
     fn a_send_that_ends_unacknowledged_ends_the_epoch_it_was_last_numbered_in() {
         let mut s = Sequencer::new(7);
-        let (a, _) = s.number(3);
-        let (b, _) = s.number(2);
-        let (c, _) = s.number(1);
+        let (a, _) = s.number_ok(3);
+        let (b, _) = s.number_ok(2);
+        let (c, _) = s.number_ok(1);
         s.finish(a, true);
         assert_eq!(s.epoch(), 0);
         s.finish(b, false);
@@ -247,6 +266,27 @@ mod tests {
         assert_eq!(s.identity(c), Some(at(1, 0)));
         s.finish(c, false);
         assert_eq!(s.epoch(), 2);
-        assert_eq!(s.number(5).1, at(2, 0));
+        assert_eq!(s.number_ok(5).1, at(2, 0));
+    }
+
+    #[test]
+    fn after_the_last_epoch_nothing_more_is_numbered_and_nothing_renumbered() {
+        let mut s = Sequencer::new(7);
+        for epoch in 0..u16::MAX {
+            s.restart(epoch);
+        }
+        assert_eq!(s.epoch(), u16::MAX);
+        let (a, ia) = s.number_ok(3);
+        assert_eq!(ia, at(u16::MAX, 0));
+        // The broker forgets the producer: the last epoch cannot end into a new one.
+        assert_eq!(
+            s.refused(a, ia, ErrorCode::UnknownProducerId),
+            Refusal::Fail,
+            "not resent under a reused identity"
+        );
+        assert_eq!(s.identity(a), Some(ia));
+        assert_eq!(s.number(1), None);
+        s.finish(a, false);
+        assert_eq!(s.number(1), None, "still none after the batch ended");
     }
 }
