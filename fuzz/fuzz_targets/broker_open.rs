@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use rill_broker::{Broker, BrokerConfig, DurabilityConfig, TopicConfig, validate_name};
-use rill_format::{BatchBuilder, NewRecord};
+use rill_broker::{Broker, BrokerConfig, TopicConfig, validate_name};
+use rill_format::{BatchBuilder, Durability, NewRecord};
 use rill_storage::{LogConfig, ManualClock, PartitionLog, StdIo};
 use serde::{Deserialize, Serialize};
 
@@ -89,11 +89,9 @@ impl TopicIn<'_> {
             retention_bytes: self.retention_bytes,
             segment_bytes: self.segment_bytes.unwrap_or(1 << 20),
             durability: match self.durability % 3 {
-                0 => DurabilityConfig::Always,
-                1 => DurabilityConfig::Never,
-                _ => DurabilityConfig::Interval {
-                    ms: self.interval_ms,
-                },
+                0 => Durability::Always,
+                1 => Durability::Never,
+                _ => Durability::Interval(std::time::Duration::from_millis(self.interval_ms)),
             },
             max_record_bytes: self.max_record_bytes.unwrap_or(1 << 20),
         }

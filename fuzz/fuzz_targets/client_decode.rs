@@ -77,10 +77,12 @@ fn same(a: &Value, b: &Value) -> bool {
     }
 }
 
-fn codec_round_trip<C: Codec>(data: &[u8]) {
-    if let Ok(value) = C::decode::<Value>(data) {
-        let bytes = C::encode(&value).expect("a decoded value encodes");
-        let again = C::decode::<Value>(&bytes).expect("re-encoded bytes decode");
+fn codec_round_trip<C: Codec>(codec: &C, data: &[u8]) {
+    if let Ok(value) = codec.decode::<Value>(data) {
+        let bytes = codec.encode(&value).expect("a decoded value encodes");
+        let again = codec
+            .decode::<Value>(&bytes)
+            .expect("re-encoded bytes decode");
         assert!(same(&again, &value), "{value:?} came back as {again:?}");
     }
 }
@@ -98,7 +100,7 @@ fn avro(data: &[u8]) {
 
 fuzz_target!(|data: &[u8]| {
     routing(data);
-    codec_round_trip::<Json>(data);
-    codec_round_trip::<MsgPack>(data);
+    codec_round_trip(&Json, data);
+    codec_round_trip(&MsgPack, data);
     avro(data);
 });
