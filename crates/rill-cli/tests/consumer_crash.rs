@@ -210,7 +210,7 @@ fn run(transport: Transport, kind: Kind, seed: u64) -> Vec<String> {
                 // A run that is to be killed always gets there; the last one goes quiet
                 // early only if records were skipped (it waits for records that the
                 // broker will not hand out again).
-                let quiet = Duration::from_secs(if last { 5 } else { 60 });
+                let quiet = Duration::from_secs(if last { 15 } else { 60 });
                 let Some((what, p, o)) = child.line(quiet) else {
                     assert!(last, "{name}: the consuming process went quiet");
                     break;
