@@ -11,7 +11,8 @@
 //! options and partition counts, has removed the orphan topic directories, and reports
 //! the stored offsets that replaying the offsets log gives (last write wins; a value
 //! that is not 8 bytes deletes; an undecodable key is skipped) — for a damaged log,
-//! those of some prefix of its batches; and a second open after `shutdown` agrees.
+//! those of its intact batches (a damaged batch is skipped, later ones still count),
+//! and the offsets log is not left failed; and a second open after `shutdown` agrees.
 #![no_main]
 
 mod common;
@@ -217,22 +218,27 @@ fn replay(batches: &[Vec<(Vec<u8>, Vec<u8>)>]) -> OffsetMap {
 }
 
 /// Writes the offsets log the way the broker does (`crates/rill-broker/src/offsets.rs`),
-/// with a fixed clock so the bytes depend on the input only.
-fn write_offsets_log(dir: &Path, batches: &[Vec<(Vec<u8>, Vec<u8>)>]) {
+/// with a fixed clock so the bytes depend on the input only. Returns each batch's byte
+/// length in the segment (batches are stored back to back, as built).
+fn write_offsets_log(dir: &Path, batches: &[Vec<(Vec<u8>, Vec<u8>)>]) -> Vec<usize> {
     let config = LogConfig {
         segment_bytes_max: 64 << 20,
         ..LogConfig::default()
     };
     let clock = Arc::new(ManualClock::new(1_700_000_000_000_000));
     let log = PartitionLog::open_with(dir, config, Arc::new(StdIo), clock).unwrap();
+    let mut lengths = Vec::with_capacity(batches.len());
     for records in batches {
         let mut builder = BatchBuilder::new();
         for (key, value) in records {
             builder.push(NewRecord::value(value).key(key)).unwrap();
         }
-        log.append(&builder.finish().unwrap()).unwrap();
+        let batch = builder.finish().unwrap();
+        lengths.push(batch.len());
+        log.append(&batch).unwrap();
     }
     log.close().unwrap();
+    lengths
 }
 
 fn catalog_bytes(catalog: &CatalogIn<'_>) -> Option<Vec<u8>> {
@@ -330,6 +336,8 @@ fuzz_target!(|input: Input<'_>| {
         })
         .collect();
     let mut damaged = false;
+    // Which batches still hold exactly the bytes they were written with, in place.
+    let mut intact = vec![true; batches.len()];
     if !batches.is_empty() {
         let placement = input.placement % 4;
         let dir = data.join(if placement == 1 {
@@ -337,9 +345,14 @@ fuzz_target!(|input: Input<'_>| {
         } else {
             "offsets"
         });
-        write_offsets_log(&dir, &batches);
+        let lengths = write_offsets_log(&dir, &batches);
         let seg = dir.join("00000000000000000000.log");
         let clean = std::fs::read(&seg).unwrap();
+        assert_eq!(
+            lengths.iter().sum::<usize>(),
+            clean.len(),
+            "batches back to back"
+        );
         let mut bytes = clean.clone();
         common::flip_bytes(&mut bytes, &input.flips, 4);
         if let Some(t) = input.truncate_to {
@@ -347,6 +360,12 @@ fuzz_target!(|input: Input<'_>| {
         }
         bytes.extend_from_slice(input.garbage);
         damaged = bytes != clean;
+        let mut start = 0;
+        for (i, len) in lengths.iter().enumerate() {
+            let end = start + len;
+            intact[i] = bytes.get(start..end) == Some(&clean[start..end]);
+            start = end;
+        }
         std::fs::write(&seg, &bytes).unwrap();
         if !input.keep_recovery_point {
             std::fs::remove_file(dir.join("recovery-point")).unwrap();
@@ -488,13 +507,33 @@ fuzz_target!(|input: Input<'_>| {
         );
     }
     if damaged {
-        assert!(
-            (0..=batches.len()).any(|k| replay(&batches[..k]) == *offsets),
-            "stored offsets are those of a prefix of the log"
+        // A damaged batch is skipped and later ones still count (the broker serves what
+        // is intact around damage). Recovery cuts only a torn tail, and a tail is torn
+        // only where the input truncated the file or appended garbage: no intact batch
+        // is ever lost.
+        let kept: Vec<Vec<(Vec<u8>, Vec<u8>)>> = batches
+            .iter()
+            .zip(&intact)
+            .filter(|(_, ok)| **ok)
+            .map(|(b, _)| b.clone())
+            .collect();
+        assert_eq!(
+            offsets,
+            &replay(&kept),
+            "stored offsets are those of the intact batches, intact {intact:?}"
         );
     } else {
         assert_eq!(offsets, &full, "stored offsets replay the log");
     }
+    // Damage in the offsets log loses its stores, never every later one.
+    assert!(
+        broker
+            .failed_partitions()
+            .iter()
+            .all(|f| f.topic != "(stored offsets)"),
+        "the offsets log takes stores after a damaged open: {:?}",
+        broker.failed_partitions()
+    );
     for leftover in ["offsets.compact", "offsets.old"] {
         assert!(!data.join(leftover).exists(), "{leftover} is cleaned up");
     }

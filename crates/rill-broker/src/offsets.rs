@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
-use rill_format::{BatchBuilder, NewRecord};
+use rill_format::{BatchBuilder, BatchHeader, BatchView, NewRecord};
 use rill_storage::{DurableTicket, LogConfig, LogEnv, PartitionLog, StorageError};
 
 use crate::BrokerError;
@@ -138,7 +138,7 @@ impl OffsetStore {
             }
         }
         let (log, live) = replay(&dir, env)?;
-        Ok(Self {
+        let store = Self {
             data_dir: data_dir.to_path_buf(),
             env: env.clone(),
             compact_bytes_min,
@@ -147,7 +147,9 @@ impl OffsetStore {
                 live,
             }),
             heal_at: Mutex::new(Instant::now()),
-        })
+        };
+        store.heal_damage(&mut store.lock())?;
+        Ok(store)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -175,7 +177,7 @@ impl OffsetStore {
         inner.log = Arc::new(log);
         inner.live = live;
         tracing::warn!("offsets log reopened with recovery");
-        Ok(())
+        self.heal_damage(&mut inner)
     }
 
     /// The stored offset, if any.
@@ -275,6 +277,32 @@ impl OffsetStore {
         if size < self.compact_bytes_min || size < 4 * live_bytes.max(1) {
             return Ok(());
         }
+        self.compact(&mut inner)
+    }
+
+    /// The broker's own recovery of a damaged offsets log: the stores in the damaged
+    /// ranges are lost (their consumers resume from an earlier store, or where they
+    /// start without one: records are delivered again, never skipped), and the log is
+    /// rewritten from the table replayed around them, so the damage does not refuse
+    /// every later store. There is no operator to accept it, unlike a topic's.
+    fn heal_damage(&self, inner: &mut Inner) -> Result<(), BrokerError> {
+        let damage = inner.log.damage();
+        if damage.is_empty() {
+            return Ok(());
+        }
+        for range in &damage {
+            tracing::error!(
+                range = %range.describe(),
+                "stored offsets in a damaged range of the offsets log are lost; rewriting the log without them"
+            );
+        }
+        self.compact(inner)
+    }
+
+    /// Rewrites the log as a snapshot of the table: written aside, then swapped in by
+    /// two renames (an open after a crash between them takes the complete snapshot).
+    fn compact(&self, inner: &mut Inner) -> Result<(), BrokerError> {
+        let size = inner.log.size_bytes();
         let io = self.env.io.as_ref();
         let dir = self.data_dir.join("offsets");
         let compact = self.data_dir.join("offsets.compact");
@@ -344,10 +372,33 @@ fn replay(dir: &Path, env: &LogEnv) -> Result<(PartitionLog, Live), BrokerError>
             }
             Err(e) => return Err(e.into()),
         };
-        for batch in read.batches() {
-            let Ok(batch) = batch else {
-                tracing::error!(offset = at, "skipping a damaged batch of stored offsets");
-                continue;
+        // Step batch by batch by the headers (a read returns only batches whose header
+        // parses), so a batch with a damaged body loses its stores and no others: an
+        // iterator over the read stops at the first bad batch, and the read's
+        // `next_offset` would then skip the intact batches after it.
+        let mut rest = &read.bytes[..];
+        while !rest.is_empty() {
+            let Some(len) = BatchHeader::parse(rest)
+                .ok()
+                .map(|h| h.batch_length as usize)
+                .filter(|&len| len <= rest.len())
+            else {
+                return Err(StorageError::Corrupt {
+                    path: dir.to_path_buf(),
+                    position: 0,
+                    reason: format!("a read of the offsets log at {at} holds a partial batch"),
+                }
+                .into());
+            };
+            let (bytes, tail) = rest.split_at(len);
+            rest = tail;
+            let batch = match BatchView::parse(bytes) {
+                Ok(batch) => batch,
+                Err(e) => {
+                    let offset = BatchHeader::parse(bytes).map_or(at, |h| h.base_offset);
+                    tracing::error!(offset, error = %e, "skipping a damaged batch of stored offsets");
+                    continue;
+                }
             };
             for record in batch.records() {
                 let Some(key) = record.key.and_then(OffsetKey::decode) else {

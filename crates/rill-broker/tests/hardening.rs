@@ -1,7 +1,7 @@
 //! Issue 9's broker defects, each with the test that failed before the fix: unknown
 //! producers, errors answered before the sequence wait, timestamp bounds, deletes on a
 //! full disk, failed partitions that do not stop the broker, healing after a failed
-//! write, and repair.
+//! write, repair, and a damaged offsets log that loses only its damaged stores.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -636,4 +636,85 @@ fn a_catalog_with_unsafe_names_or_invalid_options_is_refused() {
             );
         }
     }
+}
+
+/// A damaged batch in the middle of the offsets log: the stores in it are lost, every
+/// other one is kept, and the broker still takes new stores (it would otherwise refuse
+/// every consumer's commit, with no operator command to accept the loss). `at` is the
+/// damaged byte within the second of three batches of equal length.
+async fn damaged_offsets_log(at: impl Fn(usize) -> usize, keep_recovery_point: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = BrokerConfig::new(dir.path());
+    {
+        let broker = Arc::new(Broker::open(config.clone()).unwrap());
+        create(&broker, "t", options(1));
+        let values: Vec<String> = (0..30).map(|i| i.to_string()).collect();
+        let values: Vec<&str> = values.iter().map(String::as_str).collect();
+        broker
+            .produce("s", "t", 0, batch(None, &values))
+            .await
+            .unwrap();
+        for (i, consumer) in ["a", "b", "c"].iter().enumerate() {
+            broker
+                .store_offset("s", "t", 0, consumer, 10 + i as u64)
+                .await
+                .unwrap();
+        }
+        broker.shutdown().unwrap();
+    }
+    let offsets = dir.path().join("offsets");
+    let seg = offsets.join("00000000000000000000.log");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let len = bytes.len() / 3;
+    bytes[len + at(len)] ^= 0x5a;
+    std::fs::write(&seg, &bytes).unwrap();
+    if !keep_recovery_point {
+        std::fs::remove_file(offsets.join("recovery-point")).unwrap();
+    }
+    let broker = Arc::new(Broker::open(config.clone()).unwrap());
+    let mut stored = broker.stored_offsets("s", "t");
+    stored.sort();
+    assert_eq!(
+        stored,
+        [(0, "a".to_owned(), 10), (0, "c".to_owned(), 12)],
+        "the damaged store is lost, the later one kept"
+    );
+    broker
+        .store_offset("s", "t", 0, "b", 21)
+        .await
+        .expect("a damaged offsets log still takes stores");
+    broker
+        .store_offset("s", "t", 0, "c", 22)
+        .await
+        .expect("a damaged offsets log still takes stores");
+    broker.shutdown().unwrap();
+    drop(broker);
+    let again = Broker::open(config).unwrap();
+    let mut stored = again.stored_offsets("s", "t");
+    stored.sort();
+    assert_eq!(
+        stored,
+        [
+            (0, "a".to_owned(), 10),
+            (0, "b".to_owned(), 21),
+            (0, "c".to_owned(), 22)
+        ],
+        "the new stores survive a restart"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_offsets_batch_body_loses_only_its_stores() {
+    // Below the recovery point, a body is not checked at open: the replay finds it.
+    damaged_offsets_log(|len| len - 1, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_offsets_batch_header_loses_only_its_stores() {
+    damaged_offsets_log(|_| 6, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_offsets_batch_without_a_recovery_point_loses_only_its_stores() {
+    damaged_offsets_log(|len| len - 1, false).await;
 }
