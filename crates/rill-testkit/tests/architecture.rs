@@ -18,7 +18,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // The embedded transport (feature `embedded`, on by default) runs a broker in-process.
     ("rill-client", &["rill-format", "rill-proto", "rill-broker"]),
     ("rill-cli", &["rill-client", "rill-server", "rill-broker"]),
-    ("rill", &["rill-client"]),
+    ("rill", &["rill-client", "rill-events"]),
+    // Typed events stand on the client only (DESIGN.md §2); the derive macros on nothing.
+    ("rill-events", &["rill-client", "rill-events-derive"]),
+    ("rill-events-derive", &[]),
     // Test tools drive Rill from outside: the soak runs `rill serve` and talks to it
     // through the SDK. Dev-only (see `testkit_is_only_a_dev_dependency`).
     (

@@ -15,3 +15,11 @@
 #![deny(missing_docs, unreachable_pub)]
 
 pub use rill_client::*;
+
+/// Typed events (the crate `rill-events`; docs/EVENTS.md): event types described once as
+/// Rust types, per-key order with ordering fences, run reduction by algebra, retry and
+/// dead-letter topics.
+#[cfg(feature = "events")]
+pub mod events {
+    pub use rill_events::*;
+}

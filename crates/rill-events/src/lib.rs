@@ -1,0 +1,26 @@
+//! Typed events over Rill: a service describes each event type once, as a Rust type,
+//! and Rill decides which topic and partition it goes to, how its body is encoded,
+//! which events of a key must be applied in order, which may be folded together, and
+//! what happens when a handler fails. The design, the bytes on the wire and the crash
+//! analysis are in `docs/EVENTS.md`.
+
+#![deny(missing_docs, unreachable_pub)]
+
+mod algebra;
+mod header;
+mod model;
+pub mod plan;
+
+pub use algebra::{
+    Algebra, AlgebraKind, Associative, Commutative, Idempotent, IdempotentCommutative, Merge,
+    NonAssociative, Semigroup,
+};
+pub use header::{
+    DLQ_HEADER, DeadLetterReason, ERROR_HEADER, ERROR_TEXT_BYTES_MAX, EVENT_HEADER, ErrorClass,
+    EventHeader, HeaderError, RETRY_HEADER, RetryHeader, RetryKind, error_text,
+};
+#[doc(hidden)]
+pub use model::finish_key;
+pub use model::tag_for_name;
+pub use model::{BodyCodec, BodyError, Event, EventKey, KeyError, KeyPart, Ordering, key_hash};
+pub use rill_events_derive::{Event, EventKey};
