@@ -139,15 +139,30 @@ impl Segment {
     /// offsets are all below `offset`, to the next damaged range or `visible`.
     pub(crate) fn readable_extent(&self, offset: u64, visible: u64) -> Extent {
         let rel = offset.saturating_sub(self.base_offset);
-        let (mut start, mut start_offset) =
-            self.index()
-                .floor_offset(rel)
-                .map_or((0, self.base_offset), |e| {
-                    (
-                        u64::from(e.position),
-                        self.base_offset + u64::from(e.rel_offset),
-                    )
-                });
+        let start = self
+            .index()
+            .floor_offset(rel)
+            .map_or((0, self.base_offset), |e| {
+                (
+                    u64::from(e.position),
+                    self.base_offset + u64::from(e.rel_offset),
+                )
+            });
+        self.extent_from(start, offset, visible)
+    }
+
+    /// Like [`Segment::readable_extent`] without the index: from the segment's start, or
+    /// the end of a damaged range below `offset`.
+    pub(crate) fn unhinted_extent(&self, offset: u64, visible: u64) -> Extent {
+        self.extent_from((0, self.base_offset), offset, visible)
+    }
+
+    fn extent_from(
+        &self,
+        (mut start, mut start_offset): (u64, u64),
+        offset: u64,
+        visible: u64,
+    ) -> Extent {
         let damaged = self.damaged.read();
         for d in damaged.iter() {
             if let Some(to) = d.to_offset

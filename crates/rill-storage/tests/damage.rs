@@ -337,3 +337,32 @@ fn accepted_damage_at_the_end_is_not_found_again_inside_itself() {
     assert!(log.failure().is_none(), "{:?}", log.failure());
     assert_eq!(log.next_offset(), appended.base_offset + 1);
 }
+
+/// An index entry moved a few bytes into its batch (well formed, increasing, inside the
+/// file, so recovery keeps it): reads that start from it used to record a damaged range
+/// in intact data and fail with `DATA_LOSS`. An index entry is a hint; the data is fine.
+#[test]
+fn an_index_entry_pointing_inside_a_batch_does_not_make_intact_data_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let next = written(dir.path(), 12);
+    let seg = &segments(dir.path())[0];
+    let index = seg.with_extension("index");
+    let mut entries = fs::read(&index).unwrap();
+    assert!(entries.len() >= 16, "the test needs a second index entry");
+    // The second entry's position (bytes 12..16), 3 bytes further.
+    let pos = u32::from_le_bytes(entries[12..16].try_into().unwrap()) + 3;
+    entries[12..16].copy_from_slice(&pos.to_le_bytes());
+    fs::write(&index, entries).unwrap();
+    let log = PartitionLog::open(dir.path(), config()).unwrap();
+    // Each offset on its own, so reads start from every index entry.
+    for from in 0..next {
+        let read = log
+            .read(from, 1)
+            .unwrap_or_else(|e| panic!("read at {from}: {e}"));
+        let batch = read.batches().next().expect("a batch").expect("valid");
+        assert!(batch.records().any(|r| r.offset == from), "offset {from}");
+    }
+    assert_eq!(readable(&log), (0..next).collect::<Vec<_>>());
+    assert!(log.damage().is_empty(), "{:?}", log.damage());
+    assert_eq!(log.failure(), None);
+}

@@ -9,7 +9,7 @@ use crate::StorageError;
 use crate::damage::{DamagedRange, search_after};
 use crate::error::io_err;
 use crate::io::{IoFile, NoWait};
-use crate::segment::{DamagedBytes, ScanStop, Scanner, Segment};
+use crate::segment::{DamagedBytes, Extent, ScanStop, Scanner, Segment};
 
 /// Bytes read at a time when locating an offset from a sparse index entry.
 const LOCATE_CHUNK_BYTES: usize = 8 * 1024;
@@ -132,6 +132,28 @@ impl PartitionLog {
     ) -> Result<Attempt, StorageError> {
         let visible = segment.visible_len();
         let extent = segment.readable_extent(from, visible);
+        let unhinted = segment.unhinted_extent(from, visible);
+        let fallback = (extent.start != unhinted.start).then_some(unhinted);
+        self.read_extent(
+            segment, extent, fallback, from, max_bytes, log_start, log_end, nowait,
+        )
+    }
+
+    /// Reads from one segment within `extent`. `fallback` is the extent to scan instead
+    /// if this one began at an index entry and the scan fails: index entries are hints,
+    /// so a scan that fails from one says nothing about the data yet.
+    #[allow(clippy::too_many_arguments)]
+    fn read_extent(
+        &self,
+        segment: &Segment,
+        extent: Extent,
+        fallback: Option<Extent>,
+        from: u64,
+        max_bytes: usize,
+        log_start: u64,
+        log_end: u64,
+        nowait: bool,
+    ) -> Result<Attempt, StorageError> {
         let file: Arc<dyn IoFile> = if nowait {
             match segment.file.get_cached() {
                 Some(file) => Arc::new(NoWait(file)),
@@ -163,6 +185,12 @@ impl PartitionLog {
                 Err(stop) => {
                     if nowait {
                         return Err(would_block(&segment.path));
+                    }
+                    if let Some(unhinted) = fallback {
+                        tracing::warn!(segment = %segment.path.display(), position = extent.start, error = %stop, "a scan from an index entry failed; scanning again without the index");
+                        return self.read_extent(
+                            segment, unhinted, None, from, max_bytes, log_start, log_end, nowait,
+                        );
                     }
                     let at = scanner.position();
                     return self.found_damage(segment, &file, at, expected, &stop);
