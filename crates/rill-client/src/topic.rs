@@ -473,6 +473,45 @@ impl Topic {
         ConsumerBuilder::new(self.clone(), name, partition)
     }
 
+    /// The last offset of `partition` stored as consumed by the named consumer `name`,
+    /// if any: what [`Consumer::last_stored_offset`](crate::Consumer::last_stored_offset)
+    /// starts from, for callers that manage positions themselves (with
+    /// [`Topic::fetch`]).
+    pub async fn stored_offset(
+        &self,
+        name: &str,
+        partition: u32,
+    ) -> Result<Option<u64>, ClientError> {
+        let body = RequestBody::GetOffset(pb::GetOffsetRequest {
+            stream: self.stream.to_string(),
+            topic: self.name.to_string(),
+            partition,
+            consumer: name.to_owned(),
+        });
+        match self.client.call(body, Bytes::new(), Retry::Safe).await?.0 {
+            // The wire stores the next offset; this API speaks of the consumed one.
+            ResponseBody::GetOffset(r) => Ok(r.offset.and_then(|next| next.checked_sub(1))),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Stores the record at `consumed` as consumed by the named consumer `name`, as
+    /// [`Consumer::store_offset`](crate::Consumer::store_offset) does, for callers that
+    /// manage positions themselves.
+    pub async fn store_offset(&self, name: &str, consumed: Position) -> Result<(), ClientError> {
+        let body = RequestBody::StoreOffset(pb::StoreOffsetRequest {
+            stream: self.stream.to_string(),
+            topic: self.name.to_string(),
+            partition: consumed.partition,
+            consumer: name.to_owned(),
+            offset: consumed.offset.checked_add(1).ok_or_else(|| {
+                ClientError::InvalidArgument("an offset of u64::MAX cannot be consumed".into())
+            })?,
+        });
+        self.client.call(body, Bytes::new(), Retry::Safe).await?;
+        Ok(())
+    }
+
     /// A consumer group's members, assignment, stored offsets and lag.
     pub async fn describe_group(
         &self,

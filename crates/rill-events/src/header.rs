@@ -180,30 +180,27 @@ pub enum DeadLetterReason {
     BadHeader,
     /// The body does not decode as the type's body.
     UndecodableBody,
-    /// No event type of the consumer has the tag.
+    /// No handler of the consumer takes the tag, and it dead-letters such records
+    /// (`Unhandled::DeadLetter`).
     UnknownTag,
     /// The header's algebra is not the registered type's.
     AlgebraMismatch,
-    /// The type is known but no handler is registered and the consumer dead-letters such
-    /// records.
-    NoHandler,
     /// A marker: the dead letter at the offset in the value was replayed.
     Replayed,
 }
 
 impl DeadLetterReason {
-    const ALL: [Self; 8] = [
+    const ALL: [Self; 7] = [
         Self::Unrecoverable,
         Self::RetriesExhausted,
         Self::BadHeader,
         Self::UndecodableBody,
         Self::UnknownTag,
         Self::AlgebraMismatch,
-        Self::NoHandler,
         Self::Replayed,
     ];
 
-    /// The wire byte (1 to 8).
+    /// The wire byte (1 to 7).
     pub fn to_byte(self) -> u8 {
         Self::ALL.iter().position(|r| *r == self).expect("listed") as u8 + 1
     }
@@ -222,7 +219,6 @@ impl DeadLetterReason {
             Self::UndecodableBody => "undecodable-body",
             Self::UnknownTag => "unknown-tag",
             Self::AlgebraMismatch => "algebra-mismatch",
-            Self::NoHandler => "no-handler",
             Self::Replayed => "replayed",
         }
     }

@@ -7,14 +7,25 @@
 #![deny(missing_docs, unreachable_pub)]
 
 mod algebra;
+mod config;
+mod error;
+mod handler;
 mod header;
 mod model;
 pub mod plan;
+mod publisher;
+mod registry;
+mod runtime;
 
 pub use algebra::{
     Algebra, AlgebraKind, Associative, Commutative, Idempotent, IdempotentCommutative, Merge,
     NonAssociative, Semigroup,
 };
+pub use config::{
+    Assignment, ConsumerConfig, DeliveryMode, Unhandled, dead_letter_topic, retry_topic,
+};
+pub use error::{PublishError, StartError};
+pub use handler::{Context, ErrorKind, EventHandler, HandleError};
 pub use header::{
     DLQ_HEADER, DeadLetterReason, ERROR_HEADER, ERROR_TEXT_BYTES_MAX, EVENT_HEADER, ErrorClass,
     EventHeader, HeaderError, RETRY_HEADER, RetryHeader, RetryKind, error_text,
@@ -23,4 +34,7 @@ pub use header::{
 pub use model::finish_key;
 pub use model::tag_for_name;
 pub use model::{BodyCodec, BodyError, Event, EventKey, KeyError, KeyPart, Ordering, key_hash};
+pub use publisher::Publisher;
+pub use registry::Handlers;
 pub use rill_events_derive::{Event, EventKey};
+pub use runtime::{Ended, EventConsumer, Metrics, PartitionGauges};

@@ -1,0 +1,509 @@
+//! Typed events against a real broker, over both transports (the `rill` binary on a free
+//! port, `tcp::*`, and embedded, `embedded::*`): the acceptance scenarios of
+//! docs/EVENTS.md that need a broker — a failing key does not delay another and its
+//! retried work folds with what arrived meanwhile (1), exhausted retries dead-letter
+//! (2), transient failures retry in place (3), two consumer names keep apart (7) — and a
+//! validation test for every start error.
+
+#[macro_use]
+mod common;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rill_client::{Client, Position, TopicOptions};
+use rill_events::{
+    Assignment, ConsumerConfig, Context, Event, EventHandler, EventKey, HandleError, Handlers,
+    Publisher, Semigroup, StartError, dead_letter_topic, retry_topic,
+};
+use serde::{Deserialize, Serialize};
+
+over_both_transports!(
+    a_failing_key_does_not_delay_another_and_its_retry_folds_what_arrived_meanwhile,
+    exhausted_retries_dead_letter_the_event_and_the_key_goes_on,
+    a_transient_failure_retries_in_place_then_escalates,
+    two_consumer_names_keep_their_own_retry_and_dead_letter_topics,
+    start_refuses_every_invalid_configuration_and_creates_nothing,
+);
+
+const STREAM: &str = "shop";
+const TOPIC: &str = "ledger";
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, EventKey)]
+#[event_key(topic = "ledger")]
+struct User(String);
+
+/// Associative: a run of one user's `Add`s folds into one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Event)]
+#[event(name = "add", algebra = Associative)]
+struct Add {
+    #[event(key)]
+    user: User,
+    amount: u64,
+}
+
+impl Semigroup for Add {
+    fn combine(self, next: Self) -> Self {
+        Self {
+            user: self.user,
+            amount: self.amount + next.amount,
+        }
+    }
+}
+
+fn add(user: &str, amount: u64) -> Add {
+    Add {
+        user: User(user.into()),
+        amount,
+    }
+}
+
+/// Records every call, and fails as told.
+#[derive(Default)]
+struct Ledger {
+    /// (user, amounts of the call, succeeded).
+    calls: Mutex<Vec<(String, Vec<u64>, bool)>>,
+    /// Users whose calls fail retryably.
+    failing: Mutex<Vec<String>>,
+    /// Users whose calls fail transiently this many more times.
+    transient: Mutex<HashMap<String, u32>>,
+    /// Users whose calls are unrecoverable.
+    poison: Mutex<Vec<String>>,
+}
+
+impl Ledger {
+    fn calls_of(&self, user: &str) -> Vec<(Vec<u64>, bool)> {
+        self.calls
+            .lock()
+            .iter()
+            .filter(|(u, _, _)| u == user)
+            .map(|(_, a, ok)| (a.clone(), *ok))
+            .collect()
+    }
+
+    fn applied(&self, user: &str) -> u64 {
+        self.calls_of(user)
+            .iter()
+            .filter(|(_, ok)| *ok)
+            .flat_map(|(a, _)| a.clone())
+            .sum()
+    }
+}
+
+struct Apply(Arc<Ledger>);
+
+impl EventHandler<Add> for Apply {
+    const MAX_BATCH: usize = 100;
+
+    async fn handle(&self, ctx: &Context, run: &[Add]) -> Result<(), HandleError> {
+        let user = ctx.key::<User>().expect("the key decodes").0;
+        let amounts: Vec<u64> = run.iter().map(|a| a.amount).collect();
+        let ledger = &self.0;
+        let verdict = if ledger.failing.lock().contains(&user) {
+            Err(HandleError::retryable(format!("{user} is locked")))
+        } else if ledger.poison.lock().contains(&user) {
+            Err(HandleError::unrecoverable(format!("{user} is closed")))
+        } else {
+            let mut t = ledger.transient.lock();
+            match t.get_mut(&user) {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    Err(HandleError::transient("the database blinked"))
+                }
+                _ => Ok(()),
+            }
+        };
+        ledger.calls.lock().push((user, amounts, verdict.is_ok()));
+        verdict
+    }
+}
+
+async fn topic(client: &Client, name: &str) {
+    client
+        .stream(STREAM)
+        .topic(name)
+        .create_with(&TopicOptions::partitions(1), true)
+        .await
+        .unwrap();
+}
+
+fn config(name: &str) -> ConsumerConfig {
+    ConsumerConfig::new(STREAM, name, Assignment::Partitions(vec![0]))
+        .retry_delays([Duration::from_millis(100); 4])
+        .poll_interval(Duration::from_millis(20))
+}
+
+/// Waits until `done` holds, failing after 20 s with `what`.
+async fn until<F: Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
+    let start = Instant::now();
+    while !done().await {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Every record of a topic's partition 0.
+async fn records(client: &Client, topic: &str) -> Vec<rill_client::Record> {
+    let t = client.stream(STREAM).topic(topic);
+    let mut out = Vec::new();
+    let mut at = 0;
+    loop {
+        let f = t
+            .fetch(Position::new(0, at), 1 << 20, Duration::ZERO)
+            .await
+            .unwrap();
+        if f.records.is_empty() {
+            return out;
+        }
+        at = f.next_offset;
+        out.extend(f.records);
+    }
+}
+
+/// Scenario 1: u1 fails retryably; u2 in the same partition is applied meanwhile; u1's
+/// retried work (1 and 2 folded to 3) merges with the 10 published while u1 was
+/// quarantined, and succeeds as one call of 13.
+async fn a_failing_key_does_not_delay_another_and_its_retry_folds_what_arrived_meanwhile(
+    client: &Client,
+) {
+    topic(client, TOPIC).await;
+    let ledger = Arc::new(Ledger::default());
+    ledger.failing.lock().push("u1".into());
+    let publisher = Publisher::new(client, STREAM);
+    publisher
+        .publish_batch(&[add("u1", 1), add("u2", 5), add("u1", 2)])
+        .await
+        .unwrap();
+    let consumer = Handlers::new()
+        .handle::<Add, _>(Apply(Arc::clone(&ledger)))
+        .start(client, config("billing"))
+        .await
+        .unwrap();
+    until("u1 fails with 1 and 2 folded", || async {
+        ledger.calls_of("u1").first() == Some(&(vec![3], false))
+    })
+    .await;
+    until("u2 is applied while u1 is quarantined", || async {
+        ledger.applied("u2") == 5
+    })
+    .await;
+    publisher.publish(&add("u1", 10)).await.unwrap();
+    until("u1's retry merges the 10 published meanwhile", || async {
+        ledger.calls_of("u1").contains(&(vec![13], false))
+    })
+    .await;
+    ledger.failing.lock().clear();
+    until("u1 succeeds", || async { ledger.applied("u1") == 13 }).await;
+    assert_eq!(
+        ledger.calls_of("u1").last(),
+        Some(&(vec![13], true)),
+        "one call with the folded 13"
+    );
+    assert!(
+        ledger.calls_of("u1").iter().all(|(a, _)| a.len() == 1),
+        "every call of u1 saw its run folded: {:?}",
+        ledger.calls_of("u1")
+    );
+    let ended = consumer.shutdown(Duration::from_secs(10)).await;
+    assert_eq!(ended, [(0, rill_events::Ended::Shutdown)]);
+    // Nothing was dead-lettered, and the retry topic ends with u1's work closed.
+    assert!(
+        records(client, &dead_letter_topic(TOPIC, "billing"))
+            .await
+            .is_empty()
+    );
+    assert!(
+        !records(client, &retry_topic(TOPIC, "billing"))
+            .await
+            .is_empty()
+    );
+}
+
+/// Scenario 2: a handler that always fails for [1] is called 1 + len(retry_delays)
+/// times; the event is dead-lettered with its reason and attempt count; a later event
+/// of the key is then handled.
+async fn exhausted_retries_dead_letter_the_event_and_the_key_goes_on(client: &Client) {
+    topic(client, TOPIC).await;
+    let ledger = Arc::new(Ledger::default());
+    ledger.failing.lock().push("u1".into());
+    let publisher = Publisher::new(client, STREAM);
+    publisher.publish(&add("u1", 1)).await.unwrap();
+    let delays = 4;
+    let consumer = Handlers::new()
+        .handle::<Add, _>(Apply(Arc::clone(&ledger)))
+        .start(client, config("billing"))
+        .await
+        .unwrap();
+    let dlq = dead_letter_topic(TOPIC, "billing");
+    until("the event is dead-lettered", || async {
+        !records(client, &dlq).await.is_empty()
+    })
+    .await;
+    assert_eq!(
+        ledger.calls_of("u1"),
+        vec![(vec![1], false); 1 + delays],
+        "called 1 + len(retry_delays) times"
+    );
+    let letters = records(client, &dlq).await;
+    assert_eq!(letters.len(), 1);
+    let letter = &letters[0];
+    assert_eq!(
+        letter.header(rill_events::DLQ_HEADER),
+        Some(&rill_client::Value::U8(
+            rill_events::DeadLetterReason::RetriesExhausted.to_byte()
+        ))
+    );
+    let Some(rill_client::Value::Bytes(retry)) = letter.header(rill_events::RETRY_HEADER) else {
+        panic!("a dead letter has a retry header");
+    };
+    let retry = rill_events::RetryHeader::decode(retry).unwrap();
+    assert_eq!(retry.attempt as usize, 1 + delays);
+    assert_eq!((retry.source_first, retry.source_last), (0, 0));
+    assert!(matches!(
+        letter.header(rill_events::ERROR_HEADER),
+        Some(rill_client::Value::Str(e)) if e.contains("u1 is locked")
+    ));
+    // The key goes on.
+    ledger.failing.lock().clear();
+    publisher.publish(&add("u1", 7)).await.unwrap();
+    until("a later event of u1 is handled", || async {
+        ledger.applied("u1") == 7
+    })
+    .await;
+    consumer.shutdown(Duration::from_secs(10)).await;
+}
+
+/// Scenario 3: transient failures call the same chunk again in place, with nothing in
+/// the retry topic; past `transient_max` the chunk goes to retry.
+async fn a_transient_failure_retries_in_place_then_escalates(client: &Client) {
+    topic(client, TOPIC).await;
+    let ledger = Arc::new(Ledger::default());
+    ledger.transient.lock().insert("u1".into(), 2);
+    let publisher = Publisher::new(client, STREAM);
+    publisher.publish(&add("u1", 4)).await.unwrap();
+    let consumer = Handlers::new()
+        .handle::<Add, _>(Apply(Arc::clone(&ledger)))
+        .start(client, config("billing").transient_max(2))
+        .await
+        .unwrap();
+    until("u1 is applied after two transient failures", || async {
+        ledger.applied("u1") == 4
+    })
+    .await;
+    assert_eq!(
+        ledger.calls_of("u1"),
+        [(vec![4], false), (vec![4], false), (vec![4], true)]
+    );
+    let retry = retry_topic(TOPIC, "billing");
+    assert!(
+        records(client, &retry).await.is_empty(),
+        "nothing went to retry"
+    );
+    // Three transient failures with transient_max 2: the third escalates.
+    ledger.transient.lock().insert("u2".into(), 3);
+    publisher.publish(&add("u2", 6)).await.unwrap();
+    until("u2 is applied from the retry topic", || async {
+        ledger.applied("u2") == 6
+    })
+    .await;
+    assert_eq!(ledger.calls_of("u2").len(), 4);
+    assert!(
+        !records(client, &retry).await.is_empty(),
+        "the escalated chunk went to retry"
+    );
+    consumer.shutdown(Duration::from_secs(10)).await;
+}
+
+/// Scenario 7: two consumer names of one topic fail independently: each has its own
+/// retry and dead-letter topics, and one's failure is not re-applied by the other.
+async fn two_consumer_names_keep_their_own_retry_and_dead_letter_topics(client: &Client) {
+    topic(client, TOPIC).await;
+    let billing = Arc::new(Ledger::default());
+    let audit = Arc::new(Ledger::default());
+    billing.poison.lock().push("u1".into());
+    let publisher = Publisher::new(client, STREAM);
+    publisher.publish(&add("u1", 3)).await.unwrap();
+    let a = Handlers::new()
+        .handle::<Add, _>(Apply(Arc::clone(&billing)))
+        .start(client, config("billing"))
+        .await
+        .unwrap();
+    let b = Handlers::new()
+        .handle::<Add, _>(Apply(Arc::clone(&audit)))
+        .start(client, config("audit"))
+        .await
+        .unwrap();
+    until("audit applies u1", || async { audit.applied("u1") == 3 }).await;
+    until("billing dead-letters u1", || async {
+        records(client, &dead_letter_topic(TOPIC, "billing"))
+            .await
+            .len()
+            == 1
+    })
+    .await;
+    a.shutdown(Duration::from_secs(10)).await;
+    b.shutdown(Duration::from_secs(10)).await;
+    assert!(
+        records(client, &dead_letter_topic(TOPIC, "audit"))
+            .await
+            .is_empty()
+    );
+    assert_eq!(audit.calls_of("u1"), [(vec![3], true)], "audit saw u1 once");
+    assert_eq!(
+        billing.calls_of("u1"),
+        [(vec![3], false)],
+        "unrecoverable: called once"
+    );
+}
+
+/// Another event type of another topic, for the mixed-topics error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, EventKey)]
+#[event_key(topic = "other")]
+struct OtherKey(u64);
+
+#[derive(Debug, Clone, Serialize, Deserialize, Event)]
+#[event(name = "other")]
+struct Other {
+    #[event(key)]
+    key: OtherKey,
+}
+
+/// A second type with `Add`'s tag.
+#[derive(Debug, Clone, Serialize, Deserialize, Event)]
+#[event(name = "add")]
+struct AddAgain {
+    #[event(key)]
+    user: User,
+}
+
+struct Nop;
+
+impl EventHandler<Other> for Nop {
+    const MAX_BATCH: usize = 1;
+    async fn handle(&self, _: &Context, _: &[Other]) -> Result<(), HandleError> {
+        Ok(())
+    }
+}
+
+impl EventHandler<AddAgain> for Nop {
+    const MAX_BATCH: usize = 1;
+    async fn handle(&self, _: &Context, _: &[AddAgain]) -> Result<(), HandleError> {
+        Ok(())
+    }
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Every error of docs/EVENTS.md §8, each leaving the broker without a new topic.
+async fn start_refuses_every_invalid_configuration_and_creates_nothing(client: &Client) {
+    let ledger = Arc::new(Ledger::default());
+    let handlers = || Handlers::new().handle::<Add, _>(Apply(Arc::clone(&ledger)));
+    let topics = || async {
+        client
+            .list_topics(Some(STREAM))
+            .await
+            .map(|t| t.into_iter().map(|t| t.name).collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+    // The main topic is missing.
+    let e = handlers().start(client, config("c")).await.unwrap_err();
+    assert!(matches!(e, StartError::TopicNotFound { .. }), "{e}");
+    assert!(topics().await.is_empty());
+    topic(client, TOPIC).await;
+    type Case = (ConsumerConfig, fn(&StartError) -> bool);
+    let cases: Vec<Case> = vec![
+        (config("c").retry_delays([]), |e| {
+            matches!(e, StartError::NoRetryDelays)
+        }),
+        (
+            ConsumerConfig::new(STREAM, "c", Assignment::Partitions(vec![])),
+            |e| matches!(e, StartError::NoPartitions),
+        ),
+        (
+            ConsumerConfig::new(STREAM, "c", Assignment::Partitions(vec![0, 0])),
+            |e| matches!(e, StartError::DuplicatePartition(0)),
+        ),
+        (
+            ConsumerConfig::new(STREAM, "c", Assignment::Partitions(vec![0, 3])),
+            |e| {
+                matches!(
+                    e,
+                    StartError::PartitionNotFound {
+                        partition: 3,
+                        partitions: 1,
+                        ..
+                    }
+                )
+            },
+        ),
+        (config("c").poll_count(0), |e| {
+            matches!(e, StartError::Zero("poll_count"))
+        }),
+        (config("c").handler_concurrency(0), |e| {
+            matches!(e, StartError::Zero("handler_concurrency"))
+        }),
+        (config("c").max_pending_retry(0), |e| {
+            matches!(e, StartError::Zero("max_pending_retry"))
+        }),
+        (config("bad/name"), |e| {
+            matches!(e, StartError::InvalidName { .. })
+        }),
+        (config(&"x".repeat(250)), |e| {
+            matches!(e, StartError::InvalidName { .. })
+        }),
+    ];
+    for (config, expected) in cases {
+        let e = handlers().start(client, config.clone()).await.unwrap_err();
+        assert!(expected(&e), "{config:?}: {e}");
+    }
+    let e = Handlers::new()
+        .start(client, config("c"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StartError::NoHandlers), "{e}");
+    let e = handlers()
+        .handle::<Other, _>(Nop)
+        .start(client, config("c"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StartError::MixedTopics { .. }), "{e}");
+    let e = handlers()
+        .handle::<AddAgain, _>(Nop)
+        .start(client, config("c"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StartError::DuplicateTag { .. }), "{e}");
+    assert_eq!(topics().await, [TOPIC], "no failed start created a topic");
+    // A retry topic with another partition count.
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let name = format!("c{n}");
+    client
+        .stream(STREAM)
+        .topic(retry_topic(TOPIC, &name))
+        .create_with(&TopicOptions::partitions(2), false)
+        .await
+        .unwrap();
+    let e = handlers().start(client, config(&name)).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            StartError::PartitionCountMismatch {
+                found: 2,
+                expected: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(
+        !topics().await.contains(&dead_letter_topic(TOPIC, &name)),
+        "the dead-letter topic was not created"
+    );
+}

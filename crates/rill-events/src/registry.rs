@@ -1,0 +1,224 @@
+//! Registration: the handlers of a consumer, erased to one shape per tag so the runtime
+//! can decode, reduce and call them without knowing their types.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::algebra::{AlgebraKind, Merge};
+use crate::{Algebra, BodyCodec, Context, Event, EventHandler, EventKey, HandleError};
+
+/// The main offsets a run item stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Source {
+    pub(crate) first: u64,
+    pub(crate) last: u64,
+}
+
+impl Merge for Source {
+    fn merge(self, other: Self) -> Self {
+        Self {
+            first: self.first.min(other.first),
+            last: self.last.max(other.last),
+        }
+    }
+}
+
+/// A record's body before decoding.
+#[derive(Debug, Clone)]
+pub(crate) struct RawItem {
+    pub(crate) value: Bytes,
+    pub(crate) codec: BodyCodec,
+    pub(crate) source: Source,
+}
+
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A handler of one tag, erased.
+pub(crate) trait Erased: Send + Sync {
+    fn tag(&self) -> u32;
+    fn topic(&self) -> &'static str;
+    fn algebra(&self) -> Algebra;
+    fn type_name(&self) -> &'static str;
+    /// Decodes and reduces a run; items whose body does not decode come back with why.
+    fn prepare(&self, items: Vec<RawItem>) -> (Arc<dyn Prepared>, Vec<(RawItem, String)>);
+}
+
+/// A decoded, reduced run, ready to be called in chunks.
+pub(crate) trait Prepared: Send + Sync {
+    fn len(&self) -> usize;
+    fn max_batch(&self) -> usize;
+    fn source(&self, i: usize) -> Source;
+    fn call<'a>(
+        &'a self,
+        ctx: &'a Context,
+        range: Range<usize>,
+    ) -> BoxFuture<'a, Result<(), HandleError>>;
+    /// The item's body, encoded again with its type's codec (for the retry topic).
+    fn encode(&self, i: usize) -> Result<(Vec<u8>, BodyCodec), String>;
+}
+
+struct Typed<E, H> {
+    handler: Arc<H>,
+    _event: PhantomData<fn() -> E>,
+}
+
+struct TypedRun<E: Event, H> {
+    handler: Arc<H>,
+    bodies: Vec<E::Body>,
+    sources: Vec<Source>,
+}
+
+impl<E: Event, H: EventHandler<E>> Erased for Typed<E, H> {
+    fn tag(&self) -> u32 {
+        E::TAG
+    }
+    fn topic(&self) -> &'static str {
+        <E::Key as EventKey>::TOPIC
+    }
+    fn algebra(&self) -> Algebra {
+        <E::Algebra as AlgebraKind<E::Body>>::ALGEBRA
+    }
+    fn type_name(&self) -> &'static str {
+        std::any::type_name::<E>()
+    }
+    fn prepare(&self, items: Vec<RawItem>) -> (Arc<dyn Prepared>, Vec<(RawItem, String)>) {
+        let mut decoded = Vec::with_capacity(items.len());
+        let mut failed = Vec::new();
+        for item in items {
+            match item.codec.decode::<E::Body>(&item.value) {
+                Ok(body) => decoded.push((body, item.source)),
+                Err(e) => failed.push((item, e.to_string())),
+            }
+        }
+        let reduced = E::Algebra::reduce(decoded);
+        let (bodies, sources) = reduced.into_iter().unzip();
+        let run = TypedRun::<E, H> {
+            handler: Arc::clone(&self.handler),
+            bodies,
+            sources,
+        };
+        (Arc::new(run), failed)
+    }
+}
+
+impl<E: Event, H: EventHandler<E>> Prepared for TypedRun<E, H> {
+    fn len(&self) -> usize {
+        self.bodies.len()
+    }
+    fn max_batch(&self) -> usize {
+        H::MAX_BATCH
+    }
+    fn source(&self, i: usize) -> Source {
+        self.sources[i]
+    }
+    fn call<'a>(
+        &'a self,
+        ctx: &'a Context,
+        range: Range<usize>,
+    ) -> BoxFuture<'a, Result<(), HandleError>> {
+        Box::pin(self.handler.handle(ctx, &self.bodies[range]))
+    }
+    fn encode(&self, i: usize) -> Result<(Vec<u8>, BodyCodec), String> {
+        E::CODEC
+            .encode(&self.bodies[i])
+            .map(|b| (b, E::CODEC))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The handlers of a consumer, built from shared dependencies `D` (or none), then
+/// started with [`Handlers::start`].
+///
+/// ```ignore
+/// let consumer = Handlers::with(deps)
+///     .on::<OrderPlaced, _>(|d| RecordOrder::new(&d.store))
+///     .on::<PaymentReceived, _>(|d| ApplyPayment::new(&d.store))
+///     .start(&client, config)
+///     .await?;
+/// ```
+pub struct Handlers<D = ()> {
+    deps: D,
+    pub(crate) entries: Vec<Arc<dyn Erased>>,
+}
+
+impl<D> std::fmt::Debug for Handlers<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handlers")
+            .field(
+                "types",
+                &self
+                    .entries
+                    .iter()
+                    .map(|e| e.type_name())
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl Default for Handlers<()> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Handlers<()> {
+    /// No handlers yet, and no dependencies to build them from.
+    pub fn new() -> Self {
+        Self {
+            deps: (),
+            entries: Vec::new(),
+        }
+    }
+}
+
+impl<D> Handlers<D> {
+    /// No handlers yet; [`Handlers::on`] builds each from `deps`.
+    pub fn with(deps: D) -> Self {
+        Self {
+            deps,
+            entries: Vec::new(),
+        }
+    }
+
+    /// Registers `handler` for events of type `E`. To serve several types with one
+    /// value, register an `Arc` of it for each.
+    pub fn handle<E: Event, H: EventHandler<E>>(mut self, handler: H) -> Self {
+        const { assert!(H::MAX_BATCH > 0, "EventHandler::MAX_BATCH must not be zero") };
+        self.entries.push(Arc::new(Typed::<E, H> {
+            handler: Arc::new(handler),
+            _event: PhantomData,
+        }));
+        self
+    }
+
+    /// Registers the handler `build` makes from the dependencies, for events of type
+    /// `E`.
+    pub fn on<E: Event, H: EventHandler<E>>(self, build: impl FnOnce(&D) -> H) -> Self {
+        let handler = build(&self.deps);
+        self.handle::<E, H>(handler)
+    }
+
+    /// The dependencies.
+    pub fn deps(&self) -> &D {
+        &self.deps
+    }
+}
+
+/// One value serving several event types is shared as an `Arc`.
+impl<E: Event, H: EventHandler<E>> EventHandler<E> for Arc<H> {
+    const MAX_BATCH: usize = H::MAX_BATCH;
+
+    fn handle(
+        &self,
+        ctx: &Context,
+        run: &[E::Body],
+    ) -> impl Future<Output = Result<(), HandleError>> + Send {
+        H::handle(self, ctx, run)
+    }
+}

@@ -1,0 +1,210 @@
+//! Executing one key's plan (docs/EVENTS.md §3.3): segments in order, each stage's runs
+//! at once, each run's chunks one after the other, transient failures retried in place.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+
+use crate::handler::{Context, ErrorKind};
+use crate::header::ErrorClass;
+use crate::plan::{Failure, KeyPlan, Rank};
+use crate::registry::{Erased, Prepared};
+
+/// A run ready to execute: its handler's entry and the decoded, reduced items.
+#[derive(Clone)]
+pub(crate) struct ReadyRun {
+    pub(crate) handler: Arc<dyn Erased>,
+    pub(crate) items: Arc<dyn Prepared>,
+}
+
+/// One key's work: its plan with every run prepared, and the context of its calls.
+pub(crate) struct KeyWork {
+    pub(crate) key: Bytes,
+    pub(crate) key_hash: u64,
+    pub(crate) partition: u32,
+    pub(crate) attempt: u32,
+    pub(crate) first_failure: Option<SystemTime>,
+    pub(crate) plan: KeyPlan,
+    /// Per segment, per stage (as `Segment::stages`), the stage's rank and runs.
+    pub(crate) stages: Vec<Vec<(Rank, Vec<ReadyRun>)>>,
+}
+
+impl KeyWork {
+    /// The prepared run of a piece.
+    pub(crate) fn run(&self, segment: usize, rank: Rank, run: usize) -> &ReadyRun {
+        let (_, runs) = self.stages[segment]
+            .iter()
+            .find(|(r, _)| *r == rank)
+            .expect("a piece names a stage of its segment");
+        &runs[run]
+    }
+}
+
+/// What the limits of in-place retries are.
+#[derive(Debug, Clone)]
+pub(crate) struct Retrying {
+    pub(crate) transient_max: u32,
+    pub(crate) delays: Vec<Duration>,
+}
+
+/// A chunk that went to the dead-letter topic as unrecoverable.
+pub(crate) struct DeadChunk {
+    pub(crate) run: ReadyRun,
+    pub(crate) range: std::ops::Range<usize>,
+    pub(crate) error: String,
+}
+
+/// How a key's execution ended.
+pub(crate) struct KeyOutcome {
+    pub(crate) work: KeyWork,
+    /// Where it stopped, the class and text of the first error, if it did.
+    pub(crate) failure: Option<(Failure, ErrorClass, String)>,
+    pub(crate) dead: Vec<DeadChunk>,
+    /// Events handled (items of completed chunks).
+    pub(crate) handled: u64,
+    /// Handler calls and their total time.
+    pub(crate) calls: u64,
+    pub(crate) call_time: Duration,
+}
+
+enum RunEnd {
+    Completed,
+    Failed {
+        done: usize,
+        class: ErrorClass,
+        error: String,
+    },
+}
+
+struct RunResult {
+    end: RunEnd,
+    dead: Vec<DeadChunk>,
+    handled: u64,
+    calls: u64,
+    call_time: Duration,
+}
+
+async fn run_one(run: ReadyRun, base: &Context, retrying: &Retrying) -> RunResult {
+    let len = run.items.len();
+    let step = run.items.max_batch().max(1);
+    let mut result = RunResult {
+        end: RunEnd::Completed,
+        dead: Vec::new(),
+        handled: 0,
+        calls: 0,
+        call_time: Duration::ZERO,
+    };
+    let mut start = 0;
+    while start < len {
+        let range = start..(start + step).min(len);
+        let mut ctx = base.clone();
+        let (first, last) = range
+            .clone()
+            .map(|i| run.items.source(i))
+            .fold((u64::MAX, 0), |(f, l), s| (f.min(s.first), l.max(s.last)));
+        ctx.offsets = (first, last);
+        let mut transient = 0u32;
+        loop {
+            let began = Instant::now();
+            let outcome = run.items.call(&ctx, range.clone()).await;
+            result.calls += 1;
+            result.call_time += began.elapsed();
+            match outcome {
+                Ok(()) => {
+                    result.handled += range.len() as u64;
+                    break;
+                }
+                Err(e)
+                    if e.kind() == ErrorKind::Transient && transient < retrying.transient_max =>
+                {
+                    let i = (transient as usize).min(retrying.delays.len().saturating_sub(1));
+                    let delay = retrying.delays.get(i).copied().unwrap_or(Duration::ZERO);
+                    tracing::debug!(error = %e, attempt = transient + 1, "transient failure; calling the chunk again");
+                    transient += 1;
+                    tokio::time::sleep(delay).await;
+                }
+                Err(e) => {
+                    let class = match e.kind() {
+                        ErrorKind::Transient => ErrorClass::Transient,
+                        ErrorKind::Retryable => ErrorClass::Retryable,
+                        ErrorKind::Unrecoverable => {
+                            result.dead.push(DeadChunk {
+                                run: run.clone(),
+                                range: range.clone(),
+                                error: e.to_string(),
+                            });
+                            break;
+                        }
+                    };
+                    result.end = RunEnd::Failed {
+                        done: start,
+                        class,
+                        error: e.to_string(),
+                    };
+                    return result;
+                }
+            }
+        }
+        start = range.end;
+    }
+    result
+}
+
+/// Executes a key's work to its end or its first failing stage.
+pub(crate) async fn run_key(work: KeyWork, retrying: Retrying) -> KeyOutcome {
+    let base = Context {
+        key: work.key.clone(),
+        key_hash: work.key_hash,
+        partition: work.partition,
+        offsets: (0, 0),
+        attempt: work.attempt,
+        first_failure: work.first_failure,
+    };
+    let mut outcome = KeyOutcome {
+        failure: None,
+        dead: Vec::new(),
+        handled: 0,
+        calls: 0,
+        call_time: Duration::ZERO,
+        work,
+    };
+    let stages = outcome.work.stages.clone();
+    for (s, segment) in stages.into_iter().enumerate() {
+        for (rank, runs) in segment {
+            let results =
+                futures_join_all(runs.into_iter().map(|r| run_one(r, &base, &retrying))).await;
+            let mut failed = Vec::new();
+            let mut first_error: Option<(ErrorClass, String)> = None;
+            for (i, r) in results.into_iter().enumerate() {
+                outcome.dead.extend(r.dead);
+                outcome.handled += r.handled;
+                outcome.calls += r.calls;
+                outcome.call_time += r.call_time;
+                if let RunEnd::Failed { done, class, error } = r.end {
+                    failed.push((i, done));
+                    first_error.get_or_insert((class, error));
+                }
+            }
+            if let Some((class, error)) = first_error {
+                outcome.failure = Some((
+                    Failure {
+                        segment: s,
+                        rank,
+                        failed,
+                    },
+                    class,
+                    error,
+                ));
+                return outcome;
+            }
+        }
+    }
+    outcome
+}
+
+/// Runs the futures at once in this task and waits for all of them.
+async fn futures_join_all<F: Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+    futures::future::join_all(futures).await
+}
