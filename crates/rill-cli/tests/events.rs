@@ -3,7 +3,8 @@
 //! docs/EVENTS.md that need a broker — a failing key does not delay another and its
 //! retried work folds with what arrived meanwhile (1), exhausted retries dead-letter
 //! (2), transient failures retry in place (3), two consumer names keep apart (7) — and a
-//! validation test for every start error.
+//! validation test for every start error; fences (4) and reductions (5) as the runtime
+//! executes them.
 
 #[macro_use]
 mod common;
@@ -28,6 +29,8 @@ over_both_transports!(
     a_transient_failure_retries_in_place_then_escalates,
     two_consumer_names_keep_their_own_retry_and_dead_letter_topics,
     start_refuses_every_invalid_configuration_and_creates_nothing,
+    fences_order_what_the_contract_requires_also_across_a_retry,
+    runs_are_reduced_by_their_algebra,
 );
 
 const STREAM: &str = "shop";
@@ -506,4 +509,283 @@ async fn start_refuses_every_invalid_configuration_and_creates_nothing(client: &
         !topics().await.contains(&dead_letter_topic(TOPIC, &name)),
         "the dead-letter topic was not created"
     );
+}
+
+// Scenarios 4 and 5 against a broker: fences and reductions as the runtime executes
+// them (the planner's exhaustive check is `crates/rill-events/tests/planner.rs`).
+
+/// A clock of call starts and ends, shared by the handlers of one test.
+static CLOCK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// (key, seq) → (call start, call end, index in call), of successful calls only.
+type Applied = Arc<Mutex<HashMap<(String, u32), (u64, u64, usize)>>>;
+
+macro_rules! step_event {
+    ($name:ident, $tag:literal) => {
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Event)]
+        #[event(tag = $tag, ordering_with = ordering_of)]
+        struct $name {
+            #[event(key)]
+            key: Seq,
+            seq: u32,
+            ordering: u8,
+        }
+
+        impl $name {
+            fn ordering_of(&self) -> rill_events::Ordering {
+                rill_events::Ordering::ALL[usize::from(self.ordering)]
+            }
+        }
+
+        impl EventHandler<$name> for Steps {
+            const MAX_BATCH: usize = 2;
+            async fn handle(&self, ctx: &Context, run: &[$name]) -> Result<(), HandleError> {
+                let key = ctx.key::<Seq>().unwrap().0;
+                let seqs: Vec<u32> = run.iter().map(|e| e.seq).collect();
+                self.call(key, seqs).await
+            }
+        }
+    };
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, EventKey)]
+#[event_key(topic = "steps")]
+struct Seq(String);
+
+/// Records successful calls; the first call holding a record of a key in `fail_once`
+/// fails retryably.
+struct Steps {
+    applied: Applied,
+    fail_once: Mutex<std::collections::HashSet<String>>,
+}
+
+impl Steps {
+    async fn call(&self, key: String, seqs: Vec<u32>) -> Result<(), HandleError> {
+        let start = CLOCK.fetch_add(1, Ordering::SeqCst);
+        // Long enough that calls allowed to overlap do.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        if self.fail_once.lock().remove(&key) {
+            return Err(HandleError::retryable("the first try of this key fails"));
+        }
+        let end = CLOCK.fetch_add(1, Ordering::SeqCst);
+        let mut applied = self.applied.lock();
+        for (i, s) in seqs.into_iter().enumerate() {
+            applied.insert((key.clone(), s), (start, end, i));
+        }
+        Ok(())
+    }
+}
+
+step_event!(StepA, 1);
+step_event!(StepB, 2);
+step_event!(StepC, 3);
+
+/// Scenario 4: sequences over 3 tags and 4 orderings on distinct keys, published in one
+/// interleaved log; every pair §3.1 requires is applied in order (the earlier call ends
+/// before the later starts, or they share a call in slice order), and so it is for keys
+/// whose first try fails and whose work is re-planned from the retry topic.
+async fn fences_order_what_the_contract_requires_also_across_a_retry(client: &Client) {
+    client
+        .stream(STREAM)
+        .topic("steps")
+        .create_with(&TopicOptions::partitions(2), true)
+        .await
+        .unwrap();
+    // The worked examples, then seeded random sequences.
+    let mut sequences: Vec<Vec<(u32, u8)>> = vec![
+        vec![(1, 0), (2, 0), (1, 0), (3, 0), (2, 0)],
+        vec![(1, 0), (2, 1), (1, 0), (2, 0), (3, 0)],
+        vec![(1, 0), (2, 0), (3, 2), (1, 0)],
+        vec![(1, 0), (2, 0), (1, 2), (2, 0)],
+        vec![(1, 0), (2, 3), (3, 0), (2, 2), (3, 0)],
+        vec![(1, 1), (1, 2), (2, 0)],
+    ];
+    let mut seed: u64 = 0x5eed_0004;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for _ in 0..24 {
+        let len = 2 + (next() % 5) as usize;
+        sequences.push(
+            (0..len)
+                .map(|_| (1 + (next() % 3) as u32, (next() % 4) as u8))
+                .collect(),
+        );
+    }
+    let steps = Arc::new(Steps {
+        applied: Arc::default(),
+        fail_once: Mutex::new(
+            (0..sequences.len())
+                .filter(|i| i % 3 == 1)
+                .map(|i| format!("s{i}"))
+                .collect(),
+        ),
+    });
+    let publisher = Publisher::new(client, STREAM);
+    // Interleave the sequences round-robin, each in its own order.
+    let longest = sequences.iter().map(Vec::len).max().unwrap();
+    for j in 0..longest {
+        for (i, s) in sequences.iter().enumerate() {
+            let Some(&(tag, ordering)) = s.get(j) else {
+                continue;
+            };
+            let key = Seq(format!("s{i}"));
+            let seq = j as u32;
+            match tag {
+                1 => publisher.publish(&StepA { key, seq, ordering }).await,
+                2 => publisher.publish(&StepB { key, seq, ordering }).await,
+                _ => publisher.publish(&StepC { key, seq, ordering }).await,
+            }
+            .unwrap();
+        }
+    }
+    let total: usize = sequences.iter().map(Vec::len).sum();
+    let consumer = Handlers::new()
+        .handle::<StepA, _>(Arc::clone(&steps))
+        .handle::<StepB, _>(Arc::clone(&steps))
+        .handle::<StepC, _>(Arc::clone(&steps))
+        .start(
+            client,
+            ConsumerConfig::new(STREAM, "steps", Assignment::Partitions(vec![0, 1]))
+                .retry_delays([Duration::from_millis(50)])
+                .poll_interval(Duration::from_millis(20)),
+        )
+        .await
+        .unwrap();
+    until("every step is applied", || async {
+        steps.applied.lock().len() == total
+    })
+    .await;
+    consumer.shutdown(Duration::from_secs(10)).await;
+    let applied = steps.applied.lock();
+    let ord = |o: u8| rill_events::Ordering::ALL[usize::from(o)];
+    for (i, s) in sequences.iter().enumerate() {
+        let key = format!("s{i}");
+        for x in 0..s.len() {
+            for y in x + 1..s.len() {
+                let required = s[x].0 == s[y].0 || ord(s[x].1).acquires() || ord(s[y].1).releases();
+                if !required {
+                    continue;
+                }
+                let a = applied[&(key.clone(), x as u32)];
+                let b = applied[&(key.clone(), y as u32)];
+                let in_order = a.1 < b.0 || ((a.0, a.1) == (b.0, b.1) && a.2 < b.2);
+                assert!(
+                    in_order,
+                    "sequence {i} {s:?} (first try fails: {}): {x} must be applied before {y}, calls {a:?} and {b:?}",
+                    i % 3 == 1
+                );
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, EventKey)]
+#[event_key(topic = "flags")]
+struct Flag(String);
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Event)]
+#[event(name = "set", algebra = Idempotent)]
+struct Set {
+    #[event(key)]
+    flag: Flag,
+    value: u8,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Event)]
+#[event(name = "tag", algebra = IdempotentCommutative)]
+struct Tagged {
+    #[event(key)]
+    flag: Flag,
+    value: u8,
+}
+
+/// Calls per key, with their values.
+#[derive(Default)]
+struct Seen(Mutex<Vec<(String, Vec<u8>)>>);
+
+impl EventHandler<Set> for Seen {
+    const MAX_BATCH: usize = 100;
+    async fn handle(&self, ctx: &Context, run: &[Set]) -> Result<(), HandleError> {
+        let key = ctx.key::<Flag>().unwrap().0;
+        self.0
+            .lock()
+            .push((key, run.iter().map(|e| e.value).collect()));
+        Ok(())
+    }
+}
+
+impl EventHandler<Tagged> for Seen {
+    const MAX_BATCH: usize = 100;
+    async fn handle(&self, ctx: &Context, run: &[Tagged]) -> Result<(), HandleError> {
+        let key = ctx.key::<Flag>().unwrap().0;
+        self.0
+            .lock()
+            .push((key, run.iter().map(|e| e.value).collect()));
+        Ok(())
+    }
+}
+
+/// Scenario 5: an associative run folds (`1` and `2` → one call with `3`), an idempotent
+/// run loses adjacent duplicates (`1,1,2,1,1` → `1,2,1`), an idempotent-commutative run
+/// every duplicate (→ `1,2`). Each run is published in one batch, so it is polled whole.
+async fn runs_are_reduced_by_their_algebra(client: &Client) {
+    for t in ["flags", TOPIC] {
+        topic(client, t).await;
+    }
+    let publisher = Publisher::new(client, STREAM);
+    let values = [1u8, 1, 2, 1, 1];
+    let sets: Vec<Set> = values
+        .iter()
+        .map(|&value| Set {
+            flag: Flag("idem".into()),
+            value,
+        })
+        .collect();
+    let tags: Vec<Tagged> = values
+        .iter()
+        .map(|&value| Tagged {
+            flag: Flag("comm".into()),
+            value,
+        })
+        .collect();
+    publisher.publish_batch(&sets).await.unwrap();
+    publisher.publish_batch(&tags).await.unwrap();
+    publisher
+        .publish_batch(&[add("u1", 1), add("u1", 2)])
+        .await
+        .unwrap();
+    let seen = Arc::new(Seen::default());
+    let ledger = Arc::new(Ledger::default());
+    let flags = Handlers::new()
+        .handle::<Set, _>(Arc::clone(&seen))
+        .handle::<Tagged, _>(Arc::clone(&seen))
+        .start(client, config("reduce"))
+        .await
+        .unwrap();
+    let adds = Handlers::new()
+        .handle::<Add, _>(Apply(Arc::clone(&ledger)))
+        .start(client, config("reduce"))
+        .await
+        .unwrap();
+    until("both flags are seen", || async { seen.0.lock().len() == 2 }).await;
+    until("the adds are applied", || async {
+        ledger.applied("u1") == 3
+    })
+    .await;
+    flags.shutdown(Duration::from_secs(10)).await;
+    adds.shutdown(Duration::from_secs(10)).await;
+    let mut calls = seen.0.lock().clone();
+    calls.sort();
+    assert_eq!(
+        calls,
+        [
+            ("comm".to_owned(), vec![1, 2]),
+            ("idem".to_owned(), vec![1, 2, 1])
+        ]
+    );
+    assert_eq!(ledger.calls_of("u1"), [(vec![3], true)]);
 }
