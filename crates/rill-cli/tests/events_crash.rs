@@ -1,0 +1,267 @@
+//! Scenario 6 of docs/EVENTS.md: an events consumer killed with SIGKILL mid-batch under
+//! `NoEventLose` loses nothing — after restarts every event is applied at least once,
+//! within each run every key's events are applied in log order, and pending retries and
+//! quarantines survive (a key quarantined at the kill is not overtaken by its later
+//! events after the restart). Over TCP (the broker survives the consumer) and embedded
+//! (the broker dies with it).
+//!
+//! The consuming process is this test binary run again (`child_events_consumer`,
+//! ignored in normal runs). Its handler prints `applied KEY SEQ` for each event of a
+//! successful call, and fails the first call of every run that holds a key's event 3
+//! (so keys go through the retry topic, and some are quarantined when the kill comes).
+//! The parent kills it after a seeded number of lines, three times, then lets a last run
+//! finish.
+
+#[macro_use]
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rill_client::{Client, TopicOptions};
+use rill_events::{
+    Assignment, ConsumerConfig, Context, Event, EventHandler, EventKey, HandleError, Handlers,
+    Publisher,
+};
+use serde::{Deserialize, Serialize};
+
+const ENV: &str = "RILL_EVENTS_CRASH_CHILD";
+const PREFIX: &str = "events-crash:";
+const KEYS: u32 = 6;
+const PER_KEY: u32 = 10;
+const KILLS: u32 = 3;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, EventKey)]
+#[event_key(topic = "steps")]
+struct Key(String);
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Event)]
+#[event(name = "step")]
+struct Step {
+    #[event(key)]
+    key: Key,
+    seq: u32,
+}
+
+struct Print {
+    /// Keys whose call holding event 3 already failed in this run.
+    failed: Mutex<BTreeSet<String>>,
+}
+
+impl EventHandler<Step> for Print {
+    const MAX_BATCH: usize = 4;
+
+    async fn handle(&self, ctx: &Context, run: &[Step]) -> Result<(), HandleError> {
+        let key = ctx.key::<Key>().unwrap().0;
+        if run.iter().any(|s| s.seq == 3) && self.failed.lock().insert(key.clone()) {
+            return Err(HandleError::retryable(
+                "event 3 fails on its first try of a run",
+            ));
+        }
+        for s in run {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{PREFIX} applied {key} {}", s.seq).unwrap();
+            out.flush().unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        Ok(())
+    }
+}
+
+/// One consuming process; killed when dropped.
+struct ChildConsumer {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl ChildConsumer {
+    fn start(broker: &str) -> Self {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "child_events_consumer",
+                "--ignored",
+                "--nocapture",
+            ])
+            .args(["--test-threads", "1"])
+            .env(ENV, broker)
+            .env("RILL_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn the consuming process");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(at) = line.find(PREFIX)
+                    && tx
+                        .send(line[at + PREFIX.len()..].trim().to_owned())
+                        .is_err()
+                {
+                    return;
+                }
+            }
+        });
+        Self { child, lines }
+    }
+
+    /// The next `applied KEY SEQ`, or `None` after `quiet` without one.
+    fn applied(&self, quiet: Duration) -> Option<(String, u32)> {
+        let line = self.lines.recv_timeout(quiet).ok()?;
+        let mut parts = line.split_whitespace();
+        assert_eq!(parts.next(), Some("applied"));
+        let key = parts.next().unwrap().to_owned();
+        Some((key, parts.next().unwrap().parse().unwrap()))
+    }
+}
+
+impl Drop for ChildConsumer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn client_of(broker: &str) -> Client {
+    if broker.starts_with("rill://") {
+        Client::connect(broker).await.unwrap()
+    } else {
+        Client::open(Path::new(broker)).await.unwrap()
+    }
+}
+
+fn run(tcp: bool, seed: u64) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = tcp.then(|| common::ServerProcess::start(&data));
+    let broker = match &server {
+        Some(s) => s.url(),
+        None => data.display().to_string(),
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = client_of(&broker).await;
+        client
+            .stream("crash")
+            .topic("steps")
+            .create_with(&TopicOptions::partitions(2), false)
+            .await
+            .unwrap();
+        let publisher = Publisher::new(&client, "crash");
+        let steps: Vec<Step> = (0..PER_KEY)
+            .flat_map(|seq| {
+                (0..KEYS).map(move |k| Step {
+                    key: Key(format!("k{k}")),
+                    seq,
+                })
+            })
+            .collect();
+        // In a few batches, so polls and kills fall between them too.
+        for chunk in steps.chunks(13) {
+            publisher.publish_batch(chunk).await.unwrap();
+        }
+        publisher.close().await.unwrap();
+        client.close().await.unwrap();
+    });
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut problems = Vec::new();
+    let mut applied: BTreeSet<(String, u32)> = BTreeSet::new();
+    for kill in 0..=KILLS {
+        let last = kill == KILLS;
+        let kill_after = rng.random_range(3..20);
+        let child = ChildConsumer::start(&broker);
+        // Per key, what this run applied, in order.
+        let mut order: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        let mut lines = 0;
+        loop {
+            let quiet = Duration::from_secs(if last { 15 } else { 60 });
+            let Some((key, seq)) = child.applied(quiet) else {
+                if !last {
+                    problems.push(format!("run {kill}: the consumer went quiet"));
+                }
+                break;
+            };
+            lines += 1;
+            order.entry(key.clone()).or_default().push(seq);
+            applied.insert((key, seq));
+            if !last && lines == kill_after {
+                break;
+            }
+            if last && applied.len() as u32 == KEYS * PER_KEY {
+                break;
+            }
+        }
+        drop(child);
+        for (key, seqs) in order {
+            if seqs.windows(2).any(|w| w[0] >= w[1]) {
+                problems.push(format!(
+                    "run {kill}: {key}'s events were applied out of order: {seqs:?}"
+                ));
+            }
+        }
+    }
+    let missing: Vec<(u32, u32)> = (0..KEYS)
+        .flat_map(|k| (0..PER_KEY).map(move |s| (k, s)))
+        .filter(|(k, s)| !applied.contains(&(format!("k{k}"), *s)))
+        .collect();
+    if !missing.is_empty() {
+        problems.push(format!("events never applied (key, seq): {missing:?}"));
+    }
+    drop(server);
+    problems
+}
+
+fn check(tcp: bool) {
+    let seed = std::env::var("RILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("seed {seed} (replay with RILL_SEED={seed})");
+    let problems = run(tcp, seed);
+    assert!(problems.is_empty(), "seed {seed}:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn killed_consumer_loses_no_event_and_keeps_key_order_tcp() {
+    check(true);
+}
+
+#[test]
+fn killed_consumer_loses_no_event_and_keeps_key_order_embedded() {
+    check(false);
+}
+
+/// The consuming process of the tests above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the consuming process of the events crash tests, run by them"]
+async fn child_events_consumer() {
+    let Ok(broker) = std::env::var(ENV) else {
+        eprintln!("{ENV} is not set: this is run by the events crash tests only");
+        return;
+    };
+    let client = client_of(&broker).await;
+    let consumer = Handlers::new()
+        .handle::<Step, _>(Print {
+            failed: Mutex::default(),
+        })
+        .start(
+            &client,
+            ConsumerConfig::new("crash", "steps", Assignment::Partitions(vec![0, 1]))
+                .retry_delays([Duration::from_millis(30); 3])
+                .poll_count(7)
+                .poll_interval(Duration::from_millis(10)),
+        )
+        .await
+        .unwrap();
+    let mut consumer = consumer;
+    let ended = consumer.closed().await;
+    panic!("a partition task ended: {ended:?}");
+}
