@@ -10,6 +10,7 @@
 mod admin;
 mod bench;
 mod consume;
+mod events;
 mod produce;
 mod serve;
 mod target;
@@ -58,6 +59,9 @@ enum Command {
     /// Inspect consumer groups.
     #[command(subcommand)]
     Group(admin::GroupCommand),
+    /// Dead letters of typed-events consumers.
+    #[command(subcommand)]
+    Events(events::EventsCommand),
     /// Publish records (from arguments or standard input).
     Produce(produce::ProduceArgs),
     /// Read records.
@@ -96,6 +100,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Stream(c) => admin::stream(c, &target).await,
         Command::Topic(c) => admin::topic(c, &target).await,
         Command::Group(c) => admin::group(c, &target).await,
+        Command::Events(c) => events::run(c, &target).await,
         Command::Produce(args) => produce::run(args, &target).await,
         Command::Consume(args) => consume::run(args, &target).await,
         Command::Bench(args) => bench::run(args, &target).await,

@@ -789,3 +789,149 @@ async fn runs_are_reduced_by_their_algebra(client: &Client) {
     );
     assert_eq!(ledger.calls_of("u1"), [(vec![3], true)]);
 }
+
+/// `rill` run with `args` against `url`: (exit code, stdout, stderr).
+fn rill(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(common::rill_bin())
+        .args(args)
+        .args(["--server", url])
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+/// `rill events dlq` lists dead letters (text and JSON, all or of one key) and `rill
+/// events replay` re-publishes them once: a second replay publishes nothing, and the
+/// consumer applies each replayed event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_lists_and_replays_dead_letters_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::ServerProcess::start(&dir.path().join("data"));
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    topic(&client, TOPIC).await;
+    let ledger = Arc::new(Ledger::default());
+    ledger
+        .poison
+        .lock()
+        .extend(["u1".to_owned(), "u3".to_owned()]);
+    let publisher = Publisher::new(&client, STREAM);
+    publisher.publish(&add("u1", 3)).await.unwrap();
+    publisher.publish(&add("u2", 4)).await.unwrap();
+    publisher.publish(&add("u3", 5)).await.unwrap();
+    let consumer = Handlers::new()
+        .handle::<Add, _>(Apply(Arc::clone(&ledger)))
+        .start(&client, config("billing"))
+        .await
+        .unwrap();
+    until("u1 and u3 are dead letters", || async {
+        records(&client, &dead_letter_topic(TOPIC, "billing"))
+            .await
+            .len()
+            == 2
+    })
+    .await;
+    let spec = format!("{STREAM}/{TOPIC}");
+    let (code, out, err) = rill(
+        &url,
+        &["events", "dlq", &spec, "--consumer", "billing", "--json"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let letters: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(letters.len(), 2, "{out}");
+    assert_eq!(letters[0]["reason"], "unrecoverable");
+    assert_eq!(letters[0]["key"], "u1");
+    assert_eq!(letters[0]["source_partition"], 0);
+    assert_eq!(letters[0]["source_first_offset"], 0);
+    assert_eq!(letters[1]["key"], "u3");
+    assert_eq!(letters[1]["source_first_offset"], 2);
+    assert!(
+        letters[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("u1 is closed")
+    );
+    let (code, out, _) = rill(
+        &url,
+        &[
+            "events",
+            "dlq",
+            &spec,
+            "--consumer",
+            "billing",
+            "--key",
+            "u3",
+        ],
+    );
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "a header and u3's letter: {out}");
+    assert!(lines[0].starts_with("partition\toffset\treason"));
+    assert!(lines[1].contains("\tu3\t0/2..=2\t"), "{}", lines[1]);
+    // Replay u3 only, with the handler fixed: applied once, listed no more.
+    ledger.poison.lock().retain(|u| u != "u3");
+    let (code, _, err) = rill(
+        &url,
+        &[
+            "events",
+            "replay",
+            &spec,
+            "--consumer",
+            "billing",
+            "--key",
+            "u3",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("replayed 1"), "{err}");
+    until("u3 is applied from the replay", || async {
+        ledger.applied("u3") == 5
+    })
+    .await;
+    let (_, err2) = {
+        let (code, _, err) = rill(
+            &url,
+            &[
+                "events",
+                "replay",
+                &spec,
+                "--consumer",
+                "billing",
+                "--key",
+                "u3",
+            ],
+        );
+        (code, err)
+    };
+    assert!(
+        err2.contains("replayed 0"),
+        "a second replay publishes nothing: {err2}"
+    );
+    let (_, out, _) = rill(
+        &url,
+        &["events", "dlq", &spec, "--consumer", "billing", "--json"],
+    );
+    assert_eq!(out.lines().count(), 1, "only u1 is left: {out}");
+    // Bad arguments are usage errors.
+    let (code, _, _) = rill(
+        &url,
+        &["events", "dlq", "no-slash", "--consumer", "billing"],
+    );
+    assert_eq!(code, 1);
+    let (code, _, _) = rill(&url, &["events", "dlq", &spec]);
+    assert_eq!(code, 2, "--consumer is required");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    consumer.shutdown(Duration::from_secs(10)).await;
+    assert_eq!(
+        ledger.applied("u3"),
+        5,
+        "the replayed event was applied once"
+    );
+}

@@ -8,6 +8,7 @@
 
 mod algebra;
 mod config;
+mod dlq;
 mod error;
 mod handler;
 mod header;
@@ -24,6 +25,7 @@ pub use algebra::{
 pub use config::{
     Assignment, ConsumerConfig, DeliveryMode, Unhandled, dead_letter_topic, retry_topic,
 };
+pub use dlq::{DeadLetter, KEY_HEADER, dead_letters, replay_dead_letters};
 pub use error::{PublishError, StartError};
 pub use handler::{Context, ErrorKind, EventHandler, HandleError};
 pub use header::{

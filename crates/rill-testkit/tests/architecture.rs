@@ -17,7 +17,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("rill-server", &["rill-format", "rill-proto", "rill-broker"]),
     // The embedded transport (feature `embedded`, on by default) runs a broker in-process.
     ("rill-client", &["rill-format", "rill-proto", "rill-broker"]),
-    ("rill-cli", &["rill-client", "rill-server", "rill-broker"]),
+    (
+        "rill-cli",
+        &["rill-client", "rill-events", "rill-server", "rill-broker"],
+    ),
     ("rill", &["rill-client", "rill-events"]),
     // Typed events stand on the client only (DESIGN.md §2); the derive macros on nothing.
     ("rill-events", &["rill-client", "rill-events-derive"]),

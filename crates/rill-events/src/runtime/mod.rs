@@ -3,7 +3,7 @@
 
 mod execute;
 mod partition;
-mod records;
+pub(crate) mod records;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;

@@ -900,7 +900,7 @@ async fn send_to(
     }
     for mut m in other {
         if let Some(k) = m.key.take() {
-            m = m.with_header("rill.key", rill_client::Value::Bytes(k));
+            m = m.with_header(crate::KEY_HEADER, rill_client::Value::Bytes(k));
         }
         producer.send_to_partition(m, p).await?;
     }
