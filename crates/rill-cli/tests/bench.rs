@@ -253,3 +253,64 @@ fn bad_numbers_are_usage_errors() {
     // Nothing was created.
     assert!(!dir.path().join("data").exists());
 }
+
+/// `rill bench events`: the JSON contract of docs/CLI.md, every event handled, the
+/// sequential consumer and the raw read measured in the same run, and the stream of the
+/// run deleted afterwards.
+#[test]
+fn events_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let out = rill(&[
+        "bench",
+        "events",
+        "--data",
+        data,
+        "--events",
+        "3000",
+        "--keys",
+        "100",
+        "--partitions",
+        "2",
+        "--handler-us",
+        "200",
+        "--json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["workload"], "events");
+    assert_eq!(v["events"], 3000);
+    assert_eq!(
+        v["raw_consume_records"], 3000,
+        "the raw read saw every record"
+    );
+    for k in [
+        "events_per_s",
+        "sequential_events_per_s",
+        "speedup",
+        "raw_consume_records_per_s",
+    ] {
+        assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {v}");
+    }
+    let speedup =
+        v["events_per_s"].as_f64().unwrap() / v["sequential_events_per_s"].as_f64().unwrap();
+    assert!(
+        (speedup - v["speedup"].as_f64().unwrap()).abs() < 1e-6 * speedup,
+        "{v}"
+    );
+    assert!(v["sequential_events"].as_u64().unwrap() > 0, "{v}");
+    let list = rill(&["stream", "list", "--data", data]);
+    assert!(
+        !String::from_utf8_lossy(&list.stdout).contains("bench-events"),
+        "the run's stream is deleted"
+    );
+    // Its flags are its own.
+    let out = rill(&["bench", "produce", "--data", data, "--handler-us", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+}

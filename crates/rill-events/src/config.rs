@@ -64,7 +64,7 @@ impl ConsumerConfig {
             poll_interval: Duration::from_millis(100),
             max_pending_retry: 100_000,
             transient_max: 3,
-            handler_concurrency: 256,
+            handler_concurrency: 1024,
             unhandled: Unhandled::default(),
         }
     }
@@ -108,7 +108,7 @@ impl ConsumerConfig {
         self
     }
 
-    /// Keys whose handlers run at once, over all partitions (default 256).
+    /// Keys whose handlers run at once, over all partitions (default 1,024).
     pub fn handler_concurrency(mut self, n: usize) -> Self {
         self.handler_concurrency = n;
         self

@@ -6,6 +6,7 @@
 //! cold memory are several times slower), then resets its histograms and timers and
 //! measures `--messages` records.
 
+mod events;
 mod group;
 mod stats;
 mod workers;
@@ -43,6 +44,9 @@ enum Workload {
     Consume,
     /// Publish while consumers long-poll; latency from publish to receive per record.
     E2e,
+    /// Typed events over many keys through the events runtime, against a strictly
+    /// sequential consumer and a plain read of the same records.
+    Events,
 }
 
 impl Workload {
@@ -51,6 +55,7 @@ impl Workload {
             Self::Produce => "produce",
             Self::Consume => "consume",
             Self::E2e => "e2e",
+            Self::Events => "events",
         }
     }
 }
@@ -118,6 +123,15 @@ pub(crate) struct BenchArgs {
     /// a durable store at each poll).
     #[arg(long, value_enum, default_value_t = GroupCommit::Polling, requires = "group")]
     commit_policy: GroupCommit,
+    /// events: how many events to publish and consume [default: 100000].
+    #[arg(long, value_name = "N", value_parser = between(1, u64::MAX))]
+    events: Option<u64>,
+    /// events: distinct keys the events are spread over.
+    #[arg(long, default_value_t = 1000, value_parser = between(1, u64::from(u32::MAX)))]
+    keys: u64,
+    /// events: µs the handler awaits per call (and the sequential consumer per record).
+    #[arg(long, default_value_t = 0, value_parser = between(0, 10_000_000))]
+    handler_us: u64,
     /// Print one JSON object on stdout.
     #[arg(long)]
     json: bool,
@@ -270,6 +284,24 @@ fn usage_error(message: &str) -> ! {
 }
 
 pub(crate) async fn run(args: BenchArgs, target: &Target) -> anyhow::Result<()> {
+    if args.workload == Workload::Events {
+        let plan = events::EventsPlan {
+            events: args.events.unwrap_or(100_000),
+            keys: args.keys as u32,
+            partitions: u32::try_from(args.partitions).unwrap_or(u32::MAX),
+            handler_us: args.handler_us,
+            keep: args.keep,
+            json: args.json,
+        };
+        let client = target.client().await?;
+        let outcome = events::run(plan, &client).await;
+        let closed = target::finish(&client).await;
+        outcome?;
+        return closed;
+    }
+    if args.events.is_some() || args.handler_us != 0 {
+        usage_error("--events and --handler-us are for `rill bench events`");
+    }
     let plan = Arc::new(Plan::new(args).unwrap_or_else(|m| usage_error(&m)));
     let client = target.client().await?;
     let transport = if client.is_embedded() {
@@ -324,6 +356,13 @@ pub(crate) async fn run(args: BenchArgs, target: &Target) -> anyhow::Result<()> 
 }
 
 /// `bench-<workload>-<random hex>`.
+/// A number that tells this run's topics from other runs'.
+fn run_id() -> u32 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish() as u32
+}
+
 fn topic_name(workload: Workload) -> String {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
@@ -360,6 +399,7 @@ async fn bench(topic: &Topic, plan: &Arc<Plan>) -> anyhow::Result<Report> {
         Workload::Produce => produce(topic, plan).await,
         Workload::Consume => consume(topic, plan).await,
         Workload::E2e => e2e(topic, plan).await,
+        Workload::Events => unreachable!("`rill bench events` is run before a plan is made"),
     };
     if plan.keep {
         note(format_args!("kept topic {label} (--keep)"));

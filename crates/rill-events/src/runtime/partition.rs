@@ -114,6 +114,12 @@ pub(crate) struct PartitionTask {
     retry_stored: Option<u64>,
     keys: HashMap<Bytes, Quarantined>,
     pending: usize,
+    /// Whether the retry partition may hold records not read yet: at start and after
+    /// this task appended to it (nothing else writes to it).
+    retry_unread: bool,
+    /// The main offset store in flight under `NoEventLose` (at most one: the next
+    /// batch runs while it completes, and the next store waits for it).
+    main_store: Option<tokio::task::JoinHandle<Result<(), ClientError>>>,
     stop: watch::Receiver<bool>,
 }
 
@@ -141,6 +147,8 @@ impl PartitionTask {
             retry_stored,
             keys: HashMap::new(),
             pending: 0,
+            retry_unread: true,
+            main_store: None,
             stop,
         })
     }
@@ -167,6 +175,9 @@ impl PartitionTask {
             }
         }
         // A last store of what is done; a failure here leaves work to run again.
+        if let Err(e) = self.settle_main_store().await {
+            tracing::warn!(partition = self.partition, error = %e, "storing the main offset at shutdown failed");
+        }
         if let Err(e) = self.store_retry_offset().await {
             tracing::warn!(partition = self.partition, error = %e, "storing the retry offset at shutdown failed");
         }
@@ -182,7 +193,9 @@ impl PartitionTask {
     }
 
     async fn step(&mut self) -> Result<(), ClientError> {
-        self.read_retry().await?;
+        if self.retry_unread {
+            self.read_retry().await?;
+        }
         let due = self.due_keys();
         if !due.is_empty() {
             let mut writes = Writes::default();
@@ -211,10 +224,32 @@ impl PartitionTask {
         self.run_main(records, &mut writes).await?;
         self.write(writes).await?;
         if self.shared.config.mode == DeliveryMode::NoEventLose {
-            self.store_main(next).await?;
+            // The batch is done; its store may complete while the next batch runs (a
+            // crash before it does runs the batch again: at least once).
+            self.settle_main_store().await?;
+            let Some(consumed) = next.checked_sub(1) else {
+                return Ok(());
+            };
+            let shared = Arc::clone(&self.shared);
+            let p = self.partition;
+            self.main_store = Some(tokio::spawn(async move {
+                shared.store_main(Position::new(p, consumed)).await
+            }));
         }
         self.main_next = next;
         Ok(())
+    }
+
+    /// Waits for the main offset store in flight, if any.
+    async fn settle_main_store(&mut self) -> Result<(), ClientError> {
+        match self.main_store.take() {
+            None => Ok(()),
+            Some(h) => match h.await {
+                Ok(result) => result,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => Ok(()),
+            },
+        }
     }
 
     fn until_next_due(&self) -> Duration {
@@ -316,6 +351,7 @@ impl PartitionTask {
                 break;
             }
         }
+        self.retry_unread = false;
         if self.pending > self.shared.config.max_pending_retry + self.shared.config.poll_count {
             tracing::warn!(
                 partition = self.partition,
@@ -405,7 +441,7 @@ impl PartitionTask {
 
     /// Dead letters first, then retry records (one batch: a key's remainder and its
     /// marker are appended together or not at all).
-    async fn write(&self, writes: Writes) -> Result<(), ClientError> {
+    async fn write(&mut self, writes: Writes) -> Result<(), ClientError> {
         let p = self.partition;
         if !writes.dead.is_empty() {
             let n = writes.dead.len() as u64;
@@ -420,6 +456,7 @@ impl PartitionTask {
             self.shared.metrics.dead_letters.fetch_add(n, ORD);
         }
         if !writes.retry.is_empty() {
+            self.retry_unread = true;
             let n = writes.retry.len() as u64;
             send_to(
                 &self.shared.retry_producer,
