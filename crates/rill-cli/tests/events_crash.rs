@@ -67,7 +67,7 @@ impl EventHandler<Step> for Print {
         }
         for s in run {
             let mut out = std::io::stdout().lock();
-            writeln!(out, "{PREFIX} applied {key} {}", s.seq).unwrap();
+            writeln!(out, "{PREFIX} applied {key} {} {}", s.seq, ctx.partition()).unwrap();
             out.flush().unwrap();
         }
         tokio::time::sleep(Duration::from_millis(3)).await;
@@ -83,6 +83,11 @@ struct ChildConsumer {
 
 impl ChildConsumer {
     fn start(broker: &str) -> Self {
+        Self::start_as(broker, "partitions")
+    }
+
+    /// `assignment` is `partitions` (both, listed) or `group`.
+    fn start_as(broker: &str, assignment: &str) -> Self {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -91,7 +96,7 @@ impl ChildConsumer {
                 "--nocapture",
             ])
             .args(["--test-threads", "1"])
-            .env(ENV, broker)
+            .env(ENV, format!("{broker}|{assignment}"))
             .env("RILL_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -115,11 +120,17 @@ impl ChildConsumer {
 
     /// The next `applied KEY SEQ`, or `None` after `quiet` without one.
     fn applied(&self, quiet: Duration) -> Option<(String, u32)> {
+        self.applied_at(quiet).map(|(k, s, _)| (k, s))
+    }
+
+    /// The next `applied KEY SEQ PARTITION`, or `None` after `quiet` without one.
+    fn applied_at(&self, quiet: Duration) -> Option<(String, u32, u32)> {
         let line = self.lines.recv_timeout(quiet).ok()?;
         let mut parts = line.split_whitespace();
         assert_eq!(parts.next(), Some("applied"));
         let key = parts.next().unwrap().to_owned();
-        Some((key, parts.next().unwrap().parse().unwrap()))
+        let seq = parts.next().unwrap().parse().unwrap();
+        Some((key, seq, parts.next().unwrap().parse().unwrap()))
     }
 }
 
@@ -243,18 +254,23 @@ fn killed_consumer_loses_no_event_and_keeps_key_order_embedded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "the consuming process of the events crash tests, run by them"]
 async fn child_events_consumer() {
-    let Ok(broker) = std::env::var(ENV) else {
+    let Ok(config) = std::env::var(ENV) else {
         eprintln!("{ENV} is not set: this is run by the events crash tests only");
         return;
     };
-    let client = client_of(&broker).await;
+    let (broker, assignment) = config.split_once('|').expect("BROKER|ASSIGNMENT");
+    let assignment = match assignment {
+        "group" => Assignment::Group,
+        _ => Assignment::Partitions(vec![0, 1]),
+    };
+    let client = client_of(broker).await;
     let consumer = Handlers::new()
         .handle::<Step, _>(Print {
             failed: Mutex::default(),
         })
         .start(
             &client,
-            ConsumerConfig::new("crash", "steps", Assignment::Partitions(vec![0, 1]))
+            ConsumerConfig::new("crash", "steps", assignment)
                 .retry_delays([Duration::from_millis(30); 3])
                 .poll_count(7)
                 .poll_interval(Duration::from_millis(10)),
@@ -262,6 +278,109 @@ async fn child_events_consumer() {
         .await
         .unwrap();
     let mut consumer = consumer;
-    let ended = consumer.closed().await;
-    panic!("a partition task ended: {ended:?}");
+    // A group member's tasks end when their partitions move; anything else is fatal.
+    loop {
+        match consumer.closed().await {
+            Some((_, rill_events::Ended::Shutdown)) => {}
+            None => std::future::pending::<()>().await,
+            Some(ended) => panic!("a partition task ended: {ended:?}"),
+        }
+    }
+}
+
+/// Two consuming processes in one consumer group split the partitions; when one is
+/// killed (SIGKILL: its connection closes and the broker drops it at once), the other
+/// takes its partitions over, and no event is skipped.
+#[test]
+fn a_group_member_takes_over_the_partitions_of_one_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::ServerProcess::start(&dir.path().join("data"));
+    let url = server.url();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let publish = |from: u32, to: u32| {
+        runtime.block_on(async {
+            let client = client_of(&url).await;
+            let publisher = Publisher::new(&client, "crash");
+            let steps: Vec<Step> = (from..to)
+                .flat_map(|seq| {
+                    (0..KEYS).map(move |k| Step {
+                        key: Key(format!("k{k}")),
+                        seq,
+                    })
+                })
+                .collect();
+            publisher.publish_batch(&steps).await.unwrap();
+            publisher.close().await.unwrap();
+            client.close().await.unwrap();
+        });
+    };
+    runtime.block_on(async {
+        let client = client_of(&url).await;
+        client
+            .stream("crash")
+            .topic("steps")
+            .create_with(&TopicOptions::partitions(2), false)
+            .await
+            .unwrap();
+        client.close().await.unwrap();
+    });
+    publish(0, 5);
+    let mut published = 5;
+    let a = ChildConsumer::start_as(&url, "group");
+    let b = ChildConsumer::start_as(&url, "group");
+    let mut applied: BTreeSet<(String, u32)> = BTreeSet::new();
+    let mut by_a: BTreeSet<u32> = BTreeSet::new();
+    let mut by_b: BTreeSet<u32> = BTreeSet::new();
+    let (mut events_a, mut events_b) = (BTreeSet::new(), BTreeSet::new());
+    // Until both have applied something (each owns a partition), publishing more
+    // while one member holds everything.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while by_a.is_empty() || by_b.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the members never split the partitions: a {by_a:?}, b {by_b:?}"
+        );
+        while let Some((k, s, p)) = a.applied_at(Duration::from_millis(50)) {
+            events_a.insert((k.clone(), s));
+            applied.insert((k, s));
+            by_a.insert(p);
+        }
+        while let Some((k, s, p)) = b.applied_at(Duration::from_millis(50)) {
+            events_b.insert((k.clone(), s));
+            applied.insert((k, s));
+            by_b.insert(p);
+        }
+        if applied.len() as u32 == KEYS * published && (by_a.is_empty() || by_b.is_empty()) {
+            publish(published, published + 1);
+            published += 1;
+        }
+    }
+    // A partition moved between live members only after its old owner stopped and
+    // stored its offset: nothing was applied by both.
+    let twice: Vec<_> = events_a.intersection(&events_b).collect();
+    assert!(twice.is_empty(), "applied by both members: {twice:?}");
+    // The member that now owns fewer gives them up by dying.
+    drop(a);
+    publish(published, published + 5);
+    published += 5;
+    let mut after: BTreeSet<u32> = BTreeSet::new();
+    while let Some((k, s, p)) = b.applied_at(Duration::from_secs(15)) {
+        applied.insert((k, s));
+        if s >= published - 5 {
+            after.insert(p);
+        }
+        if applied.len() as u32 == KEYS * published {
+            break;
+        }
+    }
+    let missing: Vec<(String, u32)> = (0..KEYS)
+        .flat_map(|k| (0..published).map(move |s| (format!("k{k}"), s)))
+        .filter(|e| !applied.contains(e))
+        .collect();
+    assert!(missing.is_empty(), "events never applied: {missing:?}");
+    assert!(
+        by_a.iter().all(|p| after.contains(p)),
+        "the survivor took over the killed member's partitions: a had {by_a:?}, b then applied {after:?}"
+    );
+    drop(b);
 }

@@ -24,6 +24,7 @@ over_both_transports!(
     a_member_that_must_not_create_its_group_finds_only_an_existing_one,
     group_offsets_are_deleted_by_their_owner_or_by_an_admin_of_an_empty_group,
     a_member_is_a_stream_of_records,
+    a_held_revoked_partition_moves_only_when_released,
 );
 
 async fn topic(client: &Client, name: &str, partitions: u32) -> Topic {
@@ -440,4 +441,64 @@ async fn cli_consume_joins_a_group_with_the_member_id_given() {
             "{bad:?}: {out:?}"
         );
     }
+}
+
+/// With `hold_revoked`, a partition the broker revokes stays with its member (which may
+/// still store its offset) until `release`: only then does the next member get it.
+async fn a_held_revoked_partition_moves_only_when_released(client: &Client) {
+    let t = topic(client, "held", 2).await;
+    for i in 0..4 {
+        t.publish()
+            .value(format!("v{i}"))
+            .partition(i % 2)
+            .send()
+            .await
+            .unwrap();
+    }
+    let revoked = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&revoked);
+    let a = t
+        .consumer_group("g")
+        .member_id("a")
+        .commit_policy(CommitPolicy::Disabled)
+        .hold_revoked(true)
+        .on_revoked(move |ps| seen.lock().unwrap().extend_from_slice(ps))
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(a.assignment(), [0, 1]);
+    assert_eq!(a.position(0), Some(0));
+    let b = t.consumer_group("g").member_id("b").build().await.unwrap();
+    let start = Instant::now();
+    while revoked.lock().unwrap().is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "a was never asked to give a partition up"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let moving = revoked.lock().unwrap()[0];
+    // Held: b does not get it, and a may still store its offset.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        b.assignment().is_empty(),
+        "b got {:?} before a released it",
+        b.assignment()
+    );
+    a.store_offset(rill_client::Position::new(moving, 1))
+        .await
+        .unwrap();
+    a.release(&[moving]).unwrap();
+    let start = Instant::now();
+    while b.assignment() != [moving] {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "b never got {moving}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(b.position(moving), Some(2), "b starts after a's last store");
+    let (mut a, mut b) = (a, b);
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
 }

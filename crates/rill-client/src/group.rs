@@ -57,6 +57,7 @@ pub struct GroupConsumerBuilder {
     max_bytes: u32,
     on_assigned: Option<RebalanceCallback>,
     on_revoked: Option<RebalanceCallback>,
+    hold_revoked: bool,
 }
 
 impl std::fmt::Debug for GroupConsumerBuilder {
@@ -88,6 +89,7 @@ impl GroupConsumerBuilder {
             max_bytes: 1 << 20,
             on_assigned: None,
             on_revoked: None,
+            hold_revoked: false,
         }
     }
 
@@ -189,6 +191,15 @@ impl GroupConsumerBuilder {
         self
     }
 
+    /// Holds partitions the broker revokes until [`GroupConsumer::release`] gives them
+    /// back (default off: at once). Until then the broker moves them to no one else and
+    /// this member may still store their offsets, so a caller that processes records
+    /// outside [`GroupConsumer::next`] can finish what it holds and store it first.
+    pub fn hold_revoked(mut self, on: bool) -> Self {
+        self.hold_revoked = on;
+        self
+    }
+
     /// Joins the group (creating it if needed, unless `create_group(false)`) and starts
     /// heartbeating, unless `auto_join(false)`.
     pub async fn build(self) -> Result<GroupConsumer, ClientError> {
@@ -216,11 +227,13 @@ impl GroupConsumerBuilder {
             max_bytes: self.max_bytes,
             on_assigned: self.on_assigned,
             on_revoked: self.on_revoked,
+            hold_revoked: self.hold_revoked,
             member_id: parking_lot::Mutex::new(self.member_id),
             state: Mutex::new(State {
                 generation: 0,
                 partitions: BTreeMap::new(),
                 revoked: Vec::new(),
+                held: Vec::new(),
                 pending: None,
                 next: 0,
                 closed: false,
@@ -282,6 +295,8 @@ struct State {
     partitions: BTreeMap<u32, Partition>,
     /// Partitions given up since the last heartbeat, to report.
     revoked: Vec<u32>,
+    /// Revoked partitions held until released (`hold_revoked`).
+    held: Vec<u32>,
     /// The partition of the record handed out last, while the caller may still be
     /// handling it (see [`CommitPolicy`]).
     pending: Option<u32>,
@@ -323,6 +338,7 @@ struct Inner {
     max_bytes: u32,
     on_assigned: Option<RebalanceCallback>,
     on_revoked: Option<RebalanceCallback>,
+    hold_revoked: bool,
     /// The member id the broker knows this member by. A non-poisoning lock, like
     /// `session_timeout`: each is one value, set whole.
     member_id: parking_lot::Mutex<String>,
@@ -403,7 +419,7 @@ impl Inner {
                         stores.push((*p, consumed + 1));
                     }
                     lost.push(*p);
-                } else if !st.revoked.contains(p) {
+                } else if !st.revoked.contains(p) && !st.held.contains(p) {
                     // Owned on paper but never taken up here (it was already being
                     // revoked when we got it): nothing to stop, but the broker waits for
                     // the word.
@@ -434,8 +450,12 @@ impl Inner {
             }
         }
         if !lost.is_empty() {
-            self.lock()?.revoked.extend(&lost);
-            self.wake.notify_one();
+            if self.hold_revoked {
+                self.lock()?.held.extend(&lost);
+            } else {
+                self.lock()?.revoked.extend(&lost);
+                self.wake.notify_one();
+            }
             if let Some(f) = &self.on_revoked {
                 f(&lost);
             }
@@ -547,6 +567,8 @@ impl Inner {
                         Ok(mut st) => {
                             let lost = st.partitions.keys().copied().collect();
                             st.partitions.clear();
+                            // No longer ours to give back.
+                            st.held.clear();
                             lost
                         }
                         Err(_) => return,
@@ -635,6 +657,27 @@ impl GroupConsumer {
             .lock()
             .map(|st| st.partitions.keys().copied().collect())
             .unwrap_or_default()
+    }
+
+    /// Gives back revoked partitions held by [`GroupConsumerBuilder::hold_revoked`]: the
+    /// next heartbeat tells the broker, which then moves them. Partitions not held are
+    /// ignored.
+    pub fn release(&self, partitions: &[u32]) -> Result<(), ClientError> {
+        let mut st = self.inner.lock()?;
+        let (give, keep): (Vec<u32>, Vec<u32>) =
+            st.held.iter().partition(|p| partitions.contains(p));
+        st.held = keep;
+        st.revoked.extend(give);
+        drop(st);
+        self.inner.wake.notify_one();
+        Ok(())
+    }
+
+    /// The offset the member reads `partition` from next, if it owns it: where the
+    /// group's stored offset (or `start_at`) put it, moved on by what was handed out.
+    pub fn position(&self, partition: u32) -> Option<u64> {
+        let st = self.inner.lock().ok()?;
+        st.partitions.get(&partition).map(|p| p.position)
     }
 
     /// The next record of any owned partition, waiting for one. `None` after shutdown.

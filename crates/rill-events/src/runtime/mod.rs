@@ -11,9 +11,12 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rill_client::{Client, ClientError, ErrorCode, Position, Producer, Topic, TopicOptions};
-use tokio::sync::{Semaphore, watch};
-use tokio::task::JoinSet;
+use rill_client::{
+    Client, ClientError, CommitPolicy, ErrorCode, GroupConsumer, Position, Producer, Topic,
+    TopicOptions,
+};
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::config::{Assignment, ConsumerConfig, dead_letter_topic, name_problem, retry_topic};
 use crate::registry::Erased;
@@ -31,11 +34,17 @@ pub(crate) struct Shared {
     pub(crate) handlers: HashMap<u32, Arc<dyn Erased>>,
     pub(crate) permits: Arc<Semaphore>,
     pub(crate) metrics: MetricsInner,
+    /// The group membership, with `Assignment::Group`: main offsets are its fenced
+    /// commits.
+    pub(crate) group: Option<tokio::sync::RwLock<GroupConsumer>>,
 }
 
 impl Shared {
     pub(crate) async fn store_main(&self, consumed: Position) -> Result<(), ClientError> {
-        self.main.store_offset(&self.config.name, consumed).await
+        match &self.group {
+            Some(g) => g.read().await.store_offset(consumed).await,
+            None => self.main.store_offset(&self.config.name, consumed).await,
+        }
     }
 
     pub(crate) fn set_lag(&self, partition: u32, lag: u64) {
@@ -59,6 +68,8 @@ pub(crate) struct MetricsInner {
     pub(crate) attempts: AtomicU64,
     pub(crate) errors: AtomicU64,
     pub(crate) partitions: Mutex<BTreeMap<u32, PartitionGauges>>,
+    /// The partitions whose tasks run now.
+    pub(crate) running: Mutex<std::collections::BTreeSet<u32>>,
 }
 
 /// A partition's gauges.
@@ -113,50 +124,63 @@ pub enum Ended {
 pub struct EventConsumer {
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
-    tasks: JoinSet<(u32, Ended)>,
+    ended: mpsc::UnboundedReceiver<(u32, Ended)>,
+    aborts: Arc<Mutex<Vec<AbortHandle>>>,
 }
 
 impl std::fmt::Debug for EventConsumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventConsumer")
             .field("name", &self.shared.config.name)
-            .field("tasks", &self.tasks.len())
             .finish()
     }
 }
 
 impl EventConsumer {
     /// Stops polling, lets every partition finish the batch in flight and its due
-    /// retries and store its offsets, then returns; what is still running at `deadline`
-    /// is aborted (and runs again after a restart). Returns how each task ended.
+    /// retries and store its offsets (a group member then leaves its group), and
+    /// returns how each partition's task ended; what is still running at `deadline` is
+    /// aborted (and runs again after a restart).
     pub async fn shutdown(mut self, deadline: Duration) -> Vec<(u32, Ended)> {
         let _ = self.stop.send(true);
         let mut ended = Vec::new();
         let finish = async {
-            while let Some(done) = self.tasks.join_next().await {
-                ended.push(joined(done));
+            while let Some(e) = self.ended.recv().await {
+                ended.push(e);
             }
         };
         if tokio::time::timeout(deadline, finish).await.is_err() {
-            self.tasks.abort_all();
-            while let Some(done) = self.tasks.join_next().await {
-                ended.push(joined(done));
+            for a in self.aborts.lock().iter() {
+                a.abort();
+            }
+            while let Ok(Some(e)) =
+                tokio::time::timeout(Duration::from_secs(1), self.ended.recv()).await
+            {
+                ended.push(e);
             }
         }
         ended.sort_by_key(|(p, _)| *p);
         ended
     }
 
-    /// Stops every partition task at once; unfinished work runs again after a restart.
+    /// Stops every task at once; unfinished work runs again after a restart.
     pub fn abort(&mut self) {
         let _ = self.stop.send(true);
-        self.tasks.abort_all();
+        for a in self.aborts.lock().iter() {
+            a.abort();
+        }
     }
 
-    /// Waits until a partition task ends, and says which and why; `None` once every
-    /// task has been reported.
+    /// Waits until a partition task ends, and says which and why (a group member's
+    /// tasks also end when their partitions move, with [`Ended::Shutdown`]); `None` once
+    /// every task has ended and the consumer stopped.
     pub async fn closed(&mut self) -> Option<(u32, Ended)> {
-        self.tasks.join_next().await.map(joined)
+        self.ended.recv().await
+    }
+
+    /// The partitions this consumer processes now.
+    pub fn partitions(&self) -> Vec<u32> {
+        self.shared.metrics.running.lock().iter().copied().collect()
     }
 
     /// The consumer's counters and gauges.
@@ -176,20 +200,104 @@ impl EventConsumer {
     }
 }
 
-fn joined(done: Result<(u32, Ended), tokio::task::JoinError>) -> (u32, Ended) {
-    match done {
-        Ok(ended) => ended,
-        Err(e) if e.is_panic() => {
-            let payload = e.into_panic();
-            let text = payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_else(|| "a handler panicked".to_owned());
-            // The task's partition is lost with the panic; tasks name themselves first.
-            (u32::MAX, Ended::Panicked(text))
+fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "a handler panicked".to_owned())
+}
+
+/// Spawns a partition's task and a watcher that reports how it ended; returns the
+/// watcher (done once the task is).
+fn spawn_partition(
+    shared: &Arc<Shared>,
+    task: partition::PartitionTask,
+    p: u32,
+    ended: &mpsc::UnboundedSender<(u32, Ended)>,
+    aborts: &Arc<Mutex<Vec<AbortHandle>>>,
+) -> JoinHandle<()> {
+    let handle = tokio::spawn(task.run());
+    aborts.lock().push(handle.abort_handle());
+    shared.metrics.running.lock().insert(p);
+    let ended = ended.clone();
+    let shared = Arc::clone(shared);
+    tokio::spawn(async move {
+        let how = match handle.await {
+            Ok(Ok(())) => Ended::Shutdown,
+            Ok(Err(partition::TaskError::Client(e))) => Ended::Failed(e.to_string()),
+            Err(e) if e.is_panic() => Ended::Panicked(panic_text(e.into_panic())),
+            Err(_) => Ended::Shutdown,
+        };
+        shared.metrics.running.lock().remove(&p);
+        let _ = ended.send((p, how));
+    })
+}
+
+/// A change of a group member's partitions.
+enum Change {
+    Assigned(Vec<u32>),
+    Revoked(Vec<u32>),
+}
+
+/// A group member's partitions: starts a task for each partition gained; for each
+/// revoked, stops its task (which finishes its batch and stores its offset) and only
+/// then releases the partition to the broker, so its next owner starts after it.
+async fn membership(
+    shared: Arc<Shared>,
+    mut changes: mpsc::UnboundedReceiver<Change>,
+    mut stop: watch::Receiver<bool>,
+    ended: mpsc::UnboundedSender<(u32, Ended)>,
+    aborts: Arc<Mutex<Vec<AbortHandle>>>,
+) {
+    let group = shared.group.as_ref().expect("a group consumer");
+    let mut running: BTreeMap<u32, (watch::Sender<bool>, JoinHandle<()>)> = BTreeMap::new();
+    loop {
+        let change = tokio::select! {
+            c = changes.recv() => c,
+            _ = stop.wait_for(|s| *s) => None,
+        };
+        match change {
+            Some(Change::Assigned(ps)) => {
+                for p in ps {
+                    if running.contains_key(&p) {
+                        continue;
+                    }
+                    let start = group.read().await.position(p);
+                    let (tx, rx) = watch::channel(false);
+                    match partition::PartitionTask::start(Arc::clone(&shared), p, start, rx).await {
+                        Ok(task) => {
+                            let watcher = spawn_partition(&shared, task, p, &ended, &aborts);
+                            running.insert(p, (tx, watcher));
+                        }
+                        Err(e) => {
+                            let _ = ended.send((p, Ended::Failed(e.to_string())));
+                        }
+                    }
+                }
+            }
+            Some(Change::Revoked(ps)) => {
+                for p in &ps {
+                    if let Some((tx, watcher)) = running.remove(p) {
+                        let _ = tx.send(true);
+                        let _ = watcher.await;
+                    }
+                }
+                if let Err(e) = group.read().await.release(&ps) {
+                    tracing::error!(error = %e, "releasing revoked partitions failed");
+                }
+            }
+            None => break,
         }
-        Err(_) => (u32::MAX, Ended::Shutdown),
+    }
+    for (tx, _) in running.values() {
+        let _ = tx.send(true);
+    }
+    for (_, (_, watcher)) in std::mem::take(&mut running) {
+        let _ = watcher.await;
+    }
+    if let Err(e) = group.write().await.shutdown().await {
+        tracing::warn!(error = %e, "leaving the group failed");
     }
 }
 
@@ -324,6 +432,25 @@ impl<D> Handlers<D> {
         }
         let retry_producer = retry.producer().build().await?;
         let dlq_producer = dlq.producer().build().await?;
+        let (group, changes) = if listed.is_none() {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let revoked = tx.clone();
+            let g = main
+                .consumer_group(&config.name)
+                .commit_policy(CommitPolicy::Disabled)
+                .hold_revoked(true)
+                .on_assigned(move |ps| {
+                    let _ = tx.send(Change::Assigned(ps.to_vec()));
+                })
+                .on_revoked(move |ps| {
+                    let _ = revoked.send(Change::Revoked(ps.to_vec()));
+                })
+                .build()
+                .await?;
+            (Some(tokio::sync::RwLock::new(g)), Some(rx))
+        } else {
+            (None, None)
+        };
         let shared = Arc::new(Shared {
             permits: Arc::new(Semaphore::new(config.handler_concurrency)),
             config,
@@ -335,29 +462,47 @@ impl<D> Handlers<D> {
             dlq_producer,
             handlers,
             metrics: MetricsInner::default(),
+            group,
         });
         let (stop, stopped) = watch::channel(false);
-        let mut tasks = JoinSet::new();
-        let Some(list) = listed else {
-            return Err(StartError::Client(ClientError::InvalidArgument(
-                "group assignment is not built yet: list the partitions".into(),
-            )));
-        };
-        for p in list {
-            let task =
-                partition::PartitionTask::start(Arc::clone(&shared), p, stopped.clone()).await?;
-            tasks.spawn(async move {
-                let ended = match task.run().await {
-                    Ok(()) => Ended::Shutdown,
-                    Err(partition::TaskError::Client(e)) => Ended::Failed(e.to_string()),
-                };
-                (p, ended)
-            });
+        let (ended_tx, ended) = mpsc::unbounded_channel();
+        let aborts = Arc::new(Mutex::new(Vec::new()));
+        match listed {
+            Some(list) => {
+                // Every task is set up before any runs, so a failure starts nothing.
+                let mut tasks = Vec::with_capacity(list.len());
+                for p in list {
+                    let task = partition::PartitionTask::start(
+                        Arc::clone(&shared),
+                        p,
+                        None,
+                        stopped.clone(),
+                    )
+                    .await?;
+                    tasks.push((p, task));
+                }
+                for (p, task) in tasks {
+                    spawn_partition(&shared, task, p, &ended_tx, &aborts);
+                }
+            }
+            None => {
+                let changes = changes.expect("a group has a change channel");
+                let handle = tokio::spawn(membership(
+                    Arc::clone(&shared),
+                    changes,
+                    stopped,
+                    ended_tx.clone(),
+                    Arc::clone(&aborts),
+                ));
+                aborts.lock().push(handle.abort_handle());
+            }
         }
+        drop(ended_tx);
         Ok(EventConsumer {
             shared,
             stop,
-            tasks,
+            ended,
+            aborts,
         })
     }
 }

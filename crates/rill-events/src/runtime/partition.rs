@@ -124,15 +124,21 @@ pub(crate) struct PartitionTask {
 }
 
 impl PartitionTask {
+    /// A task for `partition`, reading the main partition from `main_start` (a group's
+    /// position) or else from the named consumer's stored offset.
     pub(crate) async fn start(
         shared: Arc<Shared>,
         partition: u32,
+        main_start: Option<u64>,
         stop: watch::Receiver<bool>,
     ) -> Result<Self, ClientError> {
         let name = shared.config.name.clone();
-        let main_next = match shared.main.stored_offset(&name, partition).await? {
-            Some(consumed) => consumed + 1,
-            None => shared.main.first_offset(partition).await?,
+        let main_next = match main_start {
+            Some(next) => next,
+            None => match shared.main.stored_offset(&name, partition).await? {
+                Some(consumed) => consumed + 1,
+                None => shared.main.first_offset(partition).await?,
+            },
         };
         let retry_stored = shared.retry.stored_offset(&name, partition).await?;
         let retry_next = match retry_stored {
