@@ -226,6 +226,40 @@ fn run(tcp: bool, seed: u64) -> Vec<String> {
     if !missing.is_empty() {
         problems.push(format!("events never applied (key, seq): {missing:?}"));
     }
+    if !problems.is_empty() && std::env::var("RILL_EVENTS_DUMP").is_ok() {
+        runtime.block_on(async {
+            let client = client_of(&broker).await;
+            for t in ["steps", "steps.retry.steps"] {
+                let topic = client.stream("crash").topic(t);
+                for p in 0..2 {
+                    let f = topic
+                        .fetch(rill_client::Position::new(p, 0), 1 << 20, Duration::ZERO)
+                        .await
+                        .unwrap();
+                    for r in f.records {
+                        let retry = match r.header(rill_events::RETRY_HEADER) {
+                            Some(rill_client::Value::Bytes(b)) => format!(
+                                "{:?}",
+                                rill_events::RetryHeader::decode(b).ok().map(|h| (
+                                    h.kind,
+                                    h.attempt,
+                                    h.source_first,
+                                    h.source_last
+                                ))
+                            ),
+                            _ => "-".into(),
+                        };
+                        let body = String::from_utf8_lossy(&r.value);
+                        eprintln!(
+                            "DUMP {t} {p}/{} key={:?} {retry} {body}",
+                            r.offset,
+                            r.key.as_deref().map(String::from_utf8_lossy)
+                        );
+                    }
+                }
+            }
+        });
+    }
     drop(server);
     problems
 }
@@ -271,7 +305,8 @@ async fn child_events_consumer() {
         .start(
             &client,
             ConsumerConfig::new("crash", "steps", assignment)
-                .retry_delays([Duration::from_millis(30); 3])
+                // Each run fails a key once: enough attempts that 4 runs never exhaust them.
+                .retry_delays([Duration::from_millis(30); 10])
                 .poll_count(7)
                 .poll_interval(Duration::from_millis(10)),
         )

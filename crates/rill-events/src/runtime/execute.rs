@@ -153,7 +153,7 @@ async fn run_one(run: ReadyRun, base: &Context, retrying: &Retrying) -> RunResul
 }
 
 /// Executes a key's work to its end or its first failing stage.
-pub(crate) async fn run_key(work: KeyWork, retrying: Retrying) -> KeyOutcome {
+pub(crate) async fn run_key(work: KeyWork, retrying: &Retrying) -> KeyOutcome {
     let base = Context {
         key: work.key.clone(),
         key_hash: work.key_hash,
@@ -162,46 +162,51 @@ pub(crate) async fn run_key(work: KeyWork, retrying: Retrying) -> KeyOutcome {
         attempt: work.attempt,
         first_failure: work.first_failure,
     };
-    let mut outcome = KeyOutcome {
-        failure: None,
-        dead: Vec::new(),
-        handled: 0,
-        calls: 0,
-        call_time: Duration::ZERO,
-        work,
-    };
-    let stages = outcome.work.stages.clone();
-    for (s, segment) in stages.into_iter().enumerate() {
+    let mut dead = Vec::new();
+    let (mut handled, mut calls, mut call_time) = (0, 0, Duration::ZERO);
+    let mut failure = None;
+    'segments: for (s, segment) in work.stages.iter().enumerate() {
         for (rank, runs) in segment {
-            let results =
-                futures_join_all(runs.into_iter().map(|r| run_one(r, &base, &retrying))).await;
+            let results = if let [run] = &runs[..] {
+                // One run: no join to set up.
+                vec![run_one(run.clone(), &base, retrying).await]
+            } else {
+                futures_join_all(runs.iter().map(|r| run_one(r.clone(), &base, retrying))).await
+            };
             let mut failed = Vec::new();
             let mut first_error: Option<(ErrorClass, String)> = None;
             for (i, r) in results.into_iter().enumerate() {
-                outcome.dead.extend(r.dead);
-                outcome.handled += r.handled;
-                outcome.calls += r.calls;
-                outcome.call_time += r.call_time;
+                dead.extend(r.dead);
+                handled += r.handled;
+                calls += r.calls;
+                call_time += r.call_time;
                 if let RunEnd::Failed { done, class, error } = r.end {
                     failed.push((i, done));
                     first_error.get_or_insert((class, error));
                 }
             }
             if let Some((class, error)) = first_error {
-                outcome.failure = Some((
+                failure = Some((
                     Failure {
                         segment: s,
-                        rank,
+                        rank: *rank,
                         failed,
                     },
                     class,
                     error,
                 ));
-                return outcome;
+                break 'segments;
             }
         }
     }
-    outcome
+    KeyOutcome {
+        work,
+        failure,
+        dead,
+        handled,
+        calls,
+        call_time,
+    }
 }
 
 /// Runs the futures at once in this task and waits for all of them.

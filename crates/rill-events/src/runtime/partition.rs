@@ -346,6 +346,16 @@ impl PartitionTask {
                     }
                     RetryKind::Work => {
                         let q = self.keys.entry(key).or_insert_with(Quarantined::new);
+                        // Work for main records already pending here is a second copy:
+                        // a killed predecessor's append that landed after this task
+                        // started (and diverted or failed the same records again), or
+                        // the other way round. The first copy stands; like a re-read
+                        // main record, the later one is dropped.
+                        if header.source_partition == self.partition
+                            && q.diverted_through.is_some_and(|d| header.source_last <= d)
+                        {
+                            continue;
+                        }
                         q.fifo.push_back((record.offset, header, record));
                         q.settle(self.partition);
                         self.pending += 1;
@@ -594,6 +604,7 @@ impl PartitionTask {
             delays: self.shared.config.retry_delays.clone(),
         };
         let mut tasks = tokio::task::JoinSet::new();
+        let mut works = Vec::new();
         for kp in plans {
             let first = kp.segments[0]
                 .head
@@ -656,20 +667,58 @@ impl PartitionTask {
                 plan: kp,
                 stages,
             };
+            works.push(work);
+        }
+        // Keys run at once, spread over a few tasks (one per runtime thread), each
+        // running its keys concurrently: CPU-heavy handlers of different keys run in
+        // parallel, without a task and a cross-thread wake-up per key.
+        let groups = std::thread::available_parallelism()
+            .map_or(2, std::num::NonZeroUsize::get)
+            .clamp(1, 16)
+            .min(works.len().max(1));
+        let mut shares: Vec<Vec<KeyWork>> = (0..groups).map(|_| Vec::new()).collect();
+        for (i, w) in works.into_iter().enumerate() {
+            shares[i % groups].push(w);
+        }
+        for share in shares.into_iter().filter(|s| !s.is_empty()) {
             let permits = Arc::clone(&self.shared.permits);
             let retrying = retrying.clone();
             tasks.spawn(async move {
-                let _permit = permits
-                    .acquire_owned()
-                    .await
-                    .expect("the semaphore is never closed");
-                run_key(work, retrying).await
+                let mut running = futures::stream::FuturesUnordered::new();
+                let mut out = Vec::with_capacity(share.len());
+                for work in share {
+                    // At most `handler_concurrency` keys run at once over the consumer.
+                    let permit = loop {
+                        if let Ok(p) = Arc::clone(&permits).try_acquire_owned() {
+                            break p;
+                        }
+                        match futures::StreamExt::next(&mut running).await {
+                            Some(done) => out.push(done),
+                            None => {
+                                break Arc::clone(&permits)
+                                    .acquire_owned()
+                                    .await
+                                    .expect("the semaphore is never closed");
+                            }
+                        }
+                    };
+                    let retrying = &retrying;
+                    running.push(async move {
+                        let outcome = run_key(work, retrying).await;
+                        drop(permit);
+                        outcome
+                    });
+                }
+                while let Some(done) = futures::StreamExt::next(&mut running).await {
+                    out.push(done);
+                }
+                out
             });
         }
         let mut outcomes = Vec::new();
         while let Some(done) = tasks.join_next().await {
             match done {
-                Ok(outcome) => outcomes.push(outcome),
+                Ok(mut share) => outcomes.append(&mut share),
                 // A panicking handler ends this partition's task: reported by `closed`,
                 // and the batch is not committed.
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
