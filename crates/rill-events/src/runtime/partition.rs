@@ -33,6 +33,8 @@ const ERROR_PAUSE_MAX: Duration = Duration::from_secs(1);
 /// A quarantined key: its pending retry records, in retry-partition order.
 struct Quarantined {
     fifo: VecDeque<(u64, RetryHeader, Record)>,
+    /// The main records (partition, first, last offset) the pending records stand for.
+    sources: std::collections::HashSet<(u32, u64, u64)>,
     /// Failed attempts so far (the largest of its records').
     attempt: u32,
     first_failure_us: i64,
@@ -45,6 +47,7 @@ impl Quarantined {
     fn new() -> Self {
         Self {
             fifo: VecDeque::new(),
+            sources: std::collections::HashSet::new(),
             attempt: 0,
             first_failure_us: 0,
             last_failure_us: 0,
@@ -334,7 +337,13 @@ impl PartitionTask {
                     RetryKind::Done => {
                         if let Some(q) = self.keys.get_mut(&key) {
                             while q.fifo.front().is_some_and(|(o, _, _)| *o < record.offset) {
-                                q.fifo.pop_front();
+                                if let Some((_, h, _)) = q.fifo.pop_front() {
+                                    q.sources.remove(&(
+                                        h.source_partition,
+                                        h.source_first,
+                                        h.source_last,
+                                    ));
+                                }
                                 self.pending -= 1;
                             }
                             if q.fifo.is_empty() {
@@ -346,14 +355,16 @@ impl PartitionTask {
                     }
                     RetryKind::Work => {
                         let q = self.keys.entry(key).or_insert_with(Quarantined::new);
-                        // Work for main records already pending here is a second copy:
-                        // a killed predecessor's append that landed after this task
-                        // started (and diverted or failed the same records again), or
-                        // the other way round. The first copy stands; like a re-read
-                        // main record, the later one is dropped.
-                        if header.source_partition == self.partition
-                            && q.diverted_through.is_some_and(|d| header.source_last <= d)
-                        {
+                        // Work standing for exactly the main records of a pending one
+                        // is a second copy: a killed predecessor's append that landed
+                        // after this task started (and failed or diverted the same
+                        // records again), or the other way round. The first stands.
+                        let source = (
+                            header.source_partition,
+                            header.source_first,
+                            header.source_last,
+                        );
+                        if !q.sources.insert(source) {
                             continue;
                         }
                         q.fifo.push_back((record.offset, header, record));
