@@ -31,6 +31,7 @@ over_both_transports!(
     start_refuses_every_invalid_configuration_and_creates_nothing,
     fences_order_what_the_contract_requires_also_across_a_retry,
     runs_are_reduced_by_their_algebra,
+    a_retry_backlog_past_its_bound_stops_the_main_partition_instead_of_growing,
 );
 
 const STREAM: &str = "shop";
@@ -934,4 +935,61 @@ async fn the_cli_lists_and_replays_dead_letters_once() {
         5,
         "the replayed event was applied once"
     );
+}
+
+/// Backpressure (docs/EVENTS.md §6.4): with every key failing, pending retry work stops
+/// at `max_pending_retry` plus one poll and the main partition is no longer polled (its
+/// lag stays), rather than the backlog growing or work being dropped.
+async fn a_retry_backlog_past_its_bound_stops_the_main_partition_instead_of_growing(
+    client: &Client,
+) {
+    topic(client, TOPIC).await;
+    let ledger = Arc::new(Ledger::default());
+    let users: Vec<String> = (0..1000).map(|i| format!("u{i}")).collect();
+    ledger.failing.lock().extend(users.iter().cloned());
+    let publisher = Publisher::new(client, STREAM);
+    let adds: Vec<Add> = users.iter().map(|u| add(u, 1)).collect();
+    publisher.publish_batch(&adds).await.unwrap();
+    let consumer = Handlers::new()
+        .handle::<Add, _>(Apply(Arc::clone(&ledger)))
+        .start(
+            client,
+            config("billing")
+                .retry_delays([Duration::from_secs(3600)])
+                .poll_count(50)
+                .max_pending_retry(200),
+        )
+        .await
+        .unwrap();
+    let gauges = || {
+        consumer
+            .metrics()
+            .partitions
+            .get(&0)
+            .copied()
+            .unwrap_or_default()
+    };
+    until("the backlog reaches its bound", || async {
+        gauges().pending_retry >= 200
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let first = gauges();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let later = gauges();
+    assert!(
+        later.pending_retry <= 200 + 50,
+        "pending retry work is bounded by max_pending_retry + poll_count: {later:?}"
+    );
+    assert_eq!(first, later, "nothing more was polled");
+    assert!(
+        later.lag >= 1000 - 250,
+        "the main partition waits: {later:?}"
+    );
+    assert_eq!(
+        ledger.calls.lock().len() as u64,
+        later.pending_retry,
+        "every polled key was tried once"
+    );
+    consumer.shutdown(Duration::from_secs(10)).await;
 }
