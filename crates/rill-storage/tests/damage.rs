@@ -338,6 +338,45 @@ fn accepted_damage_at_the_end_is_not_found_again_inside_itself() {
     assert_eq!(log.next_offset(), appended.base_offset + 1);
 }
 
+/// An index entry naming an offset one below that of the batch it points to (both index
+/// files agree, so recovery keeps it): a read of that offset used to start at the entry
+/// and return the next batch, skipping the records of the one that holds it.
+#[test]
+fn an_index_entry_naming_the_wrong_offset_does_not_skip_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let next = written(dir.path(), 12);
+    let seg = &segments(dir.path())[0];
+    let index = seg.with_extension("index");
+    let timeindex = seg.with_extension("timeindex");
+    let mut entries = fs::read(&index).unwrap();
+    let mut times = fs::read(&timeindex).unwrap();
+    assert!(entries.len() >= 16, "the test needs a second index entry");
+    // The second entry's relative offset: bytes 8..12 of the index, 20..24 of the
+    // time index.
+    let rel = u32::from_le_bytes(entries[8..12].try_into().unwrap());
+    assert!(rel > 1, "the entry stays above the first one");
+    let wrong = (rel - 1).to_le_bytes();
+    entries[8..12].copy_from_slice(&wrong);
+    times[20..24].copy_from_slice(&wrong);
+    fs::write(&index, entries).unwrap();
+    fs::write(&timeindex, times).unwrap();
+    let log = PartitionLog::open(dir.path(), config()).unwrap();
+    for from in 0..next {
+        let read = log
+            .read(from, 1)
+            .unwrap_or_else(|e| panic!("read at {from}: {e}"));
+        let batch = read.batches().next().expect("a batch").expect("valid");
+        assert!(
+            batch.records().any(|r| r.offset == from),
+            "offset {from} read the batch at {}",
+            batch.base_offset()
+        );
+    }
+    assert_eq!(readable(&log), (0..next).collect::<Vec<_>>());
+    assert!(log.damage().is_empty(), "{:?}", log.damage());
+    assert_eq!(log.failure(), None);
+}
+
 /// An index entry moved a few bytes into its batch (well formed, increasing, inside the
 /// file, so recovery keeps it): reads that start from it used to record a damaged range
 /// in intact data and fail with `DATA_LOSS`. An index entry is a hint; the data is fine.

@@ -133,15 +133,19 @@ impl PartitionLog {
         let visible = segment.visible_len();
         let extent = segment.readable_extent(from, visible);
         let unhinted = segment.unhinted_extent(from, visible);
-        let fallback = (extent.start != unhinted.start).then_some(unhinted);
+        let fallback = (extent.start != unhinted.start
+            || extent.start_offset != unhinted.start_offset)
+            .then_some(unhinted);
         self.read_extent(
             segment, extent, fallback, from, max_bytes, log_start, log_end, nowait,
         )
     }
 
     /// Reads from one segment within `extent`. `fallback` is the extent to scan instead
-    /// if this one began at an index entry and the scan fails: index entries are hints,
-    /// so a scan that fails from one says nothing about the data yet.
+    /// if this one began at an index entry and the entry proves wrong: the batch there
+    /// does not start at the offset the entry names, or the scan from it fails. Index
+    /// entries are hints; only a scan from a point known to be right says anything
+    /// about the data.
     #[allow(clippy::too_many_arguments)]
     fn read_extent(
         &self,
@@ -165,22 +169,34 @@ impl PartitionLog {
         let mut scanner = Scanner::new(file.as_ref(), &segment.path, extent.start, extent.end)
             .with_chunk(LOCATE_CHUNK_BYTES);
         let mut expected = extent.start_offset;
+        // The first batch scanned checks the entry's offset.
+        let mut unchecked_hint = fallback;
         let first = loop {
             match scanner.next_batch()? {
-                Ok(Some(found)) => match found.header.next_offset() {
-                    Some(next) if next > from => break found,
-                    Some(next) => expected = next,
-                    None => {
-                        let at = found.position;
-                        return self.found_damage(
-                            segment,
-                            &file,
-                            at,
-                            expected,
-                            &ScanStop::Invalid(FormatError::Empty),
+                Ok(Some(found)) => {
+                    if let Some(unhinted) = unchecked_hint.take()
+                        && found.header.base_offset != expected
+                    {
+                        tracing::warn!(segment = %segment.path.display(), position = extent.start, claimed = expected, found = found.header.base_offset, "an index entry names the wrong offset; scanning again without the index");
+                        return self.read_extent(
+                            segment, unhinted, None, from, max_bytes, log_start, log_end, nowait,
                         );
                     }
-                },
+                    match found.header.next_offset() {
+                        Some(next) if next > from => break found,
+                        Some(next) => expected = next,
+                        None => {
+                            let at = found.position;
+                            return self.found_damage(
+                                segment,
+                                &file,
+                                at,
+                                expected,
+                                &ScanStop::Invalid(FormatError::Empty),
+                            );
+                        }
+                    }
+                }
                 Ok(None) => return Ok(Attempt::NotHere),
                 Err(stop) => {
                     if nowait {
