@@ -2,27 +2,10 @@
 
 use crate::BrokerError;
 
-/// Longest name, in bytes.
-pub(crate) const NAME_LEN_MAX: usize = 255;
-
-/// Checks a user-chosen name: 1–255 bytes of `[A-Za-z0-9._-]`, and not `.` or `..`
-/// (names become directory names).
+/// Checks a user-chosen name against the protocol's rule ([`rill_proto::name_problem`]:
+/// 1–255 bytes of `[A-Za-z0-9._-]`, and not `.` or `..`; names become directory names).
 pub fn validate_name(what: &'static str, name: &str) -> Result<(), BrokerError> {
-    let reason = if name.is_empty() {
-        Some("is empty")
-    } else if name.len() > NAME_LEN_MAX {
-        Some("is longer than 255 bytes")
-    } else if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-    {
-        Some("may only hold A-Z, a-z, 0-9, '.', '_' and '-'")
-    } else if name == "." || name == ".." {
-        Some("may not be '.' or '..'")
-    } else {
-        None
-    };
-    match reason {
+    match rill_proto::name_problem(name) {
         None => Ok(()),
         Some(reason) => Err(BrokerError::InvalidName {
             what,

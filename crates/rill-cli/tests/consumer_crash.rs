@@ -15,10 +15,8 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
@@ -102,60 +100,27 @@ impl Kind {
 }
 
 /// One consuming process; killed when dropped.
-struct ChildConsumer {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
+struct ChildConsumer(common::ChildTest);
 
 impl ChildConsumer {
     fn start(broker: &str, kind: Kind, policy: &str, topic: &str, kill_at: u64) -> Self {
         let config = format!("{broker}|{}|{policy}|{topic}|{kill_at}", kind.name());
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_consumer", "--ignored", "--nocapture"])
-            .args(["--test-threads", "1"])
-            .env(ENV, config)
-            .env("RILL_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn the consuming process");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                // libtest's "test child_consumer ... " may come first on the line.
-                if let Some(at) = line.find(PREFIX)
-                    && tx
-                        .send(line[at + PREFIX.len()..].trim().to_owned())
-                        .is_err()
-                {
-                    return;
-                }
-            }
-        });
-        Self { child, lines }
+        Self(common::ChildTest::spawn(
+            "child_consumer",
+            (ENV, &config),
+            PREFIX,
+        ))
     }
 
     /// The next line the child printed (`got P O`, `done P O` or `stuck P O`), or
     /// `None` if it printed nothing for `quiet`.
     fn line(&self, quiet: Duration) -> Option<(String, u32, u64)> {
-        let line = self.lines.recv_timeout(quiet).ok()?;
+        let line = self.0.line(quiet)?;
         let mut parts = line.split_whitespace();
         let what = parts.next().unwrap().to_owned();
         let p = parts.next().unwrap().parse().unwrap();
         let o = parts.next().unwrap().parse().unwrap();
         Some((what, p, o))
-    }
-
-    fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ChildConsumer {
-    fn drop(&mut self) {
-        self.kill9();
     }
 }
 

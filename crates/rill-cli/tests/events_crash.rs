@@ -16,10 +16,8 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -76,10 +74,7 @@ impl EventHandler<Step> for Print {
 }
 
 /// One consuming process; killed when dropped.
-struct ChildConsumer {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
+struct ChildConsumer(common::ChildTest);
 
 impl ChildConsumer {
     fn start(broker: &str) -> Self {
@@ -88,34 +83,12 @@ impl ChildConsumer {
 
     /// `assignment` is `partitions` (both, listed) or `group`.
     fn start_as(broker: &str, assignment: &str) -> Self {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "child_events_consumer",
-                "--ignored",
-                "--nocapture",
-            ])
-            .args(["--test-threads", "1"])
-            .env(ENV, format!("{broker}|{assignment}"))
-            .env("RILL_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn the consuming process");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(at) = line.find(PREFIX)
-                    && tx
-                        .send(line[at + PREFIX.len()..].trim().to_owned())
-                        .is_err()
-                {
-                    return;
-                }
-            }
-        });
-        Self { child, lines }
+        let config = format!("{broker}|{assignment}");
+        Self(common::ChildTest::spawn(
+            "child_events_consumer",
+            (ENV, &config),
+            PREFIX,
+        ))
     }
 
     /// The next `applied KEY SEQ`, or `None` after `quiet` without one.
@@ -125,19 +98,12 @@ impl ChildConsumer {
 
     /// The next `applied KEY SEQ PARTITION`, or `None` after `quiet` without one.
     fn applied_at(&self, quiet: Duration) -> Option<(String, u32, u32)> {
-        let line = self.lines.recv_timeout(quiet).ok()?;
+        let line = self.0.line(quiet)?;
         let mut parts = line.split_whitespace();
         assert_eq!(parts.next(), Some("applied"));
         let key = parts.next().unwrap().to_owned();
         let seq = parts.next().unwrap().parse().unwrap();
         Some((key, seq, parts.next().unwrap().parse().unwrap()))
-    }
-}
-
-impl Drop for ChildConsumer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

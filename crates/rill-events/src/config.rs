@@ -140,21 +140,3 @@ pub fn retry_topic(topic: &str, name: &str) -> String {
 pub fn dead_letter_topic(topic: &str, name: &str) -> String {
     format!("{topic}.dlq.{name}")
 }
-
-/// Why a stream, topic or consumer name would be refused by the broker, if it would.
-pub(crate) fn name_problem(name: &str) -> Option<&'static str> {
-    if name.is_empty() {
-        Some("is empty")
-    } else if name.len() > 255 {
-        Some("is longer than 255 bytes")
-    } else if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-    {
-        Some("may only hold A-Z, a-z, 0-9, '.', '_' and '-'")
-    } else if name == "." || name == ".." {
-        Some("may not be '.' or '..'")
-    } else {
-        None
-    }
-}

@@ -34,6 +34,8 @@ pub(crate) struct RawItem {
     pub(crate) value: Bytes,
     pub(crate) codec: BodyCodec,
     pub(crate) source: Source,
+    /// Where the item's record is in the batch it was read in.
+    pub(crate) record: usize,
 }
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -24,6 +24,7 @@
 mod error;
 mod frame;
 mod message;
+mod names;
 
 /// The generated protobuf messages of `proto/rill.proto`.
 ///
@@ -40,6 +41,7 @@ pub use frame::{
     FrameDecoder, PROTOCOL_VERSION, encode_frame,
 };
 pub use message::{Kind, Request, RequestBody, Response, ResponseBody};
+pub use names::{NAME_LEN_MAX, name_problem};
 pub use pb::ErrorCode;
 
 impl ErrorCode {

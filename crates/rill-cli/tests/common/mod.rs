@@ -237,3 +237,57 @@ macro_rules! over_both_transports {
         }
     };
 }
+
+/// This test binary run again as a child process, running only the ignored test `test`,
+/// which reads what to do from the environment variable `env`. The lines it prints
+/// after `prefix` (libtest's `test NAME ... ` may come first on a line) arrive in order.
+/// Killed (SIGKILL) when dropped.
+pub struct ChildTest {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl ChildTest {
+    pub fn spawn(test: &str, env: (&str, &str), prefix: &'static str) -> Self {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--ignored", "--nocapture"])
+            .args(["--test-threads", "1"])
+            .env(env.0, env.1)
+            .env("RILL_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn the child test process");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(at) = line.find(prefix)
+                    && tx
+                        .send(line[at + prefix.len()..].trim().to_owned())
+                        .is_err()
+                {
+                    return;
+                }
+            }
+        });
+        Self { child, lines }
+    }
+
+    /// The next line after the prefix, or `None` if the child printed none for `quiet`.
+    pub fn line(&self, quiet: Duration) -> Option<String> {
+        self.lines.recv_timeout(quiet).ok()
+    }
+
+    /// SIGKILL, then wait for the process.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ChildTest {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}

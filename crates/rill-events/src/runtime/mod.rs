@@ -18,7 +18,7 @@ use rill_client::{
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 
-use crate::config::{Assignment, ConsumerConfig, dead_letter_topic, name_problem, retry_topic};
+use crate::config::{Assignment, ConsumerConfig, dead_letter_topic, retry_topic};
 use crate::registry::Erased;
 use crate::{Handlers, StartError};
 
@@ -27,7 +27,6 @@ pub(crate) struct Shared {
     pub(crate) config: ConsumerConfig,
     pub(crate) main: Topic,
     pub(crate) retry: Topic,
-    pub(crate) dlq: Topic,
     pub(crate) partitions: u32,
     pub(crate) retry_producer: Producer,
     pub(crate) dlq_producer: Producer,
@@ -363,7 +362,7 @@ impl<D> Handlers<D> {
         let retry_name = retry_topic(topic_name, &config.name);
         let dlq_name = dead_letter_topic(topic_name, &config.name);
         for name in [&config.stream, &config.name, &retry_name, &dlq_name] {
-            if let Some(reason) = name_problem(name) {
+            if let Some(reason) = rill_proto::name_problem(name) {
                 return Err(StartError::InvalidName {
                     name: name.clone(),
                     reason,
@@ -456,7 +455,6 @@ impl<D> Handlers<D> {
             config,
             main,
             retry,
-            dlq,
             partitions,
             retry_producer,
             dlq_producer,

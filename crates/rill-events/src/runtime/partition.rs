@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rill_client::{ClientError, Message, Position, Record, Topic, partition_for_key};
+use rill_client::{ClientError, Message, Position, Record, partition_for_key};
 use tokio::sync::watch;
 
 use super::Shared;
@@ -474,7 +474,6 @@ impl PartitionTask {
             let n = writes.dead.len() as u64;
             send_to(
                 &self.shared.dlq_producer,
-                &self.shared.dlq,
                 p,
                 self.shared.partitions,
                 writes.dead,
@@ -487,7 +486,6 @@ impl PartitionTask {
             let n = writes.retry.len() as u64;
             send_to(
                 &self.shared.retry_producer,
-                &self.shared.retry,
                 p,
                 self.shared.partitions,
                 writes.retry,
@@ -640,19 +638,13 @@ impl PartitionTask {
                                 value: batch.records[i].value.clone(),
                                 codec: batch.headers[i].codec,
                                 source: batch.sources[i],
+                                record: i,
                             })
                             .collect();
                         let (items, failed) = handler.prepare(items);
                         for (item, why) in failed {
-                            let record = batch
-                                .records
-                                .iter()
-                                .zip(&batch.sources)
-                                .find(|(_, s)| **s == item.source)
-                                .map(|(r, _)| r)
-                                .expect("the item came from the batch");
                             writes.dead.push(raw_dead_letter(
-                                record,
+                                &batch.records[item.record],
                                 DeadLetterReason::UndecodableBody,
                                 &why,
                                 now,
@@ -766,7 +758,6 @@ impl PartitionTask {
         for dead in &outcome.dead {
             for i in dead.range.clone() {
                 let retry = self.retry_header(
-                    work,
                     &dead.run,
                     i,
                     before,
@@ -799,8 +790,7 @@ impl PartitionTask {
             let failed_piece = is_failed(failure, &piece);
             for (i, ordering) in (piece.from..run.items.len()).zip(rewritten(piece.rank, n)) {
                 if exhausted && failed_piece {
-                    let retry =
-                        self.retry_header(work, run, i, attempt, first_failure, now, *class);
+                    let retry = self.retry_header(run, i, attempt, first_failure, now, *class);
                     writes.dead.push(dead_letter(
                         self.work_message(
                             work,
@@ -814,13 +804,12 @@ impl PartitionTask {
                     ));
                 } else if exhausted {
                     // The rest of the key's work goes on as new work, due at once.
-                    let retry = self.retry_header(work, run, i, 0, 0, 0, ErrorClass::None);
+                    let retry = self.retry_header(run, i, 0, 0, 0, ErrorClass::None);
                     writes
                         .retry
                         .push(self.work_message(work, run, i, ordering, retry, None));
                 } else {
-                    let retry =
-                        self.retry_header(work, run, i, attempt, first_failure, now, *class);
+                    let retry = self.retry_header(run, i, attempt, first_failure, now, *class);
                     writes.retry.push(self.work_message(
                         work,
                         run,
@@ -837,7 +826,6 @@ impl PartitionTask {
     #[allow(clippy::too_many_arguments)]
     fn retry_header(
         &self,
-        _work: &KeyWork,
         run: &ReadyRun,
         i: usize,
         attempt: u32,
@@ -988,7 +976,6 @@ impl Batch {
 /// (one batch, in order), others unkeyed to `p` with the key kept in a header.
 async fn send_to(
     producer: &rill_client::Producer,
-    _topic: &Topic,
     p: u32,
     partitions: u32,
     messages: Vec<Message>,
