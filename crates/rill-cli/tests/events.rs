@@ -32,6 +32,7 @@ over_both_transports!(
     fences_order_what_the_contract_requires_also_across_a_retry,
     runs_are_reduced_by_their_algebra,
     a_retry_backlog_past_its_bound_stops_the_main_partition_instead_of_growing,
+    records_that_cannot_be_handled_are_dead_lettered_with_why_and_the_rest_goes_on,
 );
 
 const STREAM: &str = "shop";
@@ -992,4 +993,91 @@ async fn a_retry_backlog_past_its_bound_stops_the_main_partition_instead_of_grow
         "every polled key was tried once"
     );
     consumer.shutdown(Duration::from_secs(10)).await;
+}
+
+/// A record whose body does not decode, one with no event header and one of a tag no
+/// handler takes, among good events of the same key: each is dead-lettered once with
+/// its reason and source offset, and the key's good events are applied, each once.
+async fn records_that_cannot_be_handled_are_dead_lettered_with_why_and_the_rest_goes_on(
+    client: &Client,
+) {
+    topic(client, TOPIC).await;
+    let publisher = Publisher::new(client, STREAM);
+    publisher.publish(&add("u1", 1)).await.unwrap();
+    // The first record's key and event header, to build the bad ones from.
+    let good = records(client, TOPIC).await.remove(0);
+    let key = good.key.clone().unwrap();
+    let Some(rill_client::Value::Bytes(ev)) = good.header(rill_events::EVENT_HEADER) else {
+        panic!("an event carries its header");
+    };
+    let mut unknown = ev.to_vec();
+    unknown[1..5].copy_from_slice(&0xdead_beef_u32.to_le_bytes());
+    let topic = client.stream(STREAM).topic(TOPIC);
+    let bad = [
+        // 1: not JSON of an `Add`.
+        rill_client::Message::new(&b"{not json"[..])
+            .with_key(key.clone())
+            .with_header(
+                rill_events::EVENT_HEADER,
+                rill_client::Value::Bytes(ev.clone()),
+            ),
+        // 2: no event header.
+        rill_client::Message::new(&b"{}"[..]).with_key(key.clone()),
+        // 3: a tag no handler takes.
+        rill_client::Message::new(good.value.clone())
+            .with_key(key.clone())
+            .with_header(
+                rill_events::EVENT_HEADER,
+                rill_client::Value::Bytes(unknown.into()),
+            ),
+    ];
+    topic.publish_batch(bad).await.unwrap();
+    publisher.publish(&add("u1", 10)).await.unwrap();
+    let ledger = Arc::new(Ledger::default());
+    let consumer = Handlers::new()
+        .handle::<Add, _>(Apply(Arc::clone(&ledger)))
+        .start(client, config("billing"))
+        .await
+        .unwrap();
+    let dlq = dead_letter_topic(TOPIC, "billing");
+    until(
+        "the bad records are dead-lettered and the good applied",
+        || async { records(client, &dlq).await.len() >= 3 && ledger.applied("u1") == 11 },
+    )
+    .await;
+    consumer.shutdown(Duration::from_secs(5)).await;
+    let mut reasons: Vec<(u64, u8)> = records(client, &dlq)
+        .await
+        .iter()
+        .map(|letter| {
+            let Some(rill_client::Value::Bytes(retry)) = letter.header(rill_events::RETRY_HEADER)
+            else {
+                panic!("a dead letter carries a retry header");
+            };
+            let retry = rill_events::RetryHeader::decode(retry).unwrap();
+            assert_eq!(retry.source_first, retry.source_last);
+            let Some(&rill_client::Value::U8(reason)) = letter.header(rill_events::DLQ_HEADER)
+            else {
+                panic!("a dead letter carries its reason");
+            };
+            (retry.source_first, reason)
+        })
+        .collect();
+    reasons.sort_unstable();
+    use rill_events::DeadLetterReason as R;
+    assert_eq!(
+        reasons,
+        [
+            (1, R::UndecodableBody.to_byte()),
+            (2, R::BadHeader.to_byte()),
+            (3, R::UnknownTag.to_byte()),
+        ],
+        "each bad record dead-lettered once, with its reason"
+    );
+    // `Add` is associative: the good 1 and 10 fold into one call when they share a run.
+    assert_eq!(ledger.applied("u1"), 11, "the key's good events, each once");
+    assert!(
+        ledger.calls_of("u1").iter().all(|(_, ok)| *ok),
+        "no good event failed"
+    );
 }

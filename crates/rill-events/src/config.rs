@@ -108,7 +108,9 @@ impl ConsumerConfig {
         self
     }
 
-    /// Keys whose handlers run at once, over all partitions (default 1,024).
+    /// Keys that may wait in their handlers at once, over all partitions (default
+    /// 1,024; plus, per runtime thread, one that has begun and waits for its turn). A
+    /// key whose handlers finish without waiting takes no turn.
     pub fn handler_concurrency(mut self, n: usize) -> Self {
         self.handler_concurrency = n;
         self

@@ -97,7 +97,8 @@ struct Open {
 pub fn plan(entries: &[Entry]) -> Vec<KeyPlan> {
     // Keys in order of first appearance, each with its segments so far.
     let mut keys: Vec<(u64, Vec<Open>)> = Vec::new();
-    let mut index: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    let mut index: std::collections::HashMap<u64, usize, foldhash::fast::RandomState> =
+        std::collections::HashMap::default();
     for (i, r) in entries.iter().enumerate() {
         let k = *index.entry(r.key).or_insert_with(|| {
             keys.push((r.key, Vec::new()));

@@ -7,8 +7,6 @@ use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 use crate::algebra::{AlgebraKind, Merge};
 use crate::{Algebra, BodyCodec, Context, Event, EventHandler, EventKey, HandleError};
 
@@ -30,8 +28,10 @@ impl Merge for Source {
 
 /// A record's body before decoding.
 #[derive(Debug, Clone)]
-pub(crate) struct RawItem {
-    pub(crate) value: Bytes,
+pub(crate) struct RawItem<'a> {
+    /// The body, borrowed from its record (so no reference count of the fetched
+    /// buffer, which every record of a fetch shares, is touched per item).
+    pub(crate) value: &'a [u8],
     pub(crate) codec: BodyCodec,
     pub(crate) source: Source,
     /// Where the item's record is in the batch it was read in.
@@ -46,8 +46,9 @@ pub(crate) trait Erased: Send + Sync {
     fn topic(&self) -> &'static str;
     fn algebra(&self) -> Algebra;
     fn type_name(&self) -> &'static str;
-    /// Decodes and reduces a run; items whose body does not decode come back with why.
-    fn prepare(&self, items: Vec<RawItem>) -> (Arc<dyn Prepared>, Vec<(RawItem, String)>);
+    /// Decodes and reduces a run; the records (as `RawItem::record`) of items whose
+    /// body does not decode come back with why.
+    fn prepare(&self, items: Vec<RawItem<'_>>) -> (Arc<dyn Prepared>, Vec<(usize, String)>);
 }
 
 /// A decoded, reduced run, ready to be called in chunks.
@@ -88,13 +89,13 @@ impl<E: Event, H: EventHandler<E>> Erased for Typed<E, H> {
     fn type_name(&self) -> &'static str {
         std::any::type_name::<E>()
     }
-    fn prepare(&self, items: Vec<RawItem>) -> (Arc<dyn Prepared>, Vec<(RawItem, String)>) {
+    fn prepare(&self, items: Vec<RawItem<'_>>) -> (Arc<dyn Prepared>, Vec<(usize, String)>) {
         let mut decoded = Vec::with_capacity(items.len());
         let mut failed = Vec::new();
         for item in items {
-            match item.codec.decode::<E::Body>(&item.value) {
+            match item.codec.decode::<E::Body>(item.value) {
                 Ok(body) => decoded.push((body, item.source)),
-                Err(e) => failed.push((item, e.to_string())),
+                Err(e) => failed.push((item.record, e.to_string())),
             }
         }
         let reduced = E::Algebra::reduce(decoded);

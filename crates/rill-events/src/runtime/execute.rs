@@ -10,12 +10,15 @@ use bytes::Bytes;
 use crate::handler::{Context, ErrorKind};
 use crate::header::ErrorClass;
 use crate::plan::{Failure, KeyPlan, Rank};
-use crate::registry::{Erased, Prepared};
+use crate::registry::Prepared;
 
 /// A run ready to execute: its handler's entry and the decoded, reduced items.
 #[derive(Clone)]
 pub(crate) struct ReadyRun {
-    pub(crate) handler: Arc<dyn Erased>,
+    /// The handler's event type's tag and algebra (for re-encoding into the retry
+    /// topic).
+    pub(crate) tag: u32,
+    pub(crate) algebra: crate::Algebra,
     pub(crate) items: Arc<dyn Prepared>,
 }
 
@@ -58,7 +61,10 @@ pub(crate) struct DeadChunk {
 
 /// How a key's execution ended.
 pub(crate) struct KeyOutcome {
-    pub(crate) work: KeyWork,
+    pub(crate) key: Bytes,
+    /// The work, while anything of it is to be written (`None` once released: done
+    /// with nothing failed or dead).
+    pub(crate) work: Option<KeyWork>,
     /// Where it stopped, the class and text of the first error, if it did.
     pub(crate) failure: Option<(Failure, ErrorClass, String)>,
     pub(crate) dead: Vec<DeadChunk>,
@@ -67,6 +73,16 @@ pub(crate) struct KeyOutcome {
     /// Handler calls and their total time.
     pub(crate) calls: u64,
     pub(crate) call_time: Duration,
+}
+
+impl KeyOutcome {
+    /// Drops the work if nothing of it is to be written, where the key ran (so the
+    /// partition's task does not spend its time freeing it).
+    pub(crate) fn release_if_done(&mut self) {
+        if self.failure.is_none() && self.dead.is_empty() {
+            self.work = None;
+        }
+    }
 }
 
 enum RunEnd {
@@ -200,7 +216,8 @@ pub(crate) async fn run_key(work: KeyWork, retrying: &Retrying) -> KeyOutcome {
         }
     }
     KeyOutcome {
-        work,
+        key: work.key.clone(),
+        work: Some(work),
         failure,
         dead,
         handled,

@@ -23,7 +23,7 @@ use super::records::{
 use crate::config::{DeliveryMode, Unhandled};
 use crate::header::{DeadLetterReason, ErrorClass, EventHeader, RetryHeader, RetryKind};
 use crate::plan::{self, Entry, Failure, Piece, rewritten};
-use crate::registry::{RawItem, Source};
+use crate::registry::{Erased, RawItem, Source};
 
 /// Bytes asked for per fetch.
 const FETCH_BYTES_MAX: u32 = 4 << 20;
@@ -120,9 +120,21 @@ pub(crate) struct PartitionTask {
     /// Whether the retry partition may hold records not read yet: at start and after
     /// this task appended to it (nothing else writes to it).
     retry_unread: bool,
-    /// The main offset store in flight under `NoEventLose` (at most one: the next
-    /// batch runs while it completes, and the next store waits for it).
+    /// The main offset store in flight under `NoEventLose`: at most one; batches run
+    /// on while it completes (a durable store waits for an fsync).
     main_store: Option<tokio::task::JoinHandle<Result<(), ClientError>>>,
+    /// The last main offset done and not stored yet: stored when the store in flight
+    /// ends, so stores coalesce to one per fsync rather than one per batch.
+    main_unstored: Option<u64>,
+    /// Main records fetched and not polled yet, from `main_next` on (at most one
+    /// fetch, `FETCH_BYTES_MAX`): a fetch feeds several polls of `poll_count`.
+    ahead: VecDeque<Record>,
+    /// Where the fetch that filled `ahead` ends: the next read ahead starts there.
+    ahead_next: u64,
+    /// The main partition's end when `ahead` was fetched.
+    ahead_log_end: u64,
+    /// The read ahead in flight, if any (one fetch, `FETCH_BYTES_MAX`).
+    prefetch: Option<tokio::task::JoinHandle<Result<rill_client::Fetched, ClientError>>>,
     stop: watch::Receiver<bool>,
 }
 
@@ -158,6 +170,11 @@ impl PartitionTask {
             pending: 0,
             retry_unread: true,
             main_store: None,
+            main_unstored: None,
+            ahead: VecDeque::new(),
+            ahead_next: 0,
+            ahead_log_end: 0,
+            prefetch: None,
             stop,
         })
     }
@@ -183,6 +200,9 @@ impl PartitionTask {
                 }
             }
         }
+        if let Some(prefetch) = self.prefetch.take() {
+            prefetch.abort();
+        }
         // A last store of what is done; a failure here leaves work to run again.
         if let Err(e) = self.settle_main_store().await {
             tracing::warn!(partition = self.partition, error = %e, "storing the main offset at shutdown failed");
@@ -202,6 +222,7 @@ impl PartitionTask {
     }
 
     async fn step(&mut self) -> Result<(), ClientError> {
+        self.start_main_store().await?;
         if self.retry_unread {
             self.read_retry().await?;
         }
@@ -232,33 +253,62 @@ impl PartitionTask {
         let mut writes = Writes::default();
         self.run_main(records, &mut writes).await?;
         self.write(writes).await?;
-        if self.shared.config.mode == DeliveryMode::NoEventLose {
-            // The batch is done; its store may complete while the next batch runs (a
-            // crash before it does runs the batch again: at least once).
-            self.settle_main_store().await?;
-            let Some(consumed) = next.checked_sub(1) else {
-                return Ok(());
-            };
-            let shared = Arc::clone(&self.shared);
-            let p = self.partition;
-            self.main_store = Some(tokio::spawn(async move {
-                shared.store_main(Position::new(p, consumed)).await
-            }));
-        }
         self.main_next = next;
+        if self.shared.config.mode == DeliveryMode::NoEventLose
+            && let Some(consumed) = next.checked_sub(1)
+        {
+            // The batch is done; its store completes while the next batches run (a
+            // crash before it does runs them again: at least once).
+            self.main_unstored = Some(consumed);
+            self.start_main_store().await?;
+        }
         Ok(())
     }
 
-    /// Waits for the main offset store in flight, if any.
-    async fn settle_main_store(&mut self) -> Result<(), ClientError> {
-        match self.main_store.take() {
-            None => Ok(()),
-            Some(h) => match h.await {
-                Ok(result) => result,
-                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                Err(_) => Ok(()),
-            },
+    /// Starts a store of the last main offset done, unless one is in flight (it starts
+    /// when that one ends). A failed store in flight fails here, and its offset is
+    /// stored again.
+    async fn start_main_store(&mut self) -> Result<(), ClientError> {
+        if self.main_store.as_ref().is_some_and(|h| !h.is_finished()) {
+            return Ok(());
         }
+        if let Some(h) = self.main_store.take() {
+            // Finished: this does not wait.
+            Self::store_result(h.await)?;
+        }
+        let Some(consumed) = self.main_unstored.take() else {
+            return Ok(());
+        };
+        let shared = Arc::clone(&self.shared);
+        let p = self.partition;
+        self.main_store = Some(tokio::spawn(async move {
+            shared.store_main(Position::new(p, consumed)).await
+        }));
+        Ok(())
+    }
+
+    fn store_result(
+        result: Result<Result<(), ClientError>, tokio::task::JoinError>,
+    ) -> Result<(), ClientError> {
+        match result {
+            Ok(result) => result,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Waits for the main offset store in flight, then stores the last offset done if
+    /// that one did not.
+    async fn settle_main_store(&mut self) -> Result<(), ClientError> {
+        if let Some(h) = self.main_store.take() {
+            Self::store_result(h.await)?;
+        }
+        if let Some(consumed) = self.main_unstored.take() {
+            self.shared
+                .store_main(Position::new(self.partition, consumed))
+                .await?;
+        }
+        Ok(())
     }
 
     fn until_next_due(&self) -> Duration {
@@ -430,8 +480,37 @@ impl PartitionTask {
             .await
     }
 
-    /// Polls the main partition: up to `poll_count` records, waiting up to `wait`.
+    /// Polls the main partition: up to `poll_count` records, from what was fetched
+    /// ahead, or else a fetch waiting up to `wait`. While records are left ahead, the
+    /// next fetch runs in the background (one at most), so fetching and decoding
+    /// records overlaps running the keys.
     async fn poll_main(&mut self, wait: Duration) -> Result<Vec<Record>, ClientError> {
+        if let Some(records) = self.take_ahead() {
+            return Ok(records);
+        }
+        if let Some(mut prefetch) = self.prefetch.take() {
+            let mut stop = self.stop.clone();
+            let fetched = tokio::select! {
+                f = &mut prefetch => f,
+                _ = stop.wait_for(|s| *s) => {
+                    prefetch.abort();
+                    return Ok(Vec::new());
+                }
+            };
+            // A failed or stale read ahead is read again below, which reports errors.
+            if let Ok(Ok(fetched)) = fetched
+                && fetched
+                    .records
+                    .first()
+                    .is_some_and(|r| r.offset == self.main_next)
+            {
+                self.fill_ahead(fetched);
+                if let Some(records) = self.take_ahead() {
+                    return Ok(records);
+                }
+            }
+        }
+        self.ahead.clear();
         let mut stop = self.stop.clone();
         let fetch = self.shared.main.fetch(
             Position::new(self.partition, self.main_next),
@@ -457,13 +536,60 @@ impl PartitionTask {
             self.partition,
             fetched.log_end.saturating_sub(self.main_next),
         );
-        let mut records = fetched.records;
-        records.retain(|r| r.offset >= self.main_next);
-        records.truncate(self.shared.config.poll_count);
-        if records.is_empty() {
+        if !fetched.records.iter().any(|r| r.offset >= self.main_next) {
             self.main_next = self.main_next.max(fetched.next_offset);
+            return Ok(Vec::new());
         }
-        Ok(records)
+        self.fill_ahead(fetched);
+        Ok(self.take_ahead().unwrap_or_default())
+    }
+
+    /// Up to `poll_count` records from the read-ahead, if it goes on from `main_next`;
+    /// starts the next read ahead when this one runs low.
+    fn take_ahead(&mut self) -> Option<Vec<Record>> {
+        while self
+            .ahead
+            .front()
+            .is_some_and(|r| r.offset < self.main_next)
+        {
+            self.ahead.pop_front();
+        }
+        if self
+            .ahead
+            .front()
+            .is_none_or(|r| r.offset != self.main_next)
+        {
+            // Empty, or not contiguous with where the task is (it skipped lost records).
+            self.ahead.clear();
+            return None;
+        }
+        let n = self.shared.config.poll_count.min(self.ahead.len());
+        let records: Vec<Record> = self.ahead.drain(..n).collect();
+        self.shared.set_lag(
+            self.partition,
+            self.ahead_log_end.saturating_sub(self.main_next),
+        );
+        if self.prefetch.is_none() && self.ahead_next < self.ahead_log_end {
+            let main = self.shared.main.clone();
+            let from = Position::new(self.partition, self.ahead_next);
+            self.prefetch = Some(tokio::spawn(async move {
+                main.fetch(from, FETCH_BYTES_MAX, Duration::ZERO).await
+            }));
+        }
+        Some(records)
+    }
+
+    /// Appends a fetch's records from `main_next` on to the read-ahead.
+    fn fill_ahead(&mut self, fetched: rill_client::Fetched) {
+        let main_next = self.main_next;
+        self.ahead.extend(
+            fetched
+                .records
+                .into_iter()
+                .filter(|r| r.offset >= main_next),
+        );
+        self.ahead_next = fetched.next_offset;
+        self.ahead_log_end = fetched.log_end;
     }
 
     /// Dead letters first, then retry records (one batch: a key's remainder and its
@@ -603,125 +729,55 @@ impl PartitionTask {
         Some((key, header))
     }
 
-    /// Plans a batch, prepares its runs and executes its keys at once (each key a task
-    /// of its own, at most `handler_concurrency` running).
+    /// Executes a batch's keys at once: its keys are shared out over a few tasks (one
+    /// per runtime thread), each of which plans its keys, decodes and reduces their
+    /// runs and runs them concurrently (at most `handler_concurrency` keys over the
+    /// consumer). Planning, decoding and CPU-heavy handlers of different keys so run in
+    /// parallel, without a task and a cross-thread wake-up per key.
     async fn execute(&self, batch: Batch, writes: &mut Writes) -> Vec<KeyOutcome> {
-        let now = now_us();
-        let plans = plan::plan(&batch.entries);
         let retrying = Retrying {
             transient_max: self.shared.config.transient_max,
             delays: self.shared.config.retry_delays.clone(),
         };
-        let mut tasks = tokio::task::JoinSet::new();
-        let mut works = Vec::new();
-        for kp in plans {
-            let first = kp.segments[0]
-                .head
-                .iter()
-                .chain(&kp.segments[0].body)
-                .chain(&kp.segments[0].tail)
-                .next()
-                .expect("a segment holds a record")
-                .records[0];
-            let key = batch.keys[first].clone();
-            let mut stages = Vec::with_capacity(kp.segments.len());
-            for segment in &kp.segments {
-                let mut prepared = Vec::new();
-                for (rank, runs) in segment.stages() {
-                    let mut ready = Vec::with_capacity(runs.len());
-                    for run in runs {
-                        let handler = Arc::clone(&self.shared.handlers[&run.tag]);
-                        let items: Vec<RawItem> = run
-                            .records
-                            .iter()
-                            .map(|&i| RawItem {
-                                value: batch.records[i].value.clone(),
-                                codec: batch.headers[i].codec,
-                                source: batch.sources[i],
-                                record: i,
-                            })
-                            .collect();
-                        let (items, failed) = handler.prepare(items);
-                        for (item, why) in failed {
-                            writes.dead.push(raw_dead_letter(
-                                &batch.records[item.record],
-                                DeadLetterReason::UndecodableBody,
-                                &why,
-                                now,
-                                Some((item.source.first, item.source.last)),
-                            ));
-                        }
-                        ready.push(ReadyRun { handler, items });
-                    }
-                    prepared.push((rank, ready));
-                }
-                stages.push(prepared);
-            }
-            let (attempt, first_failure_us) = self
-                .keys
-                .get(&key)
-                .map_or((0, 0), |q| (q.attempt, q.first_failure_us));
-            let work = KeyWork {
-                key_hash: crate::key_hash(&key),
-                key,
-                partition: self.partition,
-                attempt,
-                first_failure: time_of(first_failure_us),
-                plan: kp,
-                stages,
-            };
-            works.push(work);
-        }
-        // Keys run at once, spread over a few tasks (one per runtime thread), each
-        // running its keys concurrently: CPU-heavy handlers of different keys run in
-        // parallel, without a task and a cross-thread wake-up per key.
+        // The attempts so far of keys with pending work (only retries have any).
+        let attempts: HashMap<Bytes, (u32, i64)> = if self.keys.is_empty() {
+            HashMap::new()
+        } else {
+            batch
+                .ids
+                .keys()
+                .filter_map(|k| {
+                    self.keys
+                        .get(k)
+                        .map(|q| (k.clone(), (q.attempt, q.first_failure_us)))
+                })
+                .collect()
+        };
+        let attempts = Arc::new(attempts);
         let groups = std::thread::available_parallelism()
             .map_or(2, std::num::NonZeroUsize::get)
             .clamp(1, 16)
-            .min(works.len().max(1));
-        let mut shares: Vec<Vec<KeyWork>> = (0..groups).map(|_| Vec::new()).collect();
-        for (i, w) in works.into_iter().enumerate() {
-            shares[i % groups].push(w);
-        }
-        for share in shares.into_iter().filter(|s| !s.is_empty()) {
-            let permits = Arc::clone(&self.shared.permits);
+            .min(batch.ids.len().max(1));
+        let mut tasks = tokio::task::JoinSet::new();
+        for shard in batch.shard(groups) {
+            let shared = Arc::clone(&self.shared);
+            let attempts = Arc::clone(&attempts);
             let retrying = retrying.clone();
-            tasks.spawn(async move {
-                let mut running = futures::stream::FuturesUnordered::new();
-                let mut out = Vec::with_capacity(share.len());
-                for work in share {
-                    // At most `handler_concurrency` keys run at once over the consumer.
-                    let permit = loop {
-                        if let Ok(p) = Arc::clone(&permits).try_acquire_owned() {
-                            break p;
-                        }
-                        match futures::StreamExt::next(&mut running).await {
-                            Some(done) => out.push(done),
-                            None => {
-                                break Arc::clone(&permits)
-                                    .acquire_owned()
-                                    .await
-                                    .expect("the semaphore is never closed");
-                            }
-                        }
-                    };
-                    let retrying = &retrying;
-                    running.push(async move {
-                        let outcome = run_key(work, retrying).await;
-                        drop(permit);
-                        outcome
-                    });
-                }
-                while let Some(done) = futures::StreamExt::next(&mut running).await {
-                    out.push(done);
-                }
-                out
-            });
+            let partition = self.partition;
+            tasks.spawn(
+                async move { run_shard(shard, &shared, partition, &attempts, &retrying).await },
+            );
         }
         let mut outcomes = Vec::new();
         while let Some(done) = tasks.join_next().await {
             match done {
-                Ok(mut share) => outcomes.append(&mut share),
+                Ok((mut share, mut dead, shard)) => {
+                    outcomes.append(&mut share);
+                    writes.dead.append(&mut dead);
+                    // Freed here, not in the shards' tasks at once: its records'
+                    // reference counts are one per fetched buffer, shared by all.
+                    drop(shard);
+                }
                 // A panicking handler ends this partition's task: reported by `closed`,
                 // and the batch is not committed.
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -749,7 +805,10 @@ impl PartitionTask {
             u64::try_from(outcome.call_time.as_micros()).unwrap_or(u64::MAX),
             ORD,
         );
-        let work = &outcome.work;
+        let Some(work) = &outcome.work else {
+            // Done with nothing failed: nothing to write.
+            return;
+        };
         let before = retry_of.map_or(0, |q| q.attempt);
         let first_failure = retry_of
             .map(|q| q.first_failure_us)
@@ -866,10 +925,10 @@ impl PartitionTask {
             ),
         };
         let event = EventHeader {
-            tag: run.handler.tag(),
+            tag: run.tag,
             key_hash: work.key_hash,
             ordering,
-            algebra: run.handler.algebra(),
+            algebra: run.algebra,
             codec,
         };
         WorkRecord {
@@ -915,7 +974,7 @@ impl PartitionTask {
         let outcomes = self.execute(batch, writes).await;
         let mut remainders: HashMap<Bytes, Vec<Message>> = HashMap::new();
         for outcome in outcomes {
-            let key = outcome.work.key.clone();
+            let key = outcome.key.clone();
             let mut own = Writes::default();
             self.settle_outcome(outcome, self.keys.get(&key), now, &mut own);
             writes.dead.append(&mut own.dead);
@@ -943,6 +1002,179 @@ fn is_failed(failure: &Failure, piece: &Piece) -> bool {
         && failure.failed.iter().any(|(r, _)| *r == piece.run)
 }
 
+/// Plans one shard of a batch and runs its keys concurrently: the keys' outcomes and
+/// the dead letters of records whose body did not decode.
+async fn run_shard(
+    batch: Batch,
+    shared: &Shared,
+    partition: u32,
+    attempts: &HashMap<Bytes, (u32, i64)>,
+    retrying: &Retrying,
+) -> (Vec<KeyOutcome>, Vec<Message>, Batch) {
+    let now = now_us();
+    let plans = plan::plan(&batch.entries);
+    let mut running = futures::stream::FuturesUnordered::new();
+    let mut out = Vec::with_capacity(plans.len());
+    let mut dead = Vec::new();
+    for kp in plans {
+        let job = KeyJob::new(&batch, shared, attempts, kp);
+        let (work, undecodable) = job.prepare(partition);
+        for (record, why) in &undecodable {
+            let source = batch.sources[*record];
+            dead.push(raw_dead_letter(
+                &batch.records[*record],
+                DeadLetterReason::UndecodableBody,
+                why,
+                now,
+                Some((source.first, source.last)),
+            ));
+        }
+        let mut key = Box::pin(async move {
+            let mut outcome = run_key(work, retrying).await;
+            outcome.release_if_done();
+            outcome
+        });
+        // A key whose handlers finish without waiting is done here and then, without
+        // a permit or joining the others.
+        if let std::task::Poll::Ready(outcome) = futures::poll!(key.as_mut()) {
+            out.push(outcome);
+            continue;
+        }
+        // It waits: at most `handler_concurrency` waiting keys over the consumer (this
+        // one has begun; it goes on once it has its permit).
+        let permit = loop {
+            if let Ok(p) = Arc::clone(&shared.permits).try_acquire_owned() {
+                break p;
+            }
+            match futures::StreamExt::next(&mut running).await {
+                Some(done) => out.push(done),
+                None => {
+                    break Arc::clone(&shared.permits)
+                        .acquire_owned()
+                        .await
+                        .expect("the semaphore is never closed");
+                }
+            }
+        };
+        running.push(async move {
+            let outcome = key.await;
+            drop(permit);
+            outcome
+        });
+    }
+    while let Some(done) = futures::StreamExt::next(&mut running).await {
+        out.push(done);
+    }
+    (out, dead, batch)
+}
+
+/// One key's planned work before its runs are decoded.
+struct KeyJob<'a> {
+    key: Bytes,
+    attempt: u32,
+    first_failure_us: i64,
+    plan: plan::KeyPlan,
+    /// Per segment, per stage: the rank and each run's handler and raw items.
+    raw: Vec<Vec<(plan::Rank, Vec<RawRun<'a>>)>>,
+}
+
+/// A run's handler and its items, not decoded yet.
+type RawRun<'a> = (&'a dyn Erased, Vec<RawItem<'a>>);
+
+impl<'a> KeyJob<'a> {
+    /// The job of one key's plan, its items taken from `batch`.
+    fn new(
+        batch: &'a Batch,
+        shared: &'a Shared,
+        attempts: &HashMap<Bytes, (u32, i64)>,
+        kp: plan::KeyPlan,
+    ) -> Self {
+        let first = kp.segments[0]
+            .head
+            .iter()
+            .chain(&kp.segments[0].body)
+            .chain(&kp.segments[0].tail)
+            .next()
+            .expect("a segment holds a record")
+            .records[0];
+        // A copy of its own: a slice of the fetched buffer would share one reference
+        // count with every record of the fetch, which the keys' clones (one per
+        // handler call's context) would then contend for across threads.
+        let key = Bytes::copy_from_slice(&batch.keys[first]);
+        let mut raw = Vec::with_capacity(kp.segments.len());
+        for segment in &kp.segments {
+            let mut stages = Vec::with_capacity(3);
+            for (rank, runs) in segment.stages() {
+                let mut ready = Vec::with_capacity(runs.len());
+                for run in runs {
+                    let handler: &dyn Erased = &*shared.handlers[&run.tag];
+                    let items: Vec<RawItem<'a>> = run
+                        .records
+                        .iter()
+                        .map(|&i| RawItem {
+                            value: &batch.records[i].value,
+                            codec: batch.headers[i].codec,
+                            source: batch.sources[i],
+                            record: i,
+                        })
+                        .collect();
+                    ready.push((handler, items));
+                }
+                stages.push((rank, ready));
+            }
+            raw.push(stages);
+        }
+        let (attempt, first_failure_us) = attempts.get(&key).copied().unwrap_or((0, 0));
+        Self {
+            key,
+            attempt,
+            first_failure_us,
+            plan: kp,
+            raw,
+        }
+    }
+
+    /// Decodes and reduces the runs: the work to execute, and the records (indexes
+    /// into the batch) whose body did not decode, with why.
+    fn prepare(self, partition: u32) -> (KeyWork, Vec<(usize, String)>) {
+        let mut undecodable = Vec::new();
+        let stages = self
+            .raw
+            .into_iter()
+            .map(|segment| {
+                segment
+                    .into_iter()
+                    .map(|(rank, runs)| {
+                        let ready = runs
+                            .into_iter()
+                            .map(|(handler, items)| {
+                                let (items, failed) = handler.prepare(items);
+                                undecodable.extend(failed);
+                                ReadyRun {
+                                    tag: handler.tag(),
+                                    algebra: handler.algebra(),
+                                    items,
+                                }
+                            })
+                            .collect();
+                        (rank, ready)
+                    })
+                    .collect()
+            })
+            .collect();
+        let work = KeyWork {
+            key_hash: crate::key_hash(&self.key),
+            key: self.key,
+            partition,
+            attempt: self.attempt,
+            first_failure: time_of(self.first_failure_us),
+            plan: self.plan,
+            stages,
+        };
+        (work, undecodable)
+    }
+}
+
 /// Records of a batch with what the planner needs.
 #[derive(Default)]
 struct Batch {
@@ -951,10 +1183,51 @@ struct Batch {
     headers: Vec<EventHeader>,
     records: Vec<Record>,
     sources: Vec<Source>,
-    ids: HashMap<Bytes, u64>,
+    ids: HashMap<Bytes, u64, foldhash::fast::RandomState>,
 }
 
 impl Batch {
+    /// The batch split into at most `n` batches by key (all records of a key in one,
+    /// in order; keys dealt out in order of first appearance).
+    fn shard(self, n: usize) -> Vec<Batch> {
+        let n = n.max(1);
+        if n == 1 {
+            return vec![self];
+        }
+        let mut shards: Vec<Batch> = (0..n)
+            .map(|_| Batch::with_capacity(self.entries.len() / n + 1))
+            .collect();
+        let parts = self
+            .entries
+            .into_iter()
+            .zip(self.keys)
+            .zip(self.headers)
+            .zip(self.records)
+            .zip(self.sources);
+        for ((((entry, key), header), record), source) in parts {
+            // A shard's `ids` stays empty: its entries keep the batch's key ids.
+            let shard = &mut shards[(entry.key % n as u64) as usize];
+            shard.entries.push(entry);
+            shard.keys.push(key);
+            shard.headers.push(header);
+            shard.records.push(record);
+            shard.sources.push(source);
+        }
+        shards.retain(|s| !s.entries.is_empty());
+        shards
+    }
+
+    fn with_capacity(n: usize) -> Self {
+        Self {
+            entries: Vec::with_capacity(n),
+            keys: Vec::with_capacity(n),
+            headers: Vec::with_capacity(n),
+            records: Vec::with_capacity(n),
+            sources: Vec::with_capacity(n),
+            ids: HashMap::default(),
+        }
+    }
+
     fn push(&mut self, key: Bytes, header: EventHeader, record: Record, source: Source) {
         let next = self.ids.len() as u64;
         // The planner's key is an id of the key's bytes, so two keys with one hash are
