@@ -64,6 +64,8 @@ struct Member {
     /// The generation the member joined at: requests of an earlier generation come
     /// from a session before this one.
     joined: u64,
+    /// What the member last reported about itself, in name order (opaque here).
+    report: Vec<(String, u64)>,
 }
 
 /// One group's membership and assignment.
@@ -123,6 +125,7 @@ impl Coordinator {
                     target: BTreeSet::new(),
                     last_seen: now,
                     joined: u64::MAX,
+                    report: Vec::new(),
                 },
             );
             let before = self.generation;
@@ -232,6 +235,25 @@ impl Coordinator {
     }
 
     /// A member's view.
+    /// Replaces what `member` reports about itself (kept until it leaves or expires).
+    pub(crate) fn set_report(
+        &mut self,
+        member: &str,
+        report: Vec<(String, u64)>,
+    ) -> Result<(), GroupError> {
+        let m = self
+            .members
+            .get_mut(member)
+            .ok_or_else(|| GroupError::NotMember(member.to_owned()))?;
+        m.report = report;
+        Ok(())
+    }
+
+    /// What `member` last reported about itself (empty if nothing, or not a member).
+    pub(crate) fn report(&self, member: &str) -> &[(String, u64)] {
+        self.members.get(member).map_or(&[], |m| &m.report)
+    }
+
     pub(crate) fn view(&self, member: &str) -> Result<MemberView, GroupError> {
         let m = self
             .members

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, MutexGuard};
 use rill_proto::pb::{
     CommitGroupOffsetRequest, DeleteGroupOffsetRequest, DescribeGroupResponse, GroupAssignment,
-    GroupMemberInfo, GroupPartitionInfo, PartitionOffset,
+    GroupMemberInfo, GroupPartitionInfo, MemberMetric, PartitionOffset,
 };
 
 use crate::group::Coordinator;
@@ -201,7 +201,9 @@ impl Broker {
         group: &str,
         member: &str,
         revoked: &[u32],
+        metrics: &[MemberMetric],
     ) -> Result<GroupAssignment, BrokerError> {
+        let report = member_report(metrics)?;
         let key: GroupKey = (stream.to_owned(), topic.to_owned(), group.to_owned());
         let now = Instant::now();
         let mut groups = self.groups.lock();
@@ -212,6 +214,9 @@ impl Broker {
         c.heartbeat(member, now)?;
         if !revoked.is_empty() {
             c.revoked(member, revoked)?;
+        }
+        if let Some(report) = report {
+            c.set_report(member, report)?;
         }
         let timeout = c.session_timeout();
         self.assignment(&key, c, member, timeout)
@@ -358,6 +363,28 @@ impl Broker {
         out
     }
 
+    /// Every live member's last report: (stream, topic, group, member, name, value).
+    pub fn group_member_reports(&self) -> Vec<MemberReport> {
+        let mut out = Vec::new();
+        for (stream, topic, group) in self.groups.keys() {
+            if let Ok(d) = self.describe_group(&stream, &topic, &group) {
+                for m in d.members {
+                    for x in m.metrics {
+                        out.push(MemberReport {
+                            stream: stream.clone(),
+                            topic: topic.clone(),
+                            group: group.clone(),
+                            member: m.member_id.clone(),
+                            name: x.name,
+                            value: x.value,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Members, assignment, stored offsets and lag of a group. A group with stored
     /// offsets but no live member (after a restart) is described too.
     pub fn describe_group(
@@ -393,6 +420,14 @@ impl Broker {
                                 member_id: m.to_owned(),
                                 owned: v.owned.into_iter().collect(),
                                 revoke: v.revoke.into_iter().collect(),
+                                metrics: c
+                                    .report(m)
+                                    .iter()
+                                    .map(|(name, value)| MemberMetric {
+                                        name: name.clone(),
+                                        value: *value,
+                                    })
+                                    .collect(),
                             })
                         })
                         .collect()
@@ -479,4 +514,66 @@ impl Broker {
             }
         }
     }
+}
+
+/// One number a group member reported about itself ([`Broker::group_member_reports`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberReport {
+    /// The group's stream.
+    pub stream: String,
+    /// The group's topic.
+    pub topic: String,
+    /// The group.
+    pub group: String,
+    /// The member's id.
+    pub member: String,
+    /// The number's name.
+    pub name: String,
+    /// Its value.
+    pub value: u64,
+}
+
+/// Most numbers one member may report.
+pub(crate) const MEMBER_METRICS_MAX: usize = 64;
+/// Longest name of a reported number, in bytes.
+pub(crate) const MEMBER_METRIC_NAME_MAX: usize = 64;
+
+/// A heartbeat's report, checked and in name order: `None` if it reports nothing (the
+/// last report stands). Too many numbers, a bad or repeated name: `INVALID_REQUEST`.
+fn member_report(metrics: &[MemberMetric]) -> Result<Option<Vec<(String, u64)>>, BrokerError> {
+    if metrics.is_empty() {
+        return Ok(None);
+    }
+    if metrics.len() > MEMBER_METRICS_MAX {
+        return Err(BrokerError::InvalidRequest(format!(
+            "a heartbeat reports {} numbers; at most {MEMBER_METRICS_MAX}",
+            metrics.len()
+        )));
+    }
+    let mut report: Vec<(String, u64)> = Vec::with_capacity(metrics.len());
+    for m in metrics {
+        let ok = !m.name.is_empty()
+            && m.name.len() <= MEMBER_METRIC_NAME_MAX
+            && m.name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !ok {
+            return Err(BrokerError::InvalidRequest(format!(
+                "a reported number's name must be 1-{MEMBER_METRIC_NAME_MAX} bytes of [a-z0-9_]: {:?}",
+                m.name
+                    .chars()
+                    .take(MEMBER_METRIC_NAME_MAX + 1)
+                    .collect::<String>()
+            )));
+        }
+        report.push((m.name.clone(), m.value));
+    }
+    report.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    if let Some(w) = report.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(BrokerError::InvalidRequest(format!(
+            "a heartbeat reports {:?} twice",
+            w[0].0
+        )));
+    }
+    Ok(Some(report))
 }

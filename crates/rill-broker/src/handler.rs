@@ -187,6 +187,7 @@ impl Broker {
                         &r.group,
                         &r.member_id,
                         &r.revoked,
+                        &r.metrics,
                     )?),
                 })
             }

@@ -29,7 +29,7 @@ pub use broker::{Broker, BrokerConfig, FailedPartition, Fetch, PartitionState};
 pub use catalog::TopicConfig;
 pub use error::BrokerError;
 pub use group::GroupError;
-pub use groups::Session;
+pub use groups::{MemberReport, Session};
 pub use names::validate_name;
 pub use partition::Produced;
 /// Process-wide fsync latency of the log engine, for metrics.

@@ -273,7 +273,9 @@ async fn consumer_groups_assign_fence_commits_and_keep_offsets_across_restart() 
         // b joins: a must revoke two partitions before b gets them.
         let b = broker.join_group("s", "t", "g", "b", None).unwrap();
         assert!(b.owned.is_empty());
-        let a = broker.group_heartbeat("s", "t", "g", &a_id, &[]).unwrap();
+        let a = broker
+            .group_heartbeat("s", "t", "g", &a_id, &[], &[])
+            .unwrap();
         assert_eq!(a.revoke.len(), 2);
         // a commits what it read of a partition it is giving up, then lets go.
         let giving = a.revoke[0];
@@ -282,9 +284,11 @@ async fn consumer_groups_assign_fence_commits_and_keep_offsets_across_restart() 
             .await
             .unwrap();
         broker
-            .group_heartbeat("s", "t", "g", &a_id, &a.revoke)
+            .group_heartbeat("s", "t", "g", &a_id, &a.revoke, &[])
             .unwrap();
-        let b = broker.group_heartbeat("s", "t", "g", "b", &[]).unwrap();
+        let b = broker
+            .group_heartbeat("s", "t", "g", "b", &[], &[])
+            .unwrap();
         assert_eq!(b.owned, a.revoke);
         let resumed = b.offsets.iter().find(|o| o.partition == giving).unwrap();
         assert_eq!(resumed.offset, Some(1), "b resumes where a committed");
@@ -302,7 +306,9 @@ async fn consumer_groups_assign_fence_commits_and_keep_offsets_across_restart() 
         );
         // a leaves: b owns everything at once.
         broker.leave_group("s", "t", "g", &a_id).unwrap();
-        let b = broker.group_heartbeat("s", "t", "g", "b", &[]).unwrap();
+        let b = broker
+            .group_heartbeat("s", "t", "g", "b", &[], &[])
+            .unwrap();
         assert_eq!(b.owned, vec![0, 1, 2, 3]);
         // The zombie cannot commit, heartbeat or leave again.
         let err = broker
@@ -316,7 +322,11 @@ async fn consumer_groups_assign_fence_commits_and_keep_offsets_across_restart() 
             ),
             "{err}"
         );
-        assert!(broker.group_heartbeat("s", "t", "g", &a_id, &[]).is_err());
+        assert!(
+            broker
+                .group_heartbeat("s", "t", "g", &a_id, &[], &[])
+                .is_err()
+        );
         let d = broker.describe_group("s", "t", "g").unwrap();
         assert_eq!(d.members.len(), 1);
         let p = d.partitions.iter().find(|p| p.partition == giving).unwrap();
@@ -348,12 +358,16 @@ async fn a_silent_member_expires_and_its_partitions_move() {
     // b keeps heartbeating, a goes silent.
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        broker.group_heartbeat("s", "t", "g", "b", &[]).unwrap();
+        broker
+            .group_heartbeat("s", "t", "g", "b", &[], &[])
+            .unwrap();
     }
-    let b = broker.group_heartbeat("s", "t", "g", "b", &[]).unwrap();
+    let b = broker
+        .group_heartbeat("s", "t", "g", "b", &[], &[])
+        .unwrap();
     assert_eq!(b.owned, vec![0, 1]);
     assert!(matches!(
-        broker.group_heartbeat("s", "t", "g", "a", &[]),
+        broker.group_heartbeat("s", "t", "g", "a", &[], &[]),
         Err(BrokerError::Group(rill_broker::GroupError::NotMember(_)))
     ));
 }

@@ -190,6 +190,7 @@ async fn a_member_deletes_the_group_offset_only_of_a_partition_it_owns() {
             group: "g".into(),
             member_id: "a".into(),
             revoked: vec![],
+            metrics: vec![],
         }),
     )
     .await
@@ -199,10 +200,10 @@ async fn a_member_deletes_the_group_offset_only_of_a_partition_it_owns() {
     };
     let moving = a.revoke[0];
     broker
-        .group_heartbeat("s", "t", "g", "a", &a.revoke)
+        .group_heartbeat("s", "t", "g", "a", &a.revoke, &[])
         .unwrap();
     let b = broker
-        .group_heartbeat("s", "t", "g", &b.member_id, &[])
+        .group_heartbeat("s", "t", "g", &b.member_id, &[], &[])
         .unwrap();
     assert_eq!(b.owned, vec![moving]);
     call(&broker, commit("b", b.generation, moving, 3))
@@ -257,4 +258,112 @@ async fn an_admin_delete_waits_for_the_group_to_have_no_members() {
     drop(broker);
     let broker = open(dir.path());
     assert!(broker.describe_group("s", "t", "g").is_err());
+}
+
+fn heartbeat(member: &str, metrics: &[(&str, u64)]) -> RequestBody {
+    RequestBody::GroupHeartbeat(pb::GroupHeartbeatRequest {
+        stream: "s".into(),
+        topic: "t".into(),
+        group: "g".into(),
+        member_id: member.into(),
+        revoked: vec![],
+        metrics: metrics
+            .iter()
+            .map(|(name, value)| pb::MemberMetric {
+                name: (*name).into(),
+                value: *value,
+            })
+            .collect(),
+    })
+}
+
+/// Each member's last report, by member id, from DescribeGroup.
+async fn reports(broker: &Arc<Broker>) -> Vec<(String, Vec<(String, u64)>)> {
+    let body = RequestBody::DescribeGroup(pb::DescribeGroupRequest {
+        stream: "s".into(),
+        topic: "t".into(),
+        group: "g".into(),
+    });
+    let Ok(ResponseBody::DescribeGroup(d)) = call(broker, body).await else {
+        panic!("describe");
+    };
+    let mut out: Vec<_> = d
+        .members
+        .into_iter()
+        .map(|m| {
+            let metrics = m.metrics.into_iter().map(|x| (x.name, x.value)).collect();
+            (m.member_id, metrics)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// A member's heartbeat report is what DescribeGroup shows for it, in name order; an
+/// empty report keeps the last; a bad one is refused whole and changes nothing; it goes
+/// when the member leaves.
+#[tokio::test]
+async fn members_report_numbers_with_heartbeats_and_describe_shows_the_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = setup(dir.path(), 2).await;
+    joined(&broker, join("a", None)).await;
+    joined(&broker, join("b", None)).await;
+    let owned = |v: &[(&str, u64)]| -> Vec<(String, u64)> {
+        v.iter().map(|(n, x)| ((*n).to_owned(), *x)).collect()
+    };
+    assert_eq!(
+        reports(&broker).await,
+        [("a".to_owned(), vec![]), ("b".to_owned(), vec![])]
+    );
+    call(
+        &broker,
+        heartbeat("a", &[("retry_backlog", 7), ("dead_letters", 2)]),
+    )
+    .await
+    .unwrap();
+    call(&broker, heartbeat("b", &[("handled", 40)]))
+        .await
+        .unwrap();
+    let first = [
+        (
+            "a".to_owned(),
+            owned(&[("dead_letters", 2), ("retry_backlog", 7)]),
+        ),
+        ("b".to_owned(), owned(&[("handled", 40)])),
+    ];
+    assert_eq!(reports(&broker).await, first);
+    // Nothing reported: the last report stands.
+    call(&broker, heartbeat("a", &[])).await.unwrap();
+    assert_eq!(reports(&broker).await, first);
+    // Bad reports are refused whole.
+    let long = "x".repeat(65);
+    let many: Vec<(String, u64)> = (0..65).map(|i| (format!("n{i}"), i)).collect();
+    let many: Vec<(&str, u64)> = many.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+    for bad in [
+        vec![("Upper", 1)],
+        vec![("", 1)],
+        vec![("ok", 1), (long.as_str(), 2)],
+        vec![("twice", 1), ("twice", 2)],
+        many,
+    ] {
+        assert_eq!(
+            call(&broker, heartbeat("a", &bad)).await.err(),
+            Some(ErrorCode::InvalidRequest),
+            "{bad:?}"
+        );
+    }
+    assert_eq!(
+        reports(&broker).await,
+        first,
+        "a refused report changes nothing"
+    );
+    // A new report replaces the old one whole.
+    call(&broker, heartbeat("a", &[("handled", 9)]))
+        .await
+        .unwrap();
+    call(&broker, leave("b")).await.unwrap();
+    assert_eq!(
+        reports(&broker).await,
+        [("a".to_owned(), owned(&[("handled", 9)]))]
+    );
 }

@@ -108,6 +108,12 @@ pub(crate) async fn group(command: GroupCommand, target: &Target) -> anyhow::Res
                 let owned: Vec<String> = m.owned.iter().map(u32::to_string).collect();
                 println!("member\t{}\tpartitions {}", m.id, owned.join(","));
             }
+            // What members report about themselves (an events consumer's numbers).
+            for m in d.members.iter().filter(|m| !m.metrics.is_empty()) {
+                let numbers: Vec<String> =
+                    m.metrics.iter().map(|(n, v)| format!("{n}={v}")).collect();
+                println!("reported\t{}\t{}", m.id, numbers.join(" "));
+            }
             println!("partition\towner\tstored_offset\tlog_end\tlag");
             for p in &d.partitions {
                 println!(

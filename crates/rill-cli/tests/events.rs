@@ -1081,3 +1081,89 @@ async fn records_that_cannot_be_handled_are_dead_lettered_with_why_and_the_rest_
         "no good event failed"
     );
 }
+
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body
+}
+
+/// An events consumer in a group reports its numbers with its heartbeats: `rill group
+/// describe` shows them on a `reported` line and `/metrics` as
+/// `rill_group_member_metric`, with the dead letter and the quarantined key it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_events_consumer_reports_its_numbers_to_describe_and_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::ServerProcess::start(&dir.path().join("data"));
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    topic(&client, TOPIC).await;
+    let ledger = Arc::new(Ledger::default());
+    ledger.poison.lock().push("u1".to_owned());
+    ledger.failing.lock().push("u2".to_owned());
+    let publisher = Publisher::new(&client, STREAM);
+    publisher.publish(&add("u1", 3)).await.unwrap();
+    publisher.publish(&add("u2", 4)).await.unwrap();
+    publisher.publish(&add("u3", 5)).await.unwrap();
+    let consumer = Handlers::new()
+        .handle::<Add, _>(Apply(Arc::clone(&ledger)))
+        .start(
+            &client,
+            ConsumerConfig::new(STREAM, "billing", Assignment::Group)
+                .retry_delays([Duration::from_secs(60)])
+                .poll_interval(Duration::from_millis(20)),
+        )
+        .await
+        .unwrap();
+    let spec = format!("{STREAM}/{TOPIC}");
+    let mut described = String::new();
+    until(
+        "the member reports its dead letter and quarantined key",
+        || {
+            let (code, out, err) = rill(&url, &["group", "describe", &spec, "billing"]);
+            assert_eq!(code, 0, "{err}");
+            described = out;
+            let reported = described.contains("events_dead_letters_total=1")
+                && described.contains("events_quarantined_keys=1")
+                && described.contains("events_retry_backlog=1")
+                && described.contains("events_handled_total=1");
+            async move { reported }
+        },
+    )
+    .await;
+    let line = described
+        .lines()
+        .find(|l| l.starts_with("reported\t"))
+        .unwrap_or_else(|| panic!("{described}"));
+    let fields: Vec<&str> = line.split('\t').collect();
+    assert_eq!(fields.len(), 3, "{line}");
+    assert!(
+        described.contains(&format!("member\t{}\t", fields[1])),
+        "the report names a member: {described}"
+    );
+    let names: Vec<&str> = fields[2]
+        .split(' ')
+        .map(|kv| kv.split('=').next().unwrap())
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    assert_eq!(names, sorted, "in name order");
+    for name in [
+        "events_lag",
+        "events_max_attempt",
+        "events_handler_calls_total",
+    ] {
+        assert!(names.contains(&name), "{name} in {line}");
+    }
+    let metrics = http_get(&server.http, "/metrics");
+    let expected = format!(
+        "rill_group_member_metric{{stream=\"{STREAM}\",topic=\"{TOPIC}\",group=\"billing\",member=\"{}\",name=\"events_dead_letters_total\"}} 1",
+        fields[1]
+    );
+    assert!(metrics.contains(&expected), "{expected} in {metrics}");
+    consumer.shutdown(Duration::from_secs(5)).await;
+}

@@ -25,6 +25,7 @@ over_both_transports!(
     group_offsets_are_deleted_by_their_owner_or_by_an_admin_of_an_empty_group,
     a_member_is_a_stream_of_records,
     a_held_revoked_partition_moves_only_when_released,
+    a_member_reports_numbers_the_group_description_shows,
 );
 
 async fn topic(client: &Client, name: &str, partitions: u32) -> Topic {
@@ -501,4 +502,44 @@ async fn a_held_revoked_partition_moves_only_when_released(client: &Client) {
     let (mut a, mut b) = (a, b);
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
+}
+
+/// `report` sends its numbers with the heartbeats and the group's description shows
+/// them in name order; a bad report is refused at once and changes nothing.
+async fn a_member_reports_numbers_the_group_description_shows(client: &Client) {
+    let t = topic(client, "reports", 1).await;
+    let mut a = t.consumer_group("g").member_id("a").build().await.unwrap();
+    a.report([("zeta", 2), ("alpha", 1)]).unwrap();
+    let long = "x".repeat(rill_client::MEMBER_METRIC_NAME_MAX + 1);
+    let many: Vec<(String, u64)> = (0..=rill_client::MEMBER_METRICS_MAX)
+        .map(|i| (format!("n{i}"), 0))
+        .collect();
+    for bad in [
+        vec![("Upper".to_owned(), 1)],
+        vec![(String::new(), 1)],
+        vec![(long, 1)],
+        vec![("twice".to_owned(), 1), ("twice".to_owned(), 2)],
+        many,
+    ] {
+        assert!(
+            matches!(a.report(bad.clone()), Err(ClientError::InvalidArgument(_))),
+            "{bad:?}"
+        );
+    }
+    let start = Instant::now();
+    loop {
+        let d = t.describe_group("g").await.unwrap();
+        let m = &d.members[0];
+        if !m.metrics.is_empty() {
+            assert_eq!(
+                m.metrics,
+                [("alpha".to_owned(), 1), ("zeta".to_owned(), 2)],
+                "the last good report, in name order"
+            );
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "never reported");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    a.shutdown().await.unwrap();
 }

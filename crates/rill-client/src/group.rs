@@ -21,7 +21,7 @@ use bytes::Bytes;
 use futures::Stream;
 use rill_proto::pb::{
     CommitGroupOffsetRequest, DeleteGroupOffsetRequest, GroupAssignment, GroupHeartbeatRequest,
-    JoinGroupRequest, LeaveGroupRequest,
+    JoinGroupRequest, LeaveGroupRequest, MemberMetric,
 };
 use rill_proto::{RequestBody, ResponseBody};
 
@@ -29,6 +29,11 @@ use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::client::{Retry, unexpected};
+
+/// Most numbers a group member may report about itself ([`GroupConsumer::report`]).
+pub const MEMBER_METRICS_MAX: usize = 64;
+/// Longest name of a number a group member reports, in bytes.
+pub const MEMBER_METRIC_NAME_MAX: usize = 64;
 use crate::commit::Committer;
 use crate::{ClientError, CommitPolicy, ErrorCode, Fetched, Position, Record, StartAt, Topic};
 
@@ -229,6 +234,7 @@ impl GroupConsumerBuilder {
             on_revoked: self.on_revoked,
             hold_revoked: self.hold_revoked,
             member_id: parking_lot::Mutex::new(self.member_id),
+            report: parking_lot::Mutex::new(Vec::new()),
             state: Mutex::new(State {
                 generation: 0,
                 partitions: BTreeMap::new(),
@@ -340,8 +346,10 @@ struct Inner {
     on_revoked: Option<RebalanceCallback>,
     hold_revoked: bool,
     /// The member id the broker knows this member by. A non-poisoning lock, like
-    /// `session_timeout`: each is one value, set whole.
+    /// `session_timeout` and `report`: each is one value, set whole.
     member_id: parking_lot::Mutex<String>,
+    /// What the member reports about itself with each heartbeat (checked when set).
+    report: parking_lot::Mutex<Vec<(String, u64)>>,
     /// A poisoning lock on purpose: a panic half-way through taking or giving up
     /// partitions, or through handing out a record, can leave buffers, positions and
     /// commit state disagreeing, and acting on them could skip records or store offsets
@@ -545,6 +553,15 @@ impl Inner {
                 return;
             }
             let member_id = self.member_id();
+            let metrics: Vec<MemberMetric> = self
+                .report
+                .lock()
+                .iter()
+                .map(|(name, value)| MemberMetric {
+                    name: name.clone(),
+                    value: *value,
+                })
+                .collect();
             let beat = self
                 .call(RequestBody::GroupHeartbeat(GroupHeartbeatRequest {
                     stream: self.topic.stream.to_string(),
@@ -552,6 +569,7 @@ impl Inner {
                     group: self.group.clone(),
                     member_id,
                     revoked: revoked.clone(),
+                    metrics,
                 }))
                 .await;
             let assignment = match beat {
@@ -648,6 +666,46 @@ impl GroupConsumer {
     /// This member's id.
     pub fn member_id(&self) -> String {
         self.inner.member_id()
+    }
+
+    /// Numbers this member reports about itself, sent with each heartbeat from now on
+    /// (replacing the last ones) and shown by `rill group describe` and the server's
+    /// `/metrics` (`rill_group_member_metric`). At most [`MEMBER_METRICS_MAX`], each
+    /// named by 1 to [`MEMBER_METRIC_NAME_MAX`] bytes of `[a-z0-9_]`, no name twice;
+    /// anything else is [`ClientError::InvalidArgument`] and changes nothing. An empty
+    /// report sends nothing: the broker keeps showing the last one.
+    pub fn report<N: Into<String>>(
+        &self,
+        metrics: impl IntoIterator<Item = (N, u64)>,
+    ) -> Result<(), ClientError> {
+        let mut report: Vec<(String, u64)> =
+            metrics.into_iter().map(|(n, v)| (n.into(), v)).collect();
+        if report.len() > MEMBER_METRICS_MAX {
+            return Err(ClientError::InvalidArgument(format!(
+                "a member reports at most {MEMBER_METRICS_MAX} numbers, not {}",
+                report.len()
+            )));
+        }
+        report.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (i, (name, _)) in report.iter().enumerate() {
+            let ok = !name.is_empty()
+                && name.len() <= MEMBER_METRIC_NAME_MAX
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            if !ok {
+                return Err(ClientError::InvalidArgument(format!(
+                    "a reported number's name must be 1-{MEMBER_METRIC_NAME_MAX} bytes of [a-z0-9_]: {name:?}"
+                )));
+            }
+            if i > 0 && report[i - 1].0 == *name {
+                return Err(ClientError::InvalidArgument(format!(
+                    "{name:?} is reported twice"
+                )));
+            }
+        }
+        *self.inner.report.lock() = report;
+        Ok(())
     }
 
     /// The partitions this member owns now (none once a panic left the member in

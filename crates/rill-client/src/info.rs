@@ -129,6 +129,9 @@ pub struct GroupMember {
     pub owned: Vec<u32>,
     /// Owned partitions it was asked to give up (a rebalance moving them).
     pub revoking: Vec<u32>,
+    /// What it last reported about itself with its heartbeats
+    /// ([`GroupConsumer::report`](crate::GroupConsumer::report)), in name order.
+    pub metrics: Vec<(String, u64)>,
 }
 
 /// A partition as a consumer group sees it.
@@ -258,6 +261,7 @@ impl From<pb::DescribeGroupResponse> for GroupDescription {
                     id: m.member_id,
                     owned: m.owned,
                     revoking: m.revoke,
+                    metrics: m.metrics.into_iter().map(|x| (x.name, x.value)).collect(),
                 })
                 .collect(),
             partitions: g

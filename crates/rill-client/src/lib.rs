@@ -66,7 +66,10 @@ pub use codec::{Codec, Json, MsgPack};
 pub use commit::CommitPolicy;
 pub use consumer::{Consumer, ConsumerBuilder, StartAt};
 pub use error::ClientError;
-pub use group::{GroupConsumer, GroupConsumerBuilder, RebalanceCallback};
+pub use group::{
+    GroupConsumer, GroupConsumerBuilder, MEMBER_METRIC_NAME_MAX, MEMBER_METRICS_MAX,
+    RebalanceCallback,
+};
 pub use info::{
     DamagedRange, GroupDescription, GroupMember, GroupPartition, PartitionInfo, StreamInfo,
     TopicConfig, TopicDescription, TopicInfo,

@@ -323,6 +323,7 @@ impl Metrics {
         render_fsync(&mut out);
         if let Some(broker) = self.broker.get() {
             render_group_lag(&mut out, broker);
+            render_member_reports(&mut out, broker);
             render_partition_health(&mut out, broker);
         }
         out
@@ -570,6 +571,27 @@ fn render_group_lag(out: &mut String, broker: &rill_broker::Broker) {
             escape(&group)
         );
         line(out, "rill_group_lag", &labels, lag);
+    }
+}
+
+/// What consumer group members report about themselves with their heartbeats.
+fn render_member_reports(out: &mut String, broker: &rill_broker::Broker) {
+    header(
+        out,
+        "rill_group_member_metric",
+        "gauge",
+        "A number a consumer group member reports about itself with its heartbeats (an events consumer's lag, retry backlog, quarantined keys, attempts, dead letters and handler time; docs/CLI.md, group describe).",
+    );
+    for r in broker.group_member_reports() {
+        let labels = format!(
+            "stream=\"{}\",topic=\"{}\",group=\"{}\",member=\"{}\",name=\"{}\"",
+            escape(&r.stream),
+            escape(&r.topic),
+            escape(&r.group),
+            escape(&r.member),
+            escape(&r.name)
+        );
+        line(out, "rill_group_member_metric", &labels, r.value);
     }
 }
 

@@ -251,10 +251,21 @@ async fn membership(
 ) {
     let group = shared.group.as_ref().expect("a group consumer");
     let mut running: BTreeMap<u32, (watch::Sender<bool>, JoinHandle<()>)> = BTreeMap::new();
+    let mut report = tokio::time::interval(REPORT_EVERY);
+    report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        // `None`: time to report.
         let change = tokio::select! {
-            c = changes.recv() => c,
-            _ = stop.wait_for(|s| *s) => None,
+            c = changes.recv() => Some(c),
+            _ = stop.wait_for(|s| *s) => Some(None),
+            _ = report.tick() => None,
+        };
+        let Some(change) = change else {
+            let numbers = member_report(&shared, running.keys().copied());
+            if let Err(e) = group.read().await.report(numbers) {
+                tracing::warn!(error = %e, "the member's report was refused");
+            }
+            continue;
         };
         match change {
             Some(Change::Assigned(ps)) => {
@@ -298,6 +309,50 @@ async fn membership(
     if let Err(e) = group.write().await.shutdown().await {
         tracing::warn!(error = %e, "leaving the group failed");
     }
+}
+
+/// How often a group member reports its numbers (sent with its next heartbeat).
+const REPORT_EVERY: Duration = Duration::from_secs(1);
+
+/// What a group member reports about itself (docs/EVENTS.md §10): the consumer's
+/// counters, and its gauges summed (or, for attempts, the largest) over the partitions
+/// it runs.
+fn member_report(
+    shared: &Shared,
+    partitions: impl Iterator<Item = u32>,
+) -> Vec<(&'static str, u64)> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let m = &shared.metrics;
+    let (mut lag, mut quarantined, mut backlog, mut max_attempt) = (0u64, 0u64, 0u64, 0u32);
+    {
+        let gauges = m.partitions.lock();
+        for p in partitions {
+            if let Some(g) = gauges.get(&p) {
+                lag += g.lag;
+                quarantined += g.quarantined_keys;
+                backlog += g.pending_retry;
+                max_attempt = max_attempt.max(g.max_attempt);
+            }
+        }
+    }
+    let calls = m.calls.load(Relaxed);
+    let call_us = m.call_us.load(Relaxed);
+    vec![
+        ("events_lag", lag),
+        ("events_retry_backlog", backlog),
+        ("events_quarantined_keys", quarantined),
+        ("events_max_attempt", u64::from(max_attempt)),
+        ("events_attempts_total", m.attempts.load(Relaxed)),
+        ("events_dead_letters_total", m.dead_letters.load(Relaxed)),
+        ("events_handled_total", m.handled.load(Relaxed)),
+        ("events_handler_calls_total", calls),
+        ("events_handler_us_total", call_us),
+        (
+            "events_handler_mean_us",
+            call_us.checked_div(calls).unwrap_or(0),
+        ),
+        ("events_errors_total", m.errors.load(Relaxed)),
+    ]
 }
 
 impl<D> Handlers<D> {
