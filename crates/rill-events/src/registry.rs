@@ -49,6 +49,15 @@ pub(crate) trait Erased: Send + Sync {
     /// Decodes and reduces a run; the records (as `RawItem::record`) of items whose
     /// body does not decode come back with why.
     fn prepare(&self, items: Vec<RawItem<'_>>) -> (Arc<dyn Prepared>, Vec<(usize, String)>);
+    /// Calls the handler with items `range` of a run this handler prepared. The run
+    /// does not hold the handler: a reference count of it per run would be one more
+    /// atomic the threads running keys share.
+    fn call<'a>(
+        &'a self,
+        run: &'a dyn Prepared,
+        ctx: &'a Context,
+        range: Range<usize>,
+    ) -> BoxFuture<'a, Result<(), HandleError>>;
 }
 
 /// A decoded, reduced run, ready to be called in chunks.
@@ -56,11 +65,7 @@ pub(crate) trait Prepared: Send + Sync {
     fn len(&self) -> usize;
     fn max_batch(&self) -> usize;
     fn source(&self, i: usize) -> Source;
-    fn call<'a>(
-        &'a self,
-        ctx: &'a Context,
-        range: Range<usize>,
-    ) -> BoxFuture<'a, Result<(), HandleError>>;
+    fn as_any(&self) -> &dyn std::any::Any;
     /// The item's body, encoded again with its type's codec (for the retry topic).
     fn encode(&self, i: usize) -> Result<(Vec<u8>, BodyCodec), String>;
 }
@@ -70,8 +75,8 @@ struct Typed<E, H> {
     _event: PhantomData<fn() -> E>,
 }
 
-struct TypedRun<E: Event, H> {
-    handler: Arc<H>,
+struct TypedRun<E: Event> {
+    max_batch: usize,
     bodies: Vec<E::Body>,
     sources: Vec<Source>,
 }
@@ -100,31 +105,39 @@ impl<E: Event, H: EventHandler<E>> Erased for Typed<E, H> {
         }
         let reduced = E::Algebra::reduce(decoded);
         let (bodies, sources) = reduced.into_iter().unzip();
-        let run = TypedRun::<E, H> {
-            handler: Arc::clone(&self.handler),
+        let run = TypedRun::<E> {
+            max_batch: H::MAX_BATCH,
             bodies,
             sources,
         };
         (Arc::new(run), failed)
     }
+    fn call<'a>(
+        &'a self,
+        run: &'a dyn Prepared,
+        ctx: &'a Context,
+        range: Range<usize>,
+    ) -> BoxFuture<'a, Result<(), HandleError>> {
+        let run = run
+            .as_any()
+            .downcast_ref::<TypedRun<E>>()
+            .expect("a run is called by the handler that prepared it");
+        Box::pin(self.handler.handle(ctx, &run.bodies[range]))
+    }
 }
 
-impl<E: Event, H: EventHandler<E>> Prepared for TypedRun<E, H> {
+impl<E: Event> Prepared for TypedRun<E> {
     fn len(&self) -> usize {
         self.bodies.len()
     }
     fn max_batch(&self) -> usize {
-        H::MAX_BATCH
+        self.max_batch
     }
     fn source(&self, i: usize) -> Source {
         self.sources[i]
     }
-    fn call<'a>(
-        &'a self,
-        ctx: &'a Context,
-        range: Range<usize>,
-    ) -> BoxFuture<'a, Result<(), HandleError>> {
-        Box::pin(self.handler.handle(ctx, &self.bodies[range]))
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
     fn encode(&self, i: usize) -> Result<(Vec<u8>, BodyCodec), String> {
         E::CODEC

@@ -10,7 +10,10 @@ use bytes::Bytes;
 use crate::handler::{Context, ErrorKind};
 use crate::header::ErrorClass;
 use crate::plan::{Failure, KeyPlan, Rank};
-use crate::registry::Prepared;
+use crate::registry::{Erased, Prepared};
+
+/// The handlers of a consumer, by tag.
+pub(crate) type Handlers = std::collections::HashMap<u32, Arc<dyn Erased>>;
 
 /// A run ready to execute: its handler's entry and the decoded, reduced items.
 #[derive(Clone)]
@@ -102,7 +105,13 @@ struct RunResult {
     call_time: Duration,
 }
 
-async fn run_one(run: ReadyRun, base: &Context, retrying: &Retrying) -> RunResult {
+async fn run_one(
+    run: ReadyRun,
+    handlers: &Handlers,
+    base: &Context,
+    retrying: &Retrying,
+) -> RunResult {
+    let handler = &*handlers[&run.tag];
     let len = run.items.len();
     let step = run.items.max_batch().max(1);
     let mut result = RunResult {
@@ -124,7 +133,7 @@ async fn run_one(run: ReadyRun, base: &Context, retrying: &Retrying) -> RunResul
         let mut transient = 0u32;
         loop {
             let began = Instant::now();
-            let outcome = run.items.call(&ctx, range.clone()).await;
+            let outcome = handler.call(&*run.items, &ctx, range.clone()).await;
             result.calls += 1;
             result.call_time += began.elapsed();
             match outcome {
@@ -169,7 +178,7 @@ async fn run_one(run: ReadyRun, base: &Context, retrying: &Retrying) -> RunResul
 }
 
 /// Executes a key's work to its end or its first failing stage.
-pub(crate) async fn run_key(work: KeyWork, retrying: &Retrying) -> KeyOutcome {
+pub(crate) async fn run_key(work: KeyWork, handlers: &Handlers, retrying: &Retrying) -> KeyOutcome {
     let base = Context {
         key: work.key.clone(),
         key_hash: work.key_hash,
@@ -185,9 +194,13 @@ pub(crate) async fn run_key(work: KeyWork, retrying: &Retrying) -> KeyOutcome {
         for (rank, runs) in segment {
             let results = if let [run] = &runs[..] {
                 // One run: no join to set up.
-                vec![run_one(run.clone(), &base, retrying).await]
+                vec![run_one(run.clone(), handlers, &base, retrying).await]
             } else {
-                futures_join_all(runs.iter().map(|r| run_one(r.clone(), &base, retrying))).await
+                futures_join_all(
+                    runs.iter()
+                        .map(|r| run_one(r.clone(), handlers, &base, retrying)),
+                )
+                .await
             };
             let mut failed = Vec::new();
             let mut first_error: Option<(ErrorClass, String)> = None;

@@ -1030,7 +1030,7 @@ async fn run_shard(
             ));
         }
         let mut key = Box::pin(async move {
-            let mut outcome = run_key(work, retrying).await;
+            let mut outcome = run_key(work, &shared.handlers, retrying).await;
             outcome.release_if_done();
             outcome
         });
