@@ -417,7 +417,7 @@ impl<D> Handlers<D> {
         let retry_name = retry_topic(topic_name, &config.name);
         let dlq_name = dead_letter_topic(topic_name, &config.name);
         for name in [&config.stream, &config.name, &retry_name, &dlq_name] {
-            if let Some(reason) = rill_proto::name_problem(name) {
+            if let Some(reason) = rill_client::name_problem(name) {
                 return Err(StartError::InvalidName {
                     name: name.clone(),
                     reason,
