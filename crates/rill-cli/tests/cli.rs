@@ -408,7 +408,7 @@ fn serve_stops_cleanly_on_sigterm_and_keeps_data() {
     // /metrics reports consumer-group lag.
     ok(&rill(&target, &["consume", "s/t", "--group", "g"], None));
     ok(&rill(&target, &["produce", "s/t", "unread"], None));
-    let metrics = http_get(&server.http, "/metrics");
+    let metrics = common::http_get(&server.http, "/metrics");
     assert!(
         metrics.contains("rill_group_lag{stream=\"s\",topic=\"t\",group=\"g\",partition=\"0\"} 1"),
         "{metrics}"
@@ -431,16 +431,6 @@ fn serve_stops_cleanly_on_sigterm_and_keeps_data() {
         None,
     ));
     assert_eq!(out.trim(), "kept\nunread");
-}
-
-fn http_get(addr: &str, path: &str) -> String {
-    use std::io::Read;
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body
 }
 
 /// Issue 9, as an operator meets it: a partition whose sealed segment lost its end.

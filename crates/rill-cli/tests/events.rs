@@ -1082,16 +1082,6 @@ async fn records_that_cannot_be_handled_are_dead_lettered_with_why_and_the_rest_
     );
 }
 
-fn http_get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body
-}
-
 /// An events consumer in a group reports its numbers with its heartbeats: `rill group
 /// describe` shows them on a `reported` line and `/metrics` as
 /// `rill_group_member_metric`, with the dead letter and the quarantined key it has.
@@ -1159,7 +1149,7 @@ async fn a_group_events_consumer_reports_its_numbers_to_describe_and_metrics() {
     ] {
         assert!(names.contains(&name), "{name} in {line}");
     }
-    let metrics = http_get(&server.http, "/metrics");
+    let metrics = common::http_get(&server.http, "/metrics");
     let expected = format!(
         "rill_group_member_metric{{stream=\"{STREAM}\",topic=\"{TOPIC}\",group=\"billing\",member=\"{}\",name=\"events_dead_letters_total\"}} 1",
         fields[1]

@@ -338,6 +338,25 @@ fn accepted_damage_at_the_end_is_not_found_again_inside_itself() {
     assert_eq!(log.next_offset(), appended.base_offset + 1);
 }
 
+/// Each offset read on its own (so reads start from every index entry) returns the
+/// batch holding it; everything reads back, with no damage and no failure.
+fn every_offset_reads_its_batch(log: &PartitionLog, next: u64) {
+    for from in 0..next {
+        let read = log
+            .read(from, 1)
+            .unwrap_or_else(|e| panic!("read at {from}: {e}"));
+        let batch = read.batches().next().expect("a batch").expect("valid");
+        assert!(
+            batch.records().any(|r| r.offset == from),
+            "offset {from} read the batch at {}",
+            batch.base_offset()
+        );
+    }
+    assert_eq!(readable(log), (0..next).collect::<Vec<_>>());
+    assert!(log.damage().is_empty(), "{:?}", log.damage());
+    assert_eq!(log.failure(), None);
+}
+
 /// An index entry naming an offset one below that of the batch it points to (both index
 /// files agree, so recovery keeps it): a read of that offset used to start at the entry
 /// and return the next batch, skipping the records of the one that holds it.
@@ -360,21 +379,7 @@ fn an_index_entry_naming_the_wrong_offset_does_not_skip_records() {
     times[20..24].copy_from_slice(&wrong);
     fs::write(&index, entries).unwrap();
     fs::write(&timeindex, times).unwrap();
-    let log = PartitionLog::open(dir.path(), config()).unwrap();
-    for from in 0..next {
-        let read = log
-            .read(from, 1)
-            .unwrap_or_else(|e| panic!("read at {from}: {e}"));
-        let batch = read.batches().next().expect("a batch").expect("valid");
-        assert!(
-            batch.records().any(|r| r.offset == from),
-            "offset {from} read the batch at {}",
-            batch.base_offset()
-        );
-    }
-    assert_eq!(readable(&log), (0..next).collect::<Vec<_>>());
-    assert!(log.damage().is_empty(), "{:?}", log.damage());
-    assert_eq!(log.failure(), None);
+    every_offset_reads_its_batch(&PartitionLog::open(dir.path(), config()).unwrap(), next);
 }
 
 /// An index entry moved a few bytes into its batch (well formed, increasing, inside the
@@ -392,16 +397,5 @@ fn an_index_entry_pointing_inside_a_batch_does_not_make_intact_data_lost() {
     let pos = u32::from_le_bytes(entries[12..16].try_into().unwrap()) + 3;
     entries[12..16].copy_from_slice(&pos.to_le_bytes());
     fs::write(&index, entries).unwrap();
-    let log = PartitionLog::open(dir.path(), config()).unwrap();
-    // Each offset on its own, so reads start from every index entry.
-    for from in 0..next {
-        let read = log
-            .read(from, 1)
-            .unwrap_or_else(|e| panic!("read at {from}: {e}"));
-        let batch = read.batches().next().expect("a batch").expect("valid");
-        assert!(batch.records().any(|r| r.offset == from), "offset {from}");
-    }
-    assert_eq!(readable(&log), (0..next).collect::<Vec<_>>());
-    assert!(log.damage().is_empty(), "{:?}", log.damage());
-    assert_eq!(log.failure(), None);
+    every_offset_reads_its_batch(&PartitionLog::open(dir.path(), config()).unwrap(), next);
 }

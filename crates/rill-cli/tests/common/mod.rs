@@ -291,3 +291,14 @@ impl Drop for ChildTest {
         self.kill9();
     }
 }
+
+/// The raw answer (status line, headers, body) of `GET path` on an HTTP address.
+pub fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body
+}
