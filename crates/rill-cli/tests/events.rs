@@ -33,6 +33,7 @@ over_both_transports!(
     runs_are_reduced_by_their_algebra,
     a_retry_backlog_past_its_bound_stops_the_main_partition_instead_of_growing,
     records_that_cannot_be_handled_are_dead_lettered_with_why_and_the_rest_goes_on,
+    a_key_quarantined_by_one_batch_is_diverted_from_the_next_already_read,
 );
 
 const STREAM: &str = "shop";
@@ -229,6 +230,53 @@ async fn a_failing_key_does_not_delay_another_and_its_retry_folds_what_arrived_m
             .await
             .is_empty()
     );
+}
+
+/// A batch is admitted while the one before it runs; a key that batch quarantines is
+/// still diverted from it: u1 fails in the first batch of two records, and its later
+/// records (in batches already read) go behind its pending work, never run on their
+/// own.
+async fn a_key_quarantined_by_one_batch_is_diverted_from_the_next_already_read(client: &Client) {
+    topic(client, TOPIC).await;
+    let ledger = Arc::new(Ledger::default());
+    ledger.failing.lock().push("u1".into());
+    let publisher = Publisher::new(client, STREAM);
+    publisher
+        .publish_batch(&[
+            add("u1", 1),
+            add("u2", 5),
+            add("u1", 2),
+            add("u3", 7),
+            add("u1", 4),
+            add("u2", 6),
+        ])
+        .await
+        .unwrap();
+    let consumer = Handlers::new()
+        .handle::<Add, _>(Apply(Arc::clone(&ledger)))
+        .start(client, config("billing").poll_count(2))
+        .await
+        .unwrap();
+    until("the other keys are applied", || async {
+        ledger.applied("u2") == 11 && ledger.applied("u3") == 7
+    })
+    .await;
+    until("u1's retry holds all its work", || async {
+        ledger.calls_of("u1").contains(&(vec![7], false))
+    })
+    .await;
+    ledger.failing.lock().clear();
+    until("u1 succeeds", || async { ledger.applied("u1") == 7 }).await;
+    // Every call of u1 began with its first event: 1, 1+2 or 1+2+4, never 2 or 4 alone.
+    let calls = ledger.calls_of("u1");
+    assert!(
+        calls.iter().all(|(a, _)| matches!(a[..], [1] | [3] | [7])),
+        "u1 ran out of order: {calls:?}"
+    );
+    assert_eq!(calls.first(), Some(&(vec![1], false)));
+    assert_eq!(calls.last(), Some(&(vec![7], true)));
+    let ended = consumer.shutdown(Duration::from_secs(10)).await;
+    assert_eq!(ended, [(0, rill_events::Ended::Shutdown)]);
 }
 
 /// Scenario 2: a handler that always fails for [1] is called 1 + len(retry_delays)

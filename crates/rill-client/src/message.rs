@@ -50,10 +50,12 @@ impl Value {
         }
     }
 
-    pub(crate) fn from_borrowed(value: HeaderValue<'_>) -> Self {
+    /// The value of a header read from `buffer` (a bytes value is a slice of it, not a
+    /// copy, like the record's key and value).
+    pub(crate) fn from_buffer(value: HeaderValue<'_>, buffer: &Bytes) -> Self {
         match value {
             HeaderValue::Str(v) => Self::Str(v.to_owned()),
-            HeaderValue::Bytes(v) => Self::Bytes(Bytes::copy_from_slice(v)),
+            HeaderValue::Bytes(v) => Self::Bytes(buffer.slice_ref(v)),
             HeaderValue::Bool(v) => Self::Bool(v),
             HeaderValue::I8(v) => Self::I8(v),
             HeaderValue::I16(v) => Self::I16(v),
@@ -289,7 +291,7 @@ pub(crate) fn decode_records(
                 key: r.key.map(|k| bytes.slice_ref(k)),
                 headers: r
                     .headers()
-                    .map(|h| (h.name.to_owned(), Value::from_borrowed(h.value)))
+                    .map(|h| (h.name.to_owned(), Value::from_buffer(h.value, bytes)))
                     .collect(),
                 value: bytes.slice_ref(r.value),
             });

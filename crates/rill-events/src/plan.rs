@@ -73,6 +73,28 @@ impl Segment {
         }
         out
     }
+
+    /// Every run in execution order, with its rank and its position in its stage.
+    pub fn in_order(&self) -> impl Iterator<Item = (Rank, usize, &Run)> {
+        let head = self.head.iter().map(|r| (Rank::Head, 0, r));
+        let body = self
+            .body
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (Rank::Body, i, r));
+        let tail = self.tail.iter().map(|r| (Rank::Tail, 0, r));
+        head.chain(body).chain(tail)
+    }
+
+    /// How many runs it has.
+    pub fn len(&self) -> usize {
+        usize::from(self.head.is_some()) + self.body.len() + usize::from(self.tail.is_some())
+    }
+
+    /// Whether it has no run.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// The plan of one key: its segments, executed in order.
@@ -90,23 +112,35 @@ struct Open {
     tail: Option<u32>,
     mixed: bool,
     closed: bool,
+    /// Whether its records have more than one tag.
+    tags: bool,
     records: Vec<usize>,
+    /// The key's next segment, an index into the segments of the batch.
+    next: Option<usize>,
 }
 
 /// Plans a batch: for each key in order of first appearance, its segments (§3.2).
 pub fn plan(entries: &[Entry]) -> Vec<KeyPlan> {
-    // Keys in order of first appearance, each with its segments so far.
-    let mut keys: Vec<(u64, Vec<Open>)> = Vec::new();
+    // Keys in order of first appearance, each with its first and last segment: the
+    // segments of all keys in one list, each linked to its key's next, so that a key
+    // costs no list of its own while it is planned.
+    let mut keys: Vec<(u64, usize, usize)> = Vec::new();
+    let mut opens: Vec<Open> = Vec::new();
     let mut index: std::collections::HashMap<u64, usize, foldhash::fast::RandomState> =
         std::collections::HashMap::default();
     for (i, r) in entries.iter().enumerate() {
-        let k = *index.entry(r.key).or_insert_with(|| {
-            keys.push((r.key, Vec::new()));
-            keys.len() - 1
-        });
-        let segments = &mut keys[k].1;
+        let k = match index.entry(r.key) {
+            std::collections::hash_map::Entry::Occupied(o) => *o.get(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                opens.push(Open::new());
+                keys.push((r.key, opens.len() - 1, opens.len() - 1));
+                *v.insert(keys.len() - 1)
+            }
+        };
+        let mut last = keys[k].2;
         // 1. The cut check, on the open segment.
-        if let Some(s) = segments.last_mut().filter(|s| !s.closed) {
+        let s = &mut opens[last];
+        if !s.closed && !s.records.is_empty() {
             let cut = r.ordering.acquires()
                 || (r.ordering == Ordering::Release && s.mixed && s.head == Some(r.tag));
             if cut {
@@ -114,17 +148,18 @@ pub fn plan(entries: &[Entry]) -> Vec<KeyPlan> {
             }
         }
         // 2. A new segment if none is open.
-        if segments.last().is_none_or(|s| s.closed) {
-            segments.push(Open {
-                head: None,
-                tail: None,
-                mixed: false,
-                closed: false,
-                records: Vec::new(),
-            });
+        if opens[last].closed {
+            opens.push(Open::new());
+            let new = opens.len() - 1;
+            opens[last].next = Some(new);
+            keys[k].2 = new;
+            last = new;
         }
-        let s = segments.last_mut().expect("one is open");
+        let s = &mut opens[last];
         // 3. Assign; a fence of acquire kind is always a segment's first record.
+        if s.records.first().is_some_and(|&f| entries[f].tag != r.tag) {
+            s.tags = true;
+        }
         s.records.push(i);
         if r.ordering.acquires() {
             debug_assert_eq!(s.records.len(), 1, "an acquire is first of its segment");
@@ -140,11 +175,31 @@ pub fn plan(entries: &[Entry]) -> Vec<KeyPlan> {
         }
     }
     keys.into_iter()
-        .map(|(key, segments)| KeyPlan {
-            key,
-            segments: segments.into_iter().map(|s| runs(entries, s)).collect(),
+        .map(|(key, first, _)| {
+            let mut segments = Vec::with_capacity(1);
+            let mut at = Some(first);
+            while let Some(o) = at {
+                let open = std::mem::replace(&mut opens[o], Open::new());
+                at = open.next;
+                segments.push(runs(entries, open));
+            }
+            KeyPlan { key, segments }
         })
         .collect()
+}
+
+impl Open {
+    fn new() -> Self {
+        Self {
+            head: None,
+            tail: None,
+            mixed: false,
+            closed: false,
+            tags: false,
+            records: Vec::new(),
+            next: None,
+        }
+    }
 }
 
 /// Groups a segment's records into runs by rank and tag.
@@ -158,10 +213,24 @@ fn runs(entries: &[Entry], s: Open) -> Segment {
             Rank::Body
         }
     };
+    let mut out = Segment::default();
+    if !s.tags {
+        // One tag: one run, its records as they are.
+        let tag = entries[s.records[0]].tag;
+        let run = Some(Run {
+            tag,
+            records: s.records,
+        });
+        match rank(tag) {
+            Rank::Head => out.head = run,
+            Rank::Tail => out.tail = run,
+            Rank::Body => out.body.extend(run),
+        }
+        return out;
+    }
     let mut sorted = s.records.clone();
     // Stable: records of one run stay in log order.
     sorted.sort_by_key(|&i| (rank(entries[i].tag), entries[i].tag));
-    let mut out = Segment::default();
     for i in sorted {
         let tag = entries[i].tag;
         let slot = match rank(tag) {

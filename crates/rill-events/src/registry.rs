@@ -7,6 +7,8 @@ use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use crate::algebra::{AlgebraKind, Merge};
 use crate::{Algebra, BodyCodec, Context, Event, EventHandler, EventKey, HandleError};
 
@@ -48,7 +50,11 @@ pub(crate) trait Erased: Send + Sync {
     fn type_name(&self) -> &'static str;
     /// Decodes and reduces a run; the records (as `RawItem::record`) of items whose
     /// body does not decode come back with why.
-    fn prepare(&self, items: Vec<RawItem<'_>>) -> (Arc<dyn Prepared>, Vec<(usize, String)>);
+    fn prepare(
+        &self,
+        items: &[RawItem<'_>],
+        undecodable: &mut Vec<(usize, String)>,
+    ) -> Arc<dyn Prepared>;
     /// Calls the handler with items `range` of a run this handler prepared. The run
     /// does not hold the handler: a reference count of it per run would be one more
     /// atomic the threads running keys share.
@@ -77,8 +83,9 @@ struct Typed<E, H> {
 
 struct TypedRun<E: Event> {
     max_batch: usize,
-    bodies: Vec<E::Body>,
-    sources: Vec<Source>,
+    /// A run of one item (the usual case with many keys) holds it in place.
+    bodies: SmallVec<[E::Body; 1]>,
+    sources: SmallVec<[Source; 1]>,
 }
 
 impl<E: Event, H: EventHandler<E>> Erased for Typed<E, H> {
@@ -94,23 +101,43 @@ impl<E: Event, H: EventHandler<E>> Erased for Typed<E, H> {
     fn type_name(&self) -> &'static str {
         std::any::type_name::<E>()
     }
-    fn prepare(&self, items: Vec<RawItem<'_>>) -> (Arc<dyn Prepared>, Vec<(usize, String)>) {
-        let mut decoded = Vec::with_capacity(items.len());
-        let mut failed = Vec::new();
-        for item in items {
-            match item.codec.decode::<E::Body>(item.value) {
-                Ok(body) => decoded.push((body, item.source)),
-                Err(e) => failed.push((item.record, e.to_string())),
+    fn prepare(
+        &self,
+        items: &[RawItem<'_>],
+        undecodable: &mut Vec<(usize, String)>,
+    ) -> Arc<dyn Prepared> {
+        let mut bodies = SmallVec::with_capacity(items.len());
+        let mut sources = SmallVec::with_capacity(items.len());
+        let reduces = !matches!(
+            <E::Algebra as AlgebraKind<E::Body>>::ALGEBRA,
+            Algebra::NonAssociative | Algebra::Commutative
+        );
+        if reduces {
+            let mut decoded = Vec::with_capacity(items.len());
+            for item in items {
+                match item.codec.decode::<E::Body>(item.value) {
+                    Ok(body) => decoded.push((body, item.source)),
+                    Err(e) => undecodable.push((item.record, e.to_string())),
+                }
+            }
+            (bodies, sources) = E::Algebra::reduce(decoded).into_iter().unzip();
+        } else {
+            // No reduction: decoded straight into place.
+            for item in items {
+                match item.codec.decode::<E::Body>(item.value) {
+                    Ok(body) => {
+                        bodies.push(body);
+                        sources.push(item.source);
+                    }
+                    Err(e) => undecodable.push((item.record, e.to_string())),
+                }
             }
         }
-        let reduced = E::Algebra::reduce(decoded);
-        let (bodies, sources) = reduced.into_iter().unzip();
-        let run = TypedRun::<E> {
+        Arc::new(TypedRun::<E> {
             max_batch: H::MAX_BATCH,
             bodies,
             sources,
-        };
-        (Arc::new(run), failed)
+        })
     }
     fn call<'a>(
         &'a self,

@@ -33,18 +33,30 @@ pub(crate) struct KeyWork {
     pub(crate) attempt: u32,
     pub(crate) first_failure: Option<SystemTime>,
     pub(crate) plan: KeyPlan,
-    /// Per segment, per stage (as `Segment::stages`), the stage's rank and runs.
-    pub(crate) stages: Vec<Vec<(Rank, Vec<ReadyRun>)>>,
+    /// Every run of the plan, prepared, in execution order: by segment, then stage
+    /// (as `Segment::stages`), then position in the stage. One list, so a key of one
+    /// run (the usual case) costs one.
+    pub(crate) runs: smallvec::SmallVec<[StagedRun; 1]>,
+}
+
+/// A prepared run and where it is in its key's plan.
+pub(crate) struct StagedRun {
+    pub(crate) segment: usize,
+    pub(crate) rank: Rank,
+    /// Its position among the runs of its stage.
+    pub(crate) index: usize,
+    pub(crate) run: ReadyRun,
 }
 
 impl KeyWork {
     /// The prepared run of a piece.
     pub(crate) fn run(&self, segment: usize, rank: Rank, run: usize) -> &ReadyRun {
-        let (_, runs) = self.stages[segment]
+        &self
+            .runs
             .iter()
-            .find(|(r, _)| *r == rank)
-            .expect("a piece names a stage of its segment");
-        &runs[run]
+            .find(|r| r.segment == segment && r.rank == rank && r.index == run)
+            .expect("a piece names a run of the plan")
+            .run
     }
 }
 
@@ -106,7 +118,7 @@ struct RunResult {
 }
 
 async fn run_one(
-    run: ReadyRun,
+    run: &ReadyRun,
     handlers: &Handlers,
     base: &Context,
     retrying: &Retrying,
@@ -190,42 +202,54 @@ pub(crate) async fn run_key(work: KeyWork, handlers: &Handlers, retrying: &Retry
     let mut dead = Vec::new();
     let (mut handled, mut calls, mut call_time) = (0, 0, Duration::ZERO);
     let mut failure = None;
-    'segments: for (s, segment) in work.stages.iter().enumerate() {
-        for (rank, runs) in segment {
-            let results = if let [run] = &runs[..] {
-                // One run: no join to set up.
-                vec![run_one(run.clone(), handlers, &base, retrying).await]
-            } else {
-                futures_join_all(
-                    runs.iter()
-                        .map(|r| run_one(r.clone(), handlers, &base, retrying)),
-                )
-                .await
-            };
-            let mut failed = Vec::new();
-            let mut first_error: Option<(ErrorClass, String)> = None;
-            for (i, r) in results.into_iter().enumerate() {
+    let mut at = 0;
+    while at < work.runs.len() {
+        // The stage: the runs of one segment and rank, executed at once.
+        let (s, rank) = (work.runs[at].segment, work.runs[at].rank);
+        let len = work.runs[at..]
+            .iter()
+            .take_while(|r| r.segment == s && r.rank == rank)
+            .count();
+        let stage = &work.runs[at..at + len];
+        at += len;
+        let (one, several) = if let [one] = stage {
+            // One run: no join to set up, no list of results.
+            (
+                Some(run_one(&one.run, handlers, &base, retrying).await),
+                Vec::new(),
+            )
+        } else {
+            let all = stage
+                .iter()
+                .map(|r| run_one(&r.run, handlers, &base, retrying));
+            (None, futures_join_all(all).await)
+        };
+        let results = one.into_iter().chain(several);
+        let mut failed = Vec::new();
+        let mut first_error: Option<(ErrorClass, String)> = None;
+        for (i, r) in results.enumerate() {
+            if !r.dead.is_empty() {
                 dead.extend(r.dead);
-                handled += r.handled;
-                calls += r.calls;
-                call_time += r.call_time;
-                if let RunEnd::Failed { done, class, error } = r.end {
-                    failed.push((i, done));
-                    first_error.get_or_insert((class, error));
-                }
             }
-            if let Some((class, error)) = first_error {
-                failure = Some((
-                    Failure {
-                        segment: s,
-                        rank: *rank,
-                        failed,
-                    },
-                    class,
-                    error,
-                ));
-                break 'segments;
+            handled += r.handled;
+            calls += r.calls;
+            call_time += r.call_time;
+            if let RunEnd::Failed { done, class, error } = r.end {
+                failed.push((i, done));
+                first_error.get_or_insert((class, error));
             }
+        }
+        if let Some((class, error)) = first_error {
+            failure = Some((
+                Failure {
+                    segment: s,
+                    rank,
+                    failed,
+                },
+                class,
+                error,
+            ));
+            break;
         }
     }
     KeyOutcome {

@@ -15,7 +15,7 @@ use rill_client::{ClientError, Message, Position, Record, partition_for_key};
 use tokio::sync::watch;
 
 use super::Shared;
-use super::execute::{KeyOutcome, KeyWork, ReadyRun, Retrying, run_key};
+use super::execute::{KeyOutcome, KeyWork, ReadyRun, Retrying, StagedRun, run_key};
 use super::records::{
     WorkRecord, dead_letter, done_marker, event_header, now_us, raw_dead_letter, retry_header,
     time_of,
@@ -135,7 +135,23 @@ pub(crate) struct PartitionTask {
     ahead_log_end: u64,
     /// The read ahead in flight, if any (one fetch, `FETCH_BYTES_MAX`).
     prefetch: Option<tokio::task::JoinHandle<Result<rill_client::Fetched, ClientError>>>,
+    /// The next main batch, admitted while this one's last keys ran elsewhere.
+    admitted: Option<Admitted>,
+    /// The last batch executed, freed while the next one's keys run elsewhere.
+    finished: Option<Arc<Batch>>,
     stop: watch::Receiver<bool>,
+}
+
+/// A main batch admitted ahead of its turn: what can be handled, and the dead letters
+/// of what cannot. Admission depends only on the records and the handlers; keys that
+/// are quarantined when it runs are diverted then.
+struct Admitted {
+    /// Its first offset, and the offset after its last record.
+    first: u64,
+    next: u64,
+    batch: Batch,
+    dead: Vec<Message>,
+    now: i64,
 }
 
 impl PartitionTask {
@@ -175,6 +191,8 @@ impl PartitionTask {
             ahead_next: 0,
             ahead_log_end: 0,
             prefetch: None,
+            admitted: None,
+            finished: None,
             stop,
         })
     }
@@ -241,17 +259,23 @@ impl PartitionTask {
             self.sleep(wait).await;
             return Ok(());
         }
-        let wait = self.until_next_due().min(self.shared.config.poll_interval);
-        let records = self.poll_main(wait).await?;
-        if records.is_empty() {
-            return Ok(());
-        }
-        let next = records.last().map_or(self.main_next, |r| r.offset + 1);
+        let admitted = match self.admitted.take().filter(|a| a.first == self.main_next) {
+            Some(admitted) => admitted,
+            None => {
+                let wait = self.until_next_due().min(self.shared.config.poll_interval);
+                let records = self.poll_main(wait).await?;
+                if records.is_empty() {
+                    return Ok(());
+                }
+                self.admit_main(records)
+            }
+        };
+        let next = admitted.next;
         if self.shared.config.mode == DeliveryMode::NoDoubleConsume {
             self.store_main(next).await?;
         }
         let mut writes = Writes::default();
-        self.run_main(records, &mut writes).await?;
+        self.run_main(admitted, &mut writes).await?;
         self.write(writes).await?;
         self.main_next = next;
         if self.shared.config.mode == DeliveryMode::NoEventLose
@@ -485,7 +509,7 @@ impl PartitionTask {
     /// next fetch runs in the background (one at most), so fetching and decoding
     /// records overlaps running the keys.
     async fn poll_main(&mut self, wait: Duration) -> Result<Vec<Record>, ClientError> {
-        if let Some(records) = self.take_ahead() {
+        if let Some(records) = self.take_ahead(self.main_next) {
             return Ok(records);
         }
         if let Some(mut prefetch) = self.prefetch.take() {
@@ -505,7 +529,7 @@ impl PartitionTask {
                     .is_some_and(|r| r.offset == self.main_next)
             {
                 self.fill_ahead(fetched);
-                if let Some(records) = self.take_ahead() {
+                if let Some(records) = self.take_ahead(self.main_next) {
                     return Ok(records);
                 }
             }
@@ -541,42 +565,39 @@ impl PartitionTask {
             return Ok(Vec::new());
         }
         self.fill_ahead(fetched);
-        Ok(self.take_ahead().unwrap_or_default())
+        Ok(self.take_ahead(self.main_next).unwrap_or_default())
     }
 
     /// Up to `poll_count` records from the read-ahead, if it goes on from `main_next`;
     /// starts the next read ahead when this one runs low.
-    fn take_ahead(&mut self) -> Option<Vec<Record>> {
-        while self
-            .ahead
-            .front()
-            .is_some_and(|r| r.offset < self.main_next)
-        {
+    fn take_ahead(&mut self, from: u64) -> Option<Vec<Record>> {
+        while self.ahead.front().is_some_and(|r| r.offset < from) {
             self.ahead.pop_front();
         }
-        if self
-            .ahead
-            .front()
-            .is_none_or(|r| r.offset != self.main_next)
-        {
+        if self.ahead.front().is_none_or(|r| r.offset != from) {
             // Empty, or not contiguous with where the task is (it skipped lost records).
             self.ahead.clear();
             return None;
         }
         let n = self.shared.config.poll_count.min(self.ahead.len());
         let records: Vec<Record> = self.ahead.drain(..n).collect();
-        self.shared.set_lag(
-            self.partition,
-            self.ahead_log_end.saturating_sub(self.main_next),
-        );
-        if self.prefetch.is_none() && self.ahead_next < self.ahead_log_end {
-            let main = self.shared.main.clone();
-            let from = Position::new(self.partition, self.ahead_next);
-            self.prefetch = Some(tokio::spawn(async move {
-                main.fetch(from, FETCH_BYTES_MAX, Duration::ZERO).await
-            }));
-        }
+        self.shared
+            .set_lag(self.partition, self.ahead_log_end.saturating_sub(from));
         Some(records)
+    }
+
+    /// Starts the next read ahead, unless one is in flight or the read-ahead reaches
+    /// the log's end; says whether it did.
+    fn start_prefetch(&mut self) -> bool {
+        if self.prefetch.is_some() || self.ahead_next >= self.ahead_log_end {
+            return false;
+        }
+        let main = self.shared.main.clone();
+        let from = Position::new(self.partition, self.ahead_next);
+        self.prefetch = Some(tokio::spawn(async move {
+            main.fetch(from, FETCH_BYTES_MAX, Duration::ZERO).await
+        }));
+        true
     }
 
     /// Appends a fetch's records from `main_next` on to the read-ahead.
@@ -622,58 +643,105 @@ impl PartitionTask {
         Ok(())
     }
 
-    /// A main batch: dead-letters what cannot be handled, diverts quarantined keys,
-    /// plans and executes the rest.
-    async fn run_main(
-        &mut self,
-        records: Vec<Record>,
-        writes: &mut Writes,
-    ) -> Result<(), ClientError> {
+    /// Admits main records: what can be handled goes in a batch, dead letters (or
+    /// nothing) for the rest.
+    fn admit_main(&self, records: Vec<Record>) -> Admitted {
         let now = now_us();
+        let first = records.first().map_or(self.main_next, |r| r.offset);
+        let next = records.last().map_or(self.main_next, |r| r.offset + 1);
         let mut batch = Batch::default();
+        let mut dead = Vec::new();
         for record in records {
-            let Some((key, header)) = self.admit(&record, now, writes) else {
+            let Some((key, header)) = self.admit(&record, now, &mut dead) else {
                 continue;
             };
-            if let Some(q) = self.keys.get(&key) {
-                if q.diverted_through.is_some_and(|d| record.offset <= d) {
-                    // Already in the retry partition: a re-read after a crash.
-                    continue;
-                }
-                let retry = RetryHeader {
-                    kind: RetryKind::Work,
-                    attempt: q.attempt,
-                    first_failure_us: q.first_failure_us,
-                    last_failure_us: q.last_failure_us,
-                    last_error: ErrorClass::None,
-                    source_partition: self.partition,
-                    source_first: record.offset,
-                    source_last: record.offset,
-                };
-                writes.retry.push(
-                    WorkRecord {
-                        key: &key,
-                        body: record.value.to_vec(),
-                        event: header,
-                        ordering: header.ordering,
-                        retry,
-                        error: None,
-                    }
-                    .message(),
-                );
-                continue;
-            }
             let source = Source {
                 first: record.offset,
                 last: record.offset,
             };
             batch.push(key, header, record, source);
         }
-        let outcomes = self.execute(batch, writes).await;
+        Admitted {
+            first,
+            next,
+            batch,
+            dead,
+            now,
+        }
+    }
+
+    /// A main batch: dead-letters what cannot be handled, diverts quarantined keys,
+    /// plans and executes the rest.
+    async fn run_main(
+        &mut self,
+        admitted: Admitted,
+        writes: &mut Writes,
+    ) -> Result<(), ClientError> {
+        let Admitted {
+            next,
+            mut batch,
+            mut dead,
+            now,
+            ..
+        } = admitted;
+        writes.dead.append(&mut dead);
+        if !self.keys.is_empty()
+            && batch
+                .first_of
+                .iter()
+                .any(|&f| self.keys.contains_key(&batch.keys[f as usize]))
+        {
+            batch = self.divert(batch, writes);
+        }
+        let outcomes = self.execute(batch, writes, next).await;
         for outcome in outcomes {
             self.settle_outcome(outcome, None, now, writes);
         }
         Ok(())
+    }
+
+    /// The batch without the records of quarantined keys: those go to the retry
+    /// partition behind the key's pending work (or nowhere, if they are there already).
+    fn divert(&self, batch: Batch, writes: &mut Writes) -> Batch {
+        let mut kept = Batch::default();
+        let records = batch
+            .keys
+            .into_iter()
+            .zip(batch.headers)
+            .zip(batch.records)
+            .zip(batch.sources);
+        for (((key, header), record), source) in records {
+            let Some(q) = self.keys.get(&key) else {
+                kept.push(key, header, record, source);
+                continue;
+            };
+            if q.diverted_through.is_some_and(|d| record.offset <= d) {
+                // Already in the retry partition: a re-read after a crash.
+                continue;
+            }
+            let retry = RetryHeader {
+                kind: RetryKind::Work,
+                attempt: q.attempt,
+                first_failure_us: q.first_failure_us,
+                last_failure_us: q.last_failure_us,
+                last_error: ErrorClass::None,
+                source_partition: self.partition,
+                source_first: record.offset,
+                source_last: record.offset,
+            };
+            writes.retry.push(
+                WorkRecord {
+                    key: &key,
+                    body: record.value.to_vec(),
+                    event: header,
+                    ordering: header.ordering,
+                    retry,
+                    error: None,
+                }
+                .message(),
+            );
+        }
+        kept
     }
 
     /// Checks a record's header, handler and algebra; dead-letters (or skips) it if it
@@ -682,12 +750,12 @@ impl PartitionTask {
         &self,
         record: &Record,
         now: i64,
-        writes: &mut Writes,
+        dead: &mut Vec<Message>,
     ) -> Option<(Bytes, EventHeader)> {
         let (key, header) = match event_header(record) {
             Ok(h) => h,
             Err(e) => {
-                writes.dead.push(raw_dead_letter(
+                dead.push(raw_dead_letter(
                     record,
                     DeadLetterReason::BadHeader,
                     &e.to_string(),
@@ -700,7 +768,7 @@ impl PartitionTask {
         let Some(handler) = self.shared.handlers.get(&header.tag) else {
             if self.shared.config.unhandled == Unhandled::DeadLetter {
                 let why = format!("no handler of this consumer takes tag {}", header.tag);
-                writes.dead.push(raw_dead_letter(
+                dead.push(raw_dead_letter(
                     record,
                     DeadLetterReason::UnknownTag,
                     &why,
@@ -717,7 +785,7 @@ impl PartitionTask {
                 handler.type_name(),
                 handler.algebra()
             );
-            writes.dead.push(raw_dead_letter(
+            dead.push(raw_dead_letter(
                 record,
                 DeadLetterReason::AlgebraMismatch,
                 &why,
@@ -734,7 +802,7 @@ impl PartitionTask {
     /// runs and runs them concurrently (at most `handler_concurrency` keys over the
     /// consumer). Planning, decoding and CPU-heavy handlers of different keys so run in
     /// parallel, without a task and a cross-thread wake-up per key.
-    async fn execute(&self, batch: Batch, writes: &mut Writes) -> Vec<KeyOutcome> {
+    async fn execute(&mut self, batch: Batch, writes: &mut Writes, ahead: u64) -> Vec<KeyOutcome> {
         let retrying = Retrying {
             transient_max: self.shared.config.transient_max,
             delays: self.shared.config.retry_delays.clone(),
@@ -744,9 +812,10 @@ impl PartitionTask {
             HashMap::new()
         } else {
             batch
-                .ids
-                .keys()
-                .filter_map(|k| {
+                .first_of
+                .iter()
+                .filter_map(|&first| {
+                    let k = &batch.keys[first as usize];
                     self.keys
                         .get(k)
                         .map(|q| (k.clone(), (q.attempt, q.first_failure_us)))
@@ -757,26 +826,55 @@ impl PartitionTask {
         let groups = std::thread::available_parallelism()
             .map_or(2, std::num::NonZeroUsize::get)
             .clamp(1, 16)
-            .min(batch.ids.len().max(1));
+            .min(batch.first_of.len().max(1));
+        let shards = batch.shard(groups);
+        // The shards read the batch in place: each has the indexes of its keys'
+        // records, so no record is moved or copied to share the batch out.
+        let batch = Arc::new(batch);
         let mut tasks = tokio::task::JoinSet::new();
-        for shard in batch.shard(groups) {
+        let mut shards = shards.into_iter();
+        // The first shard runs in this task, the others in tasks of their own, which
+        // other runtime threads take while this one works.
+        let here = shards.next().unwrap_or_default();
+        for shard in shards {
+            let batch = Arc::clone(&batch);
             let shared = Arc::clone(&self.shared);
             let attempts = Arc::clone(&attempts);
             let retrying = retrying.clone();
             let partition = self.partition;
-            tasks.spawn(
-                async move { run_shard(shard, &shared, partition, &attempts, &retrying).await },
-            );
+            tasks.spawn(async move {
+                run_shard(&batch, &shard, &shared, partition, &attempts, &retrying).await
+            });
         }
-        let mut outcomes = Vec::new();
+        // The task spawned last waits in this runtime thread's own slot (tokio's LIFO
+        // slot, which other threads do not take from) until this task yields: the read
+        // ahead goes there (decoded here after this shard), or else a task that does
+        // nothing, so that no shard waits there.
+        if !self.start_prefetch() && !tasks.is_empty() {
+            tokio::spawn(async {});
+        }
+        let (mut outcomes, mut dead) = run_shard(
+            &batch,
+            &here,
+            &self.shared,
+            self.partition,
+            &attempts,
+            &retrying,
+        )
+        .await;
+        writes.dead.append(&mut dead);
+        // While the other shards end: free the last batch and admit the next.
+        drop(self.finished.take());
+        if self.admitted.is_none()
+            && let Some(records) = self.take_ahead(ahead)
+        {
+            self.admitted = Some(self.admit_main(records));
+        }
         while let Some(done) = tasks.join_next().await {
             match done {
-                Ok((mut share, mut dead, shard)) => {
+                Ok((mut share, mut dead)) => {
                     outcomes.append(&mut share);
                     writes.dead.append(&mut dead);
-                    // Freed here, not in the shards' tasks at once: its records'
-                    // reference counts are one per fetched buffer, shared by all.
-                    drop(shard);
                 }
                 // A panicking handler ends this partition's task: reported by `closed`,
                 // and the batch is not committed.
@@ -784,6 +882,9 @@ impl PartitionTask {
                 Err(e) => panic!("a key task was cancelled: {e}"),
             }
         }
+        // Freed by this task, not the shards' (its records' reference counts are one
+        // per fetched buffer, shared by all), while the next batch runs.
+        self.finished = Some(batch);
         outcomes
     }
 
@@ -957,7 +1058,7 @@ impl PartitionTask {
                 continue;
             };
             for (_, header, record) in &q.fifo {
-                let Some((k, h)) = self.admit(record, now, writes) else {
+                let Some((k, h)) = self.admit(record, now, &mut writes.dead) else {
                     continue;
                 };
                 let source = Source {
@@ -971,7 +1072,8 @@ impl PartitionTask {
             .metrics
             .attempts
             .fetch_add(due.len() as u64, ORD);
-        let outcomes = self.execute(batch, writes).await;
+        let main_next = self.main_next;
+        let outcomes = self.execute(batch, writes, main_next).await;
         let mut remainders: HashMap<Bytes, Vec<Message>> = HashMap::new();
         for outcome in outcomes {
             let key = outcome.key.clone();
@@ -1002,29 +1104,43 @@ fn is_failed(failure: &Failure, piece: &Piece) -> bool {
         && failure.failed.iter().any(|(r, _)| *r == piece.run)
 }
 
-/// Plans one shard of a batch and runs its keys concurrently: the keys' outcomes and
-/// the dead letters of records whose body did not decode.
+/// Plans one shard of a batch (the records at `shard`, all of some keys) and runs its
+/// keys concurrently: the keys' outcomes and the dead letters of records whose body
+/// did not decode.
 async fn run_shard(
-    batch: Batch,
+    batch: &Batch,
+    shard: &[u32],
     shared: &Shared,
     partition: u32,
     attempts: &HashMap<Bytes, (u32, i64)>,
     retrying: &Retrying,
-) -> (Vec<KeyOutcome>, Vec<Message>, Batch) {
+) -> (Vec<KeyOutcome>, Vec<Message>) {
     let now = now_us();
-    let plans = plan::plan(&batch.entries);
+    let entries: Vec<Entry> = shard.iter().map(|&i| batch.entries[i as usize]).collect();
+    let plans = plan::plan(&entries);
     let mut running = futures::stream::FuturesUnordered::new();
     let mut out = Vec::with_capacity(plans.len());
     let mut dead = Vec::new();
+    // Reused for every run's items.
+    let mut items: Vec<RawItem<'_>> = Vec::new();
+    let mut undecodable = Vec::new();
     for kp in plans {
-        let job = KeyJob::new(&batch, shared, attempts, kp);
-        let (work, undecodable) = job.prepare(partition);
-        for (record, why) in &undecodable {
-            let source = batch.sources[*record];
+        let work = prepare(
+            batch,
+            shard,
+            shared,
+            attempts,
+            partition,
+            kp,
+            &mut items,
+            &mut undecodable,
+        );
+        for (record, why) in undecodable.drain(..) {
+            let source = batch.sources[record];
             dead.push(raw_dead_letter(
-                &batch.records[*record],
+                &batch.records[record],
                 DeadLetterReason::UndecodableBody,
-                why,
+                &why,
                 now,
                 Some((source.first, source.last)),
             ));
@@ -1065,113 +1181,69 @@ async fn run_shard(
     while let Some(done) = futures::StreamExt::next(&mut running).await {
         out.push(done);
     }
-    (out, dead, batch)
+    (out, dead)
 }
 
-/// One key's planned work before its runs are decoded.
-struct KeyJob<'a> {
-    key: Bytes,
-    attempt: u32,
-    first_failure_us: i64,
-    plan: plan::KeyPlan,
-    /// Per segment, per stage: the rank and each run's handler and raw items.
-    raw: Vec<Vec<(plan::Rank, Vec<RawRun<'a>>)>>,
-}
-
-/// A run's handler and its items, not decoded yet.
-type RawRun<'a> = (&'a dyn Erased, Vec<RawItem<'a>>);
-
-impl<'a> KeyJob<'a> {
-    /// The job of one key's plan, its items taken from `batch`.
-    fn new(
-        batch: &'a Batch,
-        shared: &'a Shared,
-        attempts: &HashMap<Bytes, (u32, i64)>,
-        kp: plan::KeyPlan,
-    ) -> Self {
-        let first = kp.segments[0]
-            .head
-            .iter()
-            .chain(&kp.segments[0].body)
-            .chain(&kp.segments[0].tail)
-            .next()
-            .expect("a segment holds a record")
-            .records[0];
-        // A copy of its own: a slice of the fetched buffer would share one reference
-        // count with every record of the fetch, which the keys' clones (one per
-        // handler call's context) would then contend for across threads.
-        let key = Bytes::copy_from_slice(&batch.keys[first]);
-        let mut raw = Vec::with_capacity(kp.segments.len());
-        for segment in &kp.segments {
-            let mut stages = Vec::with_capacity(3);
-            for (rank, runs) in segment.stages() {
-                let mut ready = Vec::with_capacity(runs.len());
-                for run in runs {
-                    let handler: &dyn Erased = &*shared.handlers[&run.tag];
-                    let items: Vec<RawItem<'a>> = run
-                        .records
-                        .iter()
-                        .map(|&i| RawItem {
-                            value: &batch.records[i].value,
-                            codec: batch.headers[i].codec,
-                            source: batch.sources[i],
-                            record: i,
-                        })
-                        .collect();
-                    ready.push((handler, items));
+/// Decodes and reduces the runs of one key's plan (its records are `shard[i]` of
+/// `batch` for the plan's indexes `i`): the work to execute. Records whose body did
+/// not decode go to `undecodable` (indexes into the batch, with why).
+#[allow(clippy::too_many_arguments)]
+fn prepare<'a>(
+    batch: &'a Batch,
+    shard: &[u32],
+    shared: &Shared,
+    attempts: &HashMap<Bytes, (u32, i64)>,
+    partition: u32,
+    kp: plan::KeyPlan,
+    items: &mut Vec<RawItem<'a>>,
+    undecodable: &mut Vec<(usize, String)>,
+) -> KeyWork {
+    let first = kp.segments[0]
+        .in_order()
+        .next()
+        .expect("a segment holds a record")
+        .2
+        .records[0];
+    // A copy of its own: a slice of the fetched buffer would share one reference count
+    // with every record of the fetch, which the keys' clones (one per handler call's
+    // context) would then contend for across threads.
+    let key = Bytes::copy_from_slice(&batch.keys[shard[first] as usize]);
+    let mut runs =
+        smallvec::SmallVec::with_capacity(kp.segments.iter().map(plan::Segment::len).sum());
+    for (s, segment) in kp.segments.iter().enumerate() {
+        for (rank, index, run) in segment.in_order() {
+            let handler: &dyn Erased = &*shared.handlers[&run.tag];
+            items.clear();
+            items.extend(run.records.iter().map(|&i| {
+                let at = shard[i] as usize;
+                RawItem {
+                    value: &batch.records[at].value,
+                    codec: batch.headers[at].codec,
+                    source: batch.sources[at],
+                    record: at,
                 }
-                stages.push((rank, ready));
-            }
-            raw.push(stages);
-        }
-        let (attempt, first_failure_us) = attempts.get(&key).copied().unwrap_or((0, 0));
-        Self {
-            key,
-            attempt,
-            first_failure_us,
-            plan: kp,
-            raw,
+            }));
+            runs.push(StagedRun {
+                segment: s,
+                rank,
+                index,
+                run: ReadyRun {
+                    tag: handler.tag(),
+                    algebra: handler.algebra(),
+                    items: handler.prepare(items, undecodable),
+                },
+            });
         }
     }
-
-    /// Decodes and reduces the runs: the work to execute, and the records (indexes
-    /// into the batch) whose body did not decode, with why.
-    fn prepare(self, partition: u32) -> (KeyWork, Vec<(usize, String)>) {
-        let mut undecodable = Vec::new();
-        let stages = self
-            .raw
-            .into_iter()
-            .map(|segment| {
-                segment
-                    .into_iter()
-                    .map(|(rank, runs)| {
-                        let ready = runs
-                            .into_iter()
-                            .map(|(handler, items)| {
-                                let (items, failed) = handler.prepare(items);
-                                undecodable.extend(failed);
-                                ReadyRun {
-                                    tag: handler.tag(),
-                                    algebra: handler.algebra(),
-                                    items,
-                                }
-                            })
-                            .collect();
-                        (rank, ready)
-                    })
-                    .collect()
-            })
-            .collect();
-        let work = KeyWork {
-            key_hash: crate::key_hash(&self.key),
-            key: self.key,
-            partition,
-            attempt: self.attempt,
-            first_failure: time_of(self.first_failure_us),
-            plan: self.plan,
-            stages,
-        };
-        (work, undecodable)
+    let (attempt, first_failure_us) = attempts.get(&key).copied().unwrap_or((0, 0));
+    KeyWork {
+        key_hash: crate::key_hash(&key),
+        key,
+        partition,
+        attempt,
+        first_failure: time_of(first_failure_us),
+        plan: kp,
+        runs,
     }
 }
 
@@ -1183,58 +1255,50 @@ struct Batch {
     headers: Vec<EventHeader>,
     records: Vec<Record>,
     sources: Vec<Source>,
-    ids: HashMap<Bytes, u64, foldhash::fast::RandomState>,
+    /// The batch's keys, each as its id (the planner's key) and its hash.
+    ids: hashbrown::HashTable<(u64, u32)>,
+    /// Per id, the index of the key's first record.
+    first_of: Vec<u32>,
+    hasher: foldhash::fast::RandomState,
 }
 
 impl Batch {
-    /// The batch split into at most `n` batches by key (all records of a key in one,
-    /// in order; keys dealt out in order of first appearance).
-    fn shard(self, n: usize) -> Vec<Batch> {
+    /// The batch's records shared out by key into at most `n` shards, each the indexes
+    /// of its records in log order (all records of a key in one).
+    fn shard(&self, n: usize) -> Vec<Vec<u32>> {
         let n = n.max(1);
-        if n == 1 {
-            return vec![self];
-        }
-        let mut shards: Vec<Batch> = (0..n)
-            .map(|_| Batch::with_capacity(self.entries.len() / n + 1))
+        let mut shards: Vec<Vec<u32>> = (0..n)
+            .map(|_| Vec::with_capacity(self.entries.len() / n + 1))
             .collect();
-        let parts = self
-            .entries
-            .into_iter()
-            .zip(self.keys)
-            .zip(self.headers)
-            .zip(self.records)
-            .zip(self.sources);
-        for ((((entry, key), header), record), source) in parts {
-            // A shard's `ids` stays empty: its entries keep the batch's key ids.
-            let shard = &mut shards[(entry.key % n as u64) as usize];
-            shard.entries.push(entry);
-            shard.keys.push(key);
-            shard.headers.push(header);
-            shard.records.push(record);
-            shard.sources.push(source);
+        for (i, entry) in self.entries.iter().enumerate() {
+            shards[(entry.key % n as u64) as usize].push(i as u32);
         }
-        shards.retain(|s| !s.entries.is_empty());
+        shards.retain(|s| !s.is_empty());
         shards
     }
 
-    fn with_capacity(n: usize) -> Self {
-        Self {
-            entries: Vec::with_capacity(n),
-            keys: Vec::with_capacity(n),
-            headers: Vec::with_capacity(n),
-            records: Vec::with_capacity(n),
-            sources: Vec::with_capacity(n),
-            ids: HashMap::default(),
-        }
-    }
-
     fn push(&mut self, key: Bytes, header: EventHeader, record: Record, source: Source) {
-        let next = self.ids.len() as u64;
+        use std::hash::BuildHasher;
         // The planner's key is an id of the key's bytes, so two keys with one hash are
-        // still two keys.
-        let id = *self.ids.entry(key.clone()).or_insert(next);
+        // still two keys. The key hash is the key's (checked when it was admitted).
+        let hash = self.hasher.hash_one(header.key_hash);
+        let (keys, first_of) = (&self.keys, &mut self.first_of);
+        let next = first_of.len() as u32;
+        let entry = self.ids.entry(
+            hash,
+            |&(h, id)| h == hash && keys[first_of[id as usize] as usize] == key,
+            |&(h, _)| h,
+        );
+        let id = match entry {
+            hashbrown::hash_table::Entry::Occupied(o) => o.get().1,
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                first_of.push(self.records.len() as u32);
+                v.insert((hash, next));
+                next
+            }
+        };
         self.entries.push(Entry {
-            key: id,
+            key: u64::from(id),
             tag: header.tag,
             ordering: header.ordering,
         });
