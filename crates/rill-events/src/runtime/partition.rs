@@ -126,6 +126,8 @@ pub(crate) struct PartitionTask {
     /// The last main offset done and not stored yet: stored when the store in flight
     /// ends, so stores coalesce to one per fsync rather than one per batch.
     main_unstored: Option<u64>,
+    /// When the last main offset store began (`commit_interval` apart at least).
+    main_stored_at: Option<std::time::Instant>,
     /// Main records fetched and not polled yet, from `main_next` on (at most one
     /// fetch, `FETCH_BYTES_MAX`): a fetch feeds several polls of `poll_count`.
     ahead: VecDeque<Record>,
@@ -186,6 +188,7 @@ impl PartitionTask {
             pending: 0,
             retry_unread: true,
             main_store: None,
+            main_stored_at: None,
             main_unstored: None,
             ahead: VecDeque::new(),
             ahead_next: 0,
@@ -289,9 +292,9 @@ impl PartitionTask {
         Ok(())
     }
 
-    /// Starts a store of the last main offset done, unless one is in flight (it starts
-    /// when that one ends). A failed store in flight fails here, and its offset is
-    /// stored again.
+    /// Starts a store of the last main offset done, unless one is in flight or began
+    /// less than `commit_interval` ago (it starts in a later step). A failed store in
+    /// flight fails here, and its offset is stored again.
     async fn start_main_store(&mut self) -> Result<(), ClientError> {
         if self.main_store.as_ref().is_some_and(|h| !h.is_finished()) {
             return Ok(());
@@ -300,9 +303,17 @@ impl PartitionTask {
             // Finished: this does not wait.
             Self::store_result(h.await)?;
         }
+        if self
+            .main_stored_at
+            .is_some_and(|t| t.elapsed() < self.shared.config.commit_interval)
+        {
+            // Stored a moment ago: this offset waits for a later step.
+            return Ok(());
+        }
         let Some(consumed) = self.main_unstored.take() else {
             return Ok(());
         };
+        self.main_stored_at = Some(std::time::Instant::now());
         let shared = Arc::clone(&self.shared);
         let p = self.partition;
         self.main_store = Some(tokio::spawn(async move {
@@ -603,12 +614,16 @@ impl PartitionTask {
     /// Appends a fetch's records from `main_next` on to the read-ahead.
     fn fill_ahead(&mut self, fetched: rill_client::Fetched) {
         let main_next = self.main_next;
-        self.ahead.extend(
-            fetched
-                .records
-                .into_iter()
-                .filter(|r| r.offset >= main_next),
-        );
+        if self.ahead.is_empty() {
+            // The fetch's list becomes the read-ahead: no record is moved.
+            self.ahead = VecDeque::from(fetched.records);
+            while self.ahead.front().is_some_and(|r| r.offset < main_next) {
+                self.ahead.pop_front();
+            }
+        } else {
+            let records = fetched.records.into_iter();
+            self.ahead.extend(records.filter(|r| r.offset >= main_next));
+        }
         self.ahead_next = fetched.next_offset;
         self.ahead_log_end = fetched.log_end;
     }
@@ -649,7 +664,7 @@ impl PartitionTask {
         let now = now_us();
         let first = records.first().map_or(self.main_next, |r| r.offset);
         let next = records.last().map_or(self.main_next, |r| r.offset + 1);
-        let mut batch = Batch::default();
+        let mut batch = Batch::with_capacity(records.len());
         let mut dead = Vec::new();
         for record in records {
             let Some((key, header)) = self.admit(&record, now, &mut dead) else {
@@ -1263,6 +1278,17 @@ struct Batch {
 }
 
 impl Batch {
+    fn with_capacity(n: usize) -> Self {
+        Self {
+            entries: Vec::with_capacity(n),
+            keys: Vec::with_capacity(n),
+            headers: Vec::with_capacity(n),
+            records: Vec::with_capacity(n),
+            sources: Vec::with_capacity(n),
+            ..Self::default()
+        }
+    }
+
     /// The batch's records shared out by key into at most `n` shards, each the indexes
     /// of its records in log order (all records of a key in one).
     fn shard(&self, n: usize) -> Vec<Vec<u32>> {
