@@ -34,6 +34,7 @@ over_both_transports!(
     a_retry_backlog_past_its_bound_stops_the_main_partition_instead_of_growing,
     records_that_cannot_be_handled_are_dead_lettered_with_why_and_the_rest_goes_on,
     a_key_quarantined_by_one_batch_is_diverted_from_the_next_already_read,
+    stores_wait_out_the_commit_interval_and_then_reach_the_last_offset_done,
 );
 
 const STREAM: &str = "shop";
@@ -372,6 +373,53 @@ async fn a_transient_failure_retries_in_place_then_escalates(client: &Client) {
         "the escalated chunk went to retry"
     );
     consumer.shutdown(Duration::from_secs(10)).await;
+}
+
+/// Main offset stores are `commit_interval` apart at least, and the last offset done is
+/// stored in a later step even when no more records come (not only at shutdown).
+async fn stores_wait_out_the_commit_interval_and_then_reach_the_last_offset_done(
+    client: &Client,
+) {
+    topic(client, TOPIC).await;
+    let ledger = Arc::new(Ledger::default());
+    let publisher = Publisher::new(client, STREAM);
+    // The first store begins after this, the second `interval` after the first.
+    let published = Instant::now();
+    publisher.publish(&add("u1", 1)).await.unwrap();
+    let interval = Duration::from_millis(400);
+    let consumer = Handlers::new()
+        .handle::<Add, _>(Apply(Arc::clone(&ledger)))
+        .start(
+            client,
+            config("billing").poll_count(1).commit_interval(interval),
+        )
+        .await
+        .unwrap();
+    let main = client.stream(STREAM).topic(TOPIC);
+    until("the first event's offset is stored", || async {
+        main.stored_offset("billing", 0).await.unwrap() == Some(0)
+    })
+    .await;
+    publisher
+        .publish_batch(&[add("u2", 2), add("u3", 3)])
+        .await
+        .unwrap();
+    until("the later events are handled", || async {
+        ledger.applied("u2") == 2 && ledger.applied("u3") == 3
+    })
+    .await;
+    let handled = published.elapsed();
+    until("the last offset done is stored without a shutdown", || async {
+        main.stored_offset("billing", 0).await.unwrap() == Some(2)
+    })
+    .await;
+    let waited = published.elapsed();
+    assert!(
+        waited >= interval,
+        "both offsets stored {waited:?} after the first publish, within one {interval:?} commit interval (the last events handled after {handled:?})"
+    );
+    let ended = consumer.shutdown(Duration::from_secs(10)).await;
+    assert_eq!(ended, [(0, rill_events::Ended::Shutdown)]);
 }
 
 /// Scenario 7: two consumer names of one topic fail independently: each has its own
