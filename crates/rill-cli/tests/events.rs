@@ -377,9 +377,7 @@ async fn a_transient_failure_retries_in_place_then_escalates(client: &Client) {
 
 /// Main offset stores are `commit_interval` apart at least, and the last offset done is
 /// stored in a later step even when no more records come (not only at shutdown).
-async fn stores_wait_out_the_commit_interval_and_then_reach_the_last_offset_done(
-    client: &Client,
-) {
+async fn stores_wait_out_the_commit_interval_and_then_reach_the_last_offset_done(client: &Client) {
     topic(client, TOPIC).await;
     let ledger = Arc::new(Ledger::default());
     let publisher = Publisher::new(client, STREAM);
@@ -409,9 +407,10 @@ async fn stores_wait_out_the_commit_interval_and_then_reach_the_last_offset_done
     })
     .await;
     let handled = published.elapsed();
-    until("the last offset done is stored without a shutdown", || async {
-        main.stored_offset("billing", 0).await.unwrap() == Some(2)
-    })
+    until(
+        "the last offset done is stored without a shutdown",
+        || async { main.stored_offset("billing", 0).await.unwrap() == Some(2) },
+    )
     .await;
     let waited = published.elapsed();
     assert!(

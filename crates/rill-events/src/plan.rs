@@ -124,10 +124,10 @@ pub fn plan(entries: &[Entry]) -> Vec<KeyPlan> {
     // Keys in order of first appearance, each with its first and last segment: the
     // segments of all keys in one list, each linked to its key's next, so that a key
     // costs no list of its own while it is planned.
-    let mut keys: Vec<(u64, usize, usize)> = Vec::new();
-    let mut opens: Vec<Open> = Vec::new();
+    let mut keys: Vec<(u64, usize, usize)> = Vec::with_capacity(entries.len());
+    let mut opens: Vec<Open> = Vec::with_capacity(entries.len());
     let mut index: std::collections::HashMap<u64, usize, foldhash::fast::RandomState> =
-        std::collections::HashMap::default();
+        std::collections::HashMap::with_capacity_and_hasher(entries.len(), Default::default());
     for (i, r) in entries.iter().enumerate() {
         let k = match index.entry(r.key) {
             std::collections::hash_map::Entry::Occupied(o) => *o.get(),

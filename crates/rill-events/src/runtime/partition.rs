@@ -667,14 +667,14 @@ impl PartitionTask {
         let mut batch = Batch::with_capacity(records.len());
         let mut dead = Vec::new();
         for record in records {
-            let Some((key, header)) = self.admit(&record, now, &mut dead) else {
+            let Some(header) = self.admit(&record, now, &mut dead) else {
                 continue;
             };
             let source = Source {
                 first: record.offset,
                 last: record.offset,
             };
-            batch.push(key, header, record, source);
+            batch.push(header, record, source);
         }
         Admitted {
             first,
@@ -704,7 +704,7 @@ impl PartitionTask {
             && batch
                 .first_of
                 .iter()
-                .any(|&f| self.keys.contains_key(&batch.keys[f as usize]))
+                .any(|&f| self.keys.contains_key(batch.key(f as usize)))
         {
             batch = self.divert(batch, writes);
         }
@@ -720,14 +720,13 @@ impl PartitionTask {
     fn divert(&self, batch: Batch, writes: &mut Writes) -> Batch {
         let mut kept = Batch::default();
         let records = batch
-            .keys
+            .headers
             .into_iter()
-            .zip(batch.headers)
             .zip(batch.records)
             .zip(batch.sources);
-        for (((key, header), record), source) in records {
-            let Some(q) = self.keys.get(&key) else {
-                kept.push(key, header, record, source);
+        for ((header, record), source) in records {
+            let Some(q) = record.key.as_ref().and_then(|k| self.keys.get(k)) else {
+                kept.push(header, record, source);
                 continue;
             };
             if q.diverted_through.is_some_and(|d| record.offset <= d) {
@@ -744,9 +743,10 @@ impl PartitionTask {
                 source_first: record.offset,
                 source_last: record.offset,
             };
+            let key = record.key.as_ref().expect("an admitted record has a key");
             writes.retry.push(
                 WorkRecord {
-                    key: &key,
+                    key,
                     body: record.value.to_vec(),
                     event: header,
                     ordering: header.ordering,
@@ -761,13 +761,8 @@ impl PartitionTask {
 
     /// Checks a record's header, handler and algebra; dead-letters (or skips) it if it
     /// cannot be handled.
-    fn admit(
-        &self,
-        record: &Record,
-        now: i64,
-        dead: &mut Vec<Message>,
-    ) -> Option<(Bytes, EventHeader)> {
-        let (key, header) = match event_header(record) {
+    fn admit(&self, record: &Record, now: i64, dead: &mut Vec<Message>) -> Option<EventHeader> {
+        let header = match event_header(record) {
             Ok(h) => h,
             Err(e) => {
                 dead.push(raw_dead_letter(
@@ -809,7 +804,7 @@ impl PartitionTask {
             ));
             return None;
         }
-        Some((key, header))
+        Some(header)
     }
 
     /// Executes a batch's keys at once: its keys are shared out over a few tasks (one
@@ -830,7 +825,7 @@ impl PartitionTask {
                 .first_of
                 .iter()
                 .filter_map(|&first| {
-                    let k = &batch.keys[first as usize];
+                    let k = batch.key(first as usize);
                     self.keys
                         .get(k)
                         .map(|q| (k.clone(), (q.attempt, q.first_failure_us)))
@@ -1073,14 +1068,14 @@ impl PartitionTask {
                 continue;
             };
             for (_, header, record) in &q.fifo {
-                let Some((k, h)) = self.admit(record, now, &mut writes.dead) else {
+                let Some(h) = self.admit(record, now, &mut writes.dead) else {
                     continue;
                 };
                 let source = Source {
                     first: header.source_first,
                     last: header.source_last,
                 };
-                batch.push(k, h, record.clone(), source);
+                batch.push(h, record.clone(), source);
             }
         }
         self.shared
@@ -1222,7 +1217,7 @@ fn prepare<'a>(
     // A copy of its own: a slice of the fetched buffer would share one reference count
     // with every record of the fetch, which the keys' clones (one per handler call's
     // context) would then contend for across threads.
-    let key = Bytes::copy_from_slice(&batch.keys[shard[first] as usize]);
+    let key = Bytes::copy_from_slice(batch.key(shard[first] as usize));
     let mut runs =
         smallvec::SmallVec::with_capacity(kp.segments.iter().map(plan::Segment::len).sum());
     for (s, segment) in kp.segments.iter().enumerate() {
@@ -1266,7 +1261,6 @@ fn prepare<'a>(
 #[derive(Default)]
 struct Batch {
     entries: Vec<Entry>,
-    keys: Vec<Bytes>,
     headers: Vec<EventHeader>,
     records: Vec<Record>,
     sources: Vec<Source>,
@@ -1281,10 +1275,11 @@ impl Batch {
     fn with_capacity(n: usize) -> Self {
         Self {
             entries: Vec::with_capacity(n),
-            keys: Vec::with_capacity(n),
             headers: Vec::with_capacity(n),
             records: Vec::with_capacity(n),
             sources: Vec::with_capacity(n),
+            ids: hashbrown::HashTable::with_capacity(n),
+            first_of: Vec::with_capacity(n),
             ..Self::default()
         }
     }
@@ -1303,16 +1298,28 @@ impl Batch {
         shards
     }
 
-    fn push(&mut self, key: Bytes, header: EventHeader, record: Record, source: Source) {
+    /// The key of record `i` (an admitted record has one).
+    fn key(&self, i: usize) -> &Bytes {
+        self.records[i]
+            .key
+            .as_ref()
+            .expect("an admitted record has a key")
+    }
+
+    /// Adds an admitted record (its key there and checked against its header's hash).
+    fn push(&mut self, header: EventHeader, record: Record, source: Source) {
         use std::hash::BuildHasher;
         // The planner's key is an id of the key's bytes, so two keys with one hash are
         // still two keys. The key hash is the key's (checked when it was admitted).
         let hash = self.hasher.hash_one(header.key_hash);
-        let (keys, first_of) = (&self.keys, &mut self.first_of);
+        let key = record.key.as_ref().expect("an admitted record has a key");
+        let (records, first_of) = (&self.records, &mut self.first_of);
         let next = first_of.len() as u32;
         let entry = self.ids.entry(
             hash,
-            |&(h, id)| h == hash && keys[first_of[id as usize] as usize] == key,
+            |&(h, id)| {
+                h == hash && records[first_of[id as usize] as usize].key.as_ref() == Some(key)
+            },
             |&(h, _)| h,
         );
         let id = match entry {
@@ -1328,7 +1335,6 @@ impl Batch {
             tag: header.tag,
             ordering: header.ordering,
         });
-        self.keys.push(key);
         self.headers.push(header);
         self.records.push(record);
         self.sources.push(source);

@@ -19,20 +19,21 @@ fn bytes_header<'a>(record: &'a Record, name: &'static str) -> Result<&'a [u8], 
     }
 }
 
-/// The `rill.ev` header of a record, checked against its key.
-pub(crate) fn event_header(record: &Record) -> Result<(Bytes, EventHeader), HeaderError> {
+/// The `rill.ev` header of a record, checked against its key (which is there and not
+/// empty when this succeeds).
+pub(crate) fn event_header(record: &Record) -> Result<EventHeader, HeaderError> {
     let header = EventHeader::decode(bytes_header(record, EVENT_HEADER)?)?;
-    let Some(key) = record.key.clone().filter(|k| !k.is_empty()) else {
+    let Some(key) = record.key.as_ref().filter(|k| !k.is_empty()) else {
         return Err(HeaderError::Missing("record key"));
     };
-    let actual = key_hash(&key);
+    let actual = key_hash(key);
     if actual != header.key_hash {
         return Err(HeaderError::KeyHash {
             stated: header.key_hash,
             actual,
         });
     }
-    Ok((key, header))
+    Ok(header)
 }
 
 /// The `rill.retry` header of a record.
