@@ -33,6 +33,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     // The peer harness drives Rill only through the `rill` binary.
     ("rill-peers", &[]),
+    // Replication (docs/REPLICATION.md): so far the metadata group's state machine and
+    // store, on the Raft library alone.
+    ("rill-cluster", &[]),
 ];
 
 fn metadata() -> serde_json::Value {
@@ -75,6 +78,26 @@ fn crates_depend_only_on_allowed_rill_crates() {
                     "{name} must not depend on {dep_name} (see ARCHITECTURE.md)"
                 );
             }
+        }
+    }
+}
+
+/// The broker appends through the partition-log seam and never imports the Raft
+/// library (docs/REPLICATION.md §11): only `rill-cluster` depends on it.
+#[test]
+fn only_rill_cluster_depends_on_the_raft_library() {
+    let meta = metadata();
+    for package in meta["packages"].as_array().unwrap() {
+        let name = package["name"].as_str().unwrap();
+        if !name.starts_with("rill") || name == "rill-cluster" {
+            continue;
+        }
+        for dep in package["dependencies"].as_array().unwrap() {
+            let dep_name = dep["name"].as_str().unwrap();
+            assert!(
+                !dep_name.starts_with("openraft") && dep_name != "raft",
+                "{name} must not depend on {dep_name}: the Raft library stays in rill-cluster"
+            );
         }
     }
 }

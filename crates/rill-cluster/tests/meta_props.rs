@@ -1,0 +1,116 @@
+//! Property tests of the metadata state machine: applying the same commands gives the
+//! same state on every node, a snapshot (the state as JSON) restores a state that goes
+//! on identically, and no sequence of commands breaks the invariants.
+
+use proptest::prelude::*;
+use rill_cluster::{MetaCommand, MetaResponse, MetaState, NodeInfo, OffsetKey, TopicSpec};
+
+fn name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("a".to_owned()),
+        Just("b".to_owned()),
+        Just("c".to_owned())
+    ]
+}
+
+fn key() -> impl Strategy<Value = OffsetKey> {
+    (name(), name(), 0u32..4, name()).prop_map(|(stream, topic, partition, consumer)| OffsetKey {
+        stream,
+        topic,
+        partition,
+        consumer,
+    })
+}
+
+fn spec() -> impl Strategy<Value = TopicSpec> {
+    (
+        proptest::collection::vec(proptest::collection::vec(1u64..4, 0..3), 0..4),
+        proptest::collection::vec(any::<u8>(), 0..3),
+    )
+        .prop_map(|(replicas, options)| TopicSpec { replicas, options })
+}
+
+fn command() -> impl Strategy<Value = MetaCommand> {
+    prop_oneof![
+        (1u64..4, name()).prop_map(|(id, n)| MetaCommand::RegisterNode {
+            id,
+            info: NodeInfo {
+                peer: format!("{n}:1"),
+                client: format!("{n}:2"),
+            },
+        }),
+        name().prop_map(|name| MetaCommand::CreateStream { name }),
+        name().prop_map(|name| MetaCommand::DeleteStream { name }),
+        (name(), name(), spec()).prop_map(|(stream, topic, spec)| MetaCommand::CreateTopic {
+            stream,
+            topic,
+            spec
+        }),
+        (name(), name()).prop_map(|(stream, topic)| MetaCommand::DeleteTopic { stream, topic }),
+        proptest::collection::vec((key(), any::<u64>()), 0..4)
+            .prop_map(|offsets| MetaCommand::StoreOffsets { offsets }),
+        key().prop_map(|key| MetaCommand::DeleteOffset { key }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn two_nodes_applying_the_same_commands_hold_the_same_state(
+        commands in proptest::collection::vec(command(), 0..40),
+    ) {
+        let (mut a, mut b) = (MetaState::default(), MetaState::default());
+        for c in &commands {
+            let (ra, rb) = (a.apply(c), b.apply(c));
+            prop_assert_eq!(ra, rb);
+        }
+        prop_assert_eq!(a, b);
+    }
+
+    #[test]
+    fn a_snapshot_restores_a_state_that_goes_on_the_same(
+        before in proptest::collection::vec(command(), 0..30),
+        after in proptest::collection::vec(command(), 0..30),
+    ) {
+        let mut live = MetaState::default();
+        for c in &before {
+            live.apply(c);
+        }
+        let snapshot = serde_json::to_vec(&live).unwrap();
+        let mut restored: MetaState = serde_json::from_slice(&snapshot).unwrap();
+        prop_assert_eq!(&restored, &live);
+        for c in &after {
+            prop_assert_eq!(live.apply(c), restored.apply(c));
+        }
+        prop_assert_eq!(restored, live);
+    }
+
+    #[test]
+    fn no_sequence_leaves_an_offset_of_a_partition_that_does_not_exist(
+        commands in proptest::collection::vec(command(), 0..60),
+    ) {
+        let mut state = MetaState::default();
+        for c in &commands {
+            let response = state.apply(c);
+            if let (MetaCommand::StoreOffsets { offsets }, MetaResponse::Stored { refused }) =
+                (c, &response)
+            {
+                for (i, (k, o)) in offsets.iter().enumerate() {
+                    let stored = state.offsets.get(k) == Some(o);
+                    // Refused exactly when the partition is not there; a later entry
+                    // for the same key may overwrite an earlier one.
+                    if refused.contains(&i) {
+                        prop_assert!(state.topic(&k.stream, &k.topic).is_none_or(|t| k.partition >= t.partitions()));
+                    } else if offsets[i + 1..].iter().all(|(later, _)| later != k) {
+                        prop_assert!(stored, "{k:?} not stored");
+                    }
+                }
+            }
+            if let MetaCommand::CreateTopic { spec, .. } = c
+                && (spec.replicas.is_empty() || spec.replicas.iter().any(Vec::is_empty))
+            {
+                prop_assert!(matches!(response, MetaResponse::Conflict(_) | MetaResponse::NotFound(_)));
+            }
+            prop_assert!(state.consistent(), "after {c}: {state:?}");
+        }
+    }
+}
