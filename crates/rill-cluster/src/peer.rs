@@ -1,0 +1,481 @@
+//! The node-to-node transport (docs/REPLICATION.md §9): Raft's requests between nodes
+//! over TCP, one connection per ordered node pair, pipelined by correlation id.
+//!
+//! A frame is `len u32 LE` (of what follows), `kind u8`, `correlation u64 LE`, then the
+//! body: the request or response as JSON, wrapped with the group it is for. Requests
+//! are kinds 1 (append), 2 (vote), 3 (full snapshot); a response has its request's kind
+//! with bit 7 set, or kind `0xff` with an error text. Bounds: a frame of at most
+//! [`FRAME_MAX`] bytes (a bigger length closes the connection), at most
+//! [`IN_FLIGHT_MAX`] requests being handled per connection (the reader waits), and every
+//! request of a client has the library's time limit.
+//!
+//! So far only the metadata group travels here; partition groups will carry their
+//! batches as raw bytes after the JSON (phase 2).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use openraft::alias::{SnapshotOf, VoteOf};
+use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{RPCOption, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::{EmptyNode, Raft, RaftNetworkV2};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
+
+use crate::store::{MetaStateMachine, MetaTypes};
+
+/// The largest frame, header included.
+pub const FRAME_MAX: u32 = 64 << 20;
+/// Requests handled at once per connection.
+pub const IN_FLIGHT_MAX: usize = 256;
+/// Frames queued for a connection's writer.
+const WRITE_QUEUE: usize = 256;
+/// How long a connection attempt may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+const KIND_APPEND: u8 = 1;
+const KIND_VOTE: u8 = 2;
+const KIND_SNAPSHOT: u8 = 3;
+const RESPONSE: u8 = 0x80;
+const KIND_ERROR: u8 = 0xff;
+
+/// The name of the metadata group on the wire.
+pub const META_GROUP: &str = "meta";
+
+/// Why a peer request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// The connection failed or closed.
+    #[error("peer connection: {0}")]
+    Io(#[from] std::io::Error),
+    /// A frame or body that does not decode, or a frame too large.
+    #[error("bad peer frame: {0}")]
+    Frame(String),
+    /// The other node answered with an error.
+    #[error("the peer refused: {0}")]
+    Remote(String),
+    /// No answer in time.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
+#[derive(Serialize, Deserialize)]
+struct Envelope<T> {
+    group: String,
+    body: T,
+}
+
+/// A full snapshot on the wire.
+#[derive(Serialize, Deserialize)]
+struct SnapshotMessage {
+    vote: VoteOf<MetaTypes>,
+    meta: openraft::alias::SnapshotMetaOf<MetaTypes>,
+    data: Vec<u8>,
+}
+
+fn encode_frame(kind: u8, correlation: u64, body: &[u8]) -> Result<Vec<u8>, PeerError> {
+    let len = u32::try_from(body.len() + 9)
+        .ok()
+        .filter(|&l| l <= FRAME_MAX)
+        .ok_or_else(|| PeerError::Frame(format!("a body of {} bytes", body.len())))?;
+    let mut out = Vec::with_capacity(4 + len as usize);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.push(kind);
+    out.extend_from_slice(&correlation.to_le_bytes());
+    out.extend_from_slice(body);
+    Ok(out)
+}
+
+async fn read_frame(
+    reader: &mut (impl AsyncReadExt + Unpin),
+) -> Result<Option<(u8, u64, Vec<u8>)>, PeerError> {
+    let mut len = [0u8; 4];
+    match reader.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let len = u32::from_le_bytes(len);
+    if !(9..=FRAME_MAX).contains(&len) {
+        return Err(PeerError::Frame(format!("a frame length of {len}")));
+    }
+    let mut frame = vec![0u8; len as usize];
+    reader.read_exact(&mut frame).await?;
+    let kind = frame[0];
+    let correlation = u64::from_le_bytes(frame[1..9].try_into().expect("8 bytes"));
+    frame.drain(..9);
+    Ok(Some((kind, correlation, frame)))
+}
+
+fn json<T: Serialize>(value: &T) -> Result<Vec<u8>, PeerError> {
+    serde_json::to_vec(value).map_err(|e| PeerError::Frame(e.to_string()))
+}
+
+fn from_json<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, PeerError> {
+    serde_json::from_slice(bytes).map_err(|e| PeerError::Frame(e.to_string()))
+}
+
+/// The local metadata node, as the peer server hands it requests.
+pub type MetaRaft = Raft<MetaTypes, MetaStateMachine>;
+
+/// Serves peer connections on `listener`, handing the metadata group's requests to
+/// `raft`, until the listener fails. The connections belong to this future: dropping
+/// it (or aborting its task) closes every one of them, as a node that stops must.
+pub async fn serve(listener: TcpListener, raft: MetaRaft) -> std::io::Result<()> {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, from) = accepted?;
+                let raft = raft.clone();
+                connections.spawn(async move {
+                    if let Err(e) = serve_connection(stream, raft).await {
+                        tracing::debug!(%from, error = %e, "peer connection ended");
+                    }
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+async fn serve_connection(stream: TcpStream, raft: MetaRaft) -> Result<(), PeerError> {
+    stream.set_nodelay(true)?;
+    let (mut reader, mut writer) = stream.into_split();
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(WRITE_QUEUE);
+    let writing = tokio::spawn(async move {
+        while let Some(frame) = rx.recv().await {
+            writer.write_all(&frame).await?;
+        }
+        Ok::<_, std::io::Error>(())
+    });
+    let permits = Arc::new(Semaphore::new(IN_FLIGHT_MAX));
+    // The requests being handled belong to the connection, like its writer.
+    let mut requests = tokio::task::JoinSet::new();
+    let _writer = AbortOnDrop(writing.abort_handle());
+    while let Some((kind, correlation, body)) = read_frame(&mut reader).await? {
+        let permit = Arc::clone(&permits)
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        while requests.try_join_next().is_some() {}
+        let (raft, tx) = (raft.clone(), tx.clone());
+        requests.spawn(async move {
+            let answer = match handle(&raft, kind, &body).await {
+                Ok(body) => encode_frame(kind | RESPONSE, correlation, &body),
+                Err(e) => encode_frame(KIND_ERROR, correlation, e.to_string().as_bytes()),
+            };
+            if let Ok(frame) = answer {
+                let _ = tx.send(frame).await;
+            }
+            drop(permit);
+        });
+    }
+    // The other side is done sending: answer what it asked, then close.
+    while requests.join_next().await.is_some() {}
+    drop(tx);
+    writing
+        .await
+        .map_err(|e| PeerError::Frame(format!("the writer task failed: {e}")))??;
+    Ok(())
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+async fn handle(raft: &MetaRaft, kind: u8, body: &[u8]) -> Result<Vec<u8>, PeerError> {
+    fn group<T>(envelope: Envelope<T>) -> Result<T, PeerError> {
+        if envelope.group == META_GROUP {
+            Ok(envelope.body)
+        } else {
+            Err(PeerError::Remote(format!("no group {}", envelope.group)))
+        }
+    }
+    let remote = |e: &dyn std::fmt::Display| PeerError::Remote(e.to_string());
+    match kind {
+        KIND_APPEND => {
+            let rpc: AppendEntriesRequest<MetaTypes> = group(from_json(body)?)?;
+            json(&raft.append_entries(rpc).await.map_err(|e| remote(&e))?)
+        }
+        KIND_VOTE => {
+            let rpc: VoteRequest<MetaTypes> = group(from_json(body)?)?;
+            json(&raft.vote(rpc).await.map_err(|e| remote(&e))?)
+        }
+        KIND_SNAPSHOT => {
+            let m: SnapshotMessage = group(from_json(body)?)?;
+            let snapshot = SnapshotOf::<MetaTypes, std::io::Cursor<Vec<u8>>> {
+                meta: m.meta,
+                snapshot: std::io::Cursor::new(m.data),
+            };
+            json(
+                &raft
+                    .install_full_snapshot(m.vote, snapshot)
+                    .await
+                    .map_err(|e| remote(&e))?,
+            )
+        }
+        other => Err(PeerError::Frame(format!("unknown request kind {other}"))),
+    }
+}
+
+type Pending = Arc<std::sync::Mutex<HashMap<u64, oneshot::Sender<Result<Vec<u8>, PeerError>>>>>;
+
+/// One live connection to a peer.
+struct Connection {
+    writer: mpsc::Sender<Vec<u8>>,
+    pending: Pending,
+    reading: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.reading.abort();
+    }
+}
+
+/// The connection to one peer, made on first use and again after it fails.
+struct PeerLink {
+    addr: String,
+    connection: Mutex<Option<Arc<Connection>>>,
+    next: AtomicU64,
+}
+
+impl PeerLink {
+    async fn connect(&self) -> Result<Arc<Connection>, PeerError> {
+        let mut slot = self.connection.lock().await;
+        if let Some(c) = slot
+            .as_ref()
+            .filter(|c| !c.writer.is_closed() && !c.reading.is_finished())
+        {
+            return Ok(Arc::clone(c));
+        }
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr))
+            .await
+            .map_err(|_| PeerError::Timeout(CONNECT_TIMEOUT))??;
+        stream.set_nodelay(true)?;
+        let (mut reader, mut writer) = stream.into_split();
+        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(WRITE_QUEUE);
+        let pending: Pending = Arc::default();
+        tokio::spawn(async move {
+            while let Some(frame) = rx.recv().await {
+                if writer.write_all(&frame).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let answers = Arc::clone(&pending);
+        let reading = tokio::spawn(async move {
+            loop {
+                let Ok(Some((kind, correlation, body))) = read_frame(&mut reader).await else {
+                    break;
+                };
+                let Some(waiter) = answers.lock().expect("not poisoned").remove(&correlation)
+                else {
+                    continue;
+                };
+                let answer = if kind == KIND_ERROR {
+                    Err(PeerError::Remote(
+                        String::from_utf8_lossy(&body).into_owned(),
+                    ))
+                } else {
+                    Ok(body)
+                };
+                let _ = waiter.send(answer);
+            }
+            // Closed: every waiter learns it now, not at its time limit.
+            answers.lock().expect("not poisoned").clear();
+        });
+        let connection = Arc::new(Connection {
+            writer: tx,
+            pending,
+            reading,
+        });
+        *slot = Some(Arc::clone(&connection));
+        Ok(connection)
+    }
+
+    async fn call(&self, kind: u8, body: Vec<u8>, limit: Duration) -> Result<Vec<u8>, PeerError> {
+        let connection = self.connect().await?;
+        let correlation = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        connection
+            .pending
+            .lock()
+            .expect("not poisoned")
+            .insert(correlation, tx);
+        let frame = encode_frame(kind, correlation, &body)?;
+        let sent = connection.writer.send(frame).await;
+        let answer = async {
+            sent.map_err(|_| PeerError::Frame("the connection closed".into()))?;
+            match rx.await {
+                Ok(answer) => answer,
+                Err(_) => Err(PeerError::Frame("the connection closed".into())),
+            }
+        };
+        let result = tokio::time::timeout(limit, answer)
+            .await
+            .unwrap_or(Err(PeerError::Timeout(limit)));
+        if result.is_err() {
+            connection
+                .pending
+                .lock()
+                .expect("not poisoned")
+                .remove(&correlation);
+        }
+        if matches!(result, Err(PeerError::Io(_) | PeerError::Frame(_))) {
+            // Start afresh next time.
+            *self.connection.lock().await = None;
+        }
+        result
+    }
+}
+
+/// The peers of this node: node id → node-to-node address, from its own `--peers`
+/// (docs/REPLICATION.md §3: the Raft membership names ids only).
+#[derive(Clone)]
+pub struct Peers {
+    links: Arc<HashMap<u64, Arc<PeerLink>>>,
+}
+
+impl std::fmt::Debug for Peers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut ids: Vec<_> = self.links.keys().collect();
+        ids.sort();
+        f.debug_struct("Peers").field("nodes", &ids).finish()
+    }
+}
+
+impl Peers {
+    /// The peers at these addresses.
+    pub fn new(addresses: impl IntoIterator<Item = (u64, String)>) -> Self {
+        let links = addresses
+            .into_iter()
+            .map(|(id, addr)| {
+                let link = PeerLink {
+                    addr,
+                    connection: Mutex::new(None),
+                    next: AtomicU64::new(1),
+                };
+                (id, Arc::new(link))
+            })
+            .collect();
+        Self {
+            links: Arc::new(links),
+        }
+    }
+}
+
+/// openraft's network of the metadata group over [`Peers`].
+#[derive(Debug, Clone)]
+pub struct MetaNetwork {
+    peers: Peers,
+}
+
+impl MetaNetwork {
+    /// A network over `peers`.
+    pub fn new(peers: Peers) -> Self {
+        Self { peers }
+    }
+}
+
+/// A client of one peer for the metadata group.
+#[derive(Debug)]
+pub struct MetaClient {
+    target: u64,
+    peers: Peers,
+}
+
+impl MetaClient {
+    async fn call<Req: Serialize, Resp: for<'de> Deserialize<'de>>(
+        &self,
+        kind: u8,
+        body: Req,
+        limit: Duration,
+    ) -> Result<Resp, PeerError> {
+        let Some(link) = self.peers.links.get(&self.target) else {
+            return Err(PeerError::Frame(format!(
+                "node {} is not in --peers",
+                self.target
+            )));
+        };
+        let envelope = Envelope {
+            group: META_GROUP.to_owned(),
+            body,
+        };
+        let answer = link.call(kind, json(&envelope)?, limit).await?;
+        from_json(&answer)
+    }
+}
+
+fn unreachable(e: &PeerError) -> RPCError<MetaTypes> {
+    RPCError::Unreachable(Unreachable::new(e))
+}
+
+impl RaftNetworkV2<MetaTypes> for MetaClient {
+    type SnapshotData = std::io::Cursor<Vec<u8>>;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<MetaTypes>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<MetaTypes>, RPCError<MetaTypes>> {
+        self.call(KIND_APPEND, rpc, option.hard_ttl())
+            .await
+            .map_err(|e| unreachable(&e))
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<MetaTypes>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<MetaTypes>, RPCError<MetaTypes>> {
+        self.call(KIND_VOTE, rpc, option.hard_ttl())
+            .await
+            .map_err(|e| unreachable(&e))
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: VoteOf<MetaTypes>,
+        snapshot: SnapshotOf<MetaTypes, Self::SnapshotData>,
+        cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<MetaTypes>, StreamingError<MetaTypes>> {
+        let message = SnapshotMessage {
+            vote,
+            meta: snapshot.meta,
+            data: snapshot.snapshot.into_inner(),
+        };
+        tokio::select! {
+            answer = self.call(KIND_SNAPSHOT, message, option.hard_ttl()) => {
+                answer.map_err(|e| StreamingError::Unreachable(Unreachable::new(&e)))
+            }
+            closed = cancel => Err(StreamingError::Closed(closed)),
+        }
+    }
+}
+
+impl RaftNetworkFactory<MetaTypes> for MetaNetwork {
+    type Network = MetaClient;
+
+    async fn new_client(&mut self, target: u64, _node: &EmptyNode) -> MetaClient {
+        MetaClient {
+            target,
+            peers: self.peers.clone(),
+        }
+    }
+}

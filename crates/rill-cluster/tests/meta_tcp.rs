@@ -1,0 +1,229 @@
+//! Three metadata nodes over the node-to-node transport on loopback: they form the
+//! group, replicate, replace a leader that stops, and the stopped node, started again
+//! from its directory on its port, catches up. Bad frames are refused without harm.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openraft::{Config, EmptyNode, Raft};
+use rill_cluster::{
+    MetaCommand, MetaLogStore, MetaNetwork, MetaRaft, MetaState, MetaStateMachine, Peers,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+struct Node {
+    raft: MetaRaft,
+    sm: MetaStateMachine,
+    serving: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+fn config() -> Arc<Config> {
+    Arc::new(
+        Config {
+            heartbeat_interval: 100,
+            election_timeout_min: 500,
+            election_timeout_max: 1000,
+            ..Config::default()
+        }
+        .validate()
+        .unwrap(),
+    )
+}
+
+async fn start(
+    id: u64,
+    dir: &Path,
+    listener: TcpListener,
+    peers: &BTreeMap<u64, SocketAddr>,
+) -> Node {
+    let log = MetaLogStore::open(dir).unwrap();
+    let sm = MetaStateMachine::open(dir).unwrap();
+    let network = MetaNetwork::new(Peers::new(
+        peers.iter().map(|(&id, addr)| (id, addr.to_string())),
+    ));
+    let raft = Raft::new(id, config(), network, log, sm.clone())
+        .await
+        .unwrap();
+    let serving = tokio::spawn(rill_cluster::peer::serve(listener, raft.clone()));
+    Node { raft, sm, serving }
+}
+
+async fn until<F: Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
+    let start = Instant::now();
+    while !done().await {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn leader(nodes: &BTreeMap<u64, Node>) -> u64 {
+    let start = Instant::now();
+    loop {
+        let mut seen = Vec::new();
+        for n in nodes.values() {
+            seen.push(n.raft.current_leader().await);
+        }
+        seen.dedup();
+        if let [Some(l)] = seen[..]
+            && nodes.contains_key(&l)
+        {
+            return l;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "no leader the nodes agree on"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn write(nodes: &BTreeMap<u64, Node>, command: MetaCommand) {
+    let start = Instant::now();
+    loop {
+        let l = leader(nodes).await;
+        match nodes[&l].raft.client_write(command.clone()).await {
+            Ok(_) => return,
+            Err(e) => assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "not committed: {e}"
+            ),
+        }
+    }
+}
+
+async fn states(nodes: &BTreeMap<u64, Node>) -> Vec<MetaState> {
+    let mut out = Vec::new();
+    for n in nodes.values() {
+        out.push(n.sm.state().await);
+    }
+    out
+}
+
+fn stream(name: &str) -> MetaCommand {
+    MetaCommand::CreateStream { name: name.into() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_over_loopback_form_the_group_fail_over_and_catch_up() {
+    let dirs: BTreeMap<u64, tempfile::TempDir> = (1..=3)
+        .map(|id| (id, tempfile::tempdir().unwrap()))
+        .collect();
+    let mut listeners = BTreeMap::new();
+    for id in 1..=3 {
+        listeners.insert(id, TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let peers: BTreeMap<u64, SocketAddr> = listeners
+        .iter()
+        .map(|(&id, l)| (id, l.local_addr().unwrap()))
+        .collect();
+    let mut nodes = BTreeMap::new();
+    for (id, listener) in listeners {
+        nodes.insert(id, start(id, dirs[&id].path(), listener, &peers).await);
+    }
+    let members: BTreeMap<u64, EmptyNode> = (1..=3).map(|id| (id, EmptyNode {})).collect();
+    for n in nodes.values() {
+        // A node that voted meanwhile is no longer pristine: refused, harmlessly.
+        let _ = n.raft.initialize(members.clone()).await;
+    }
+    write(&nodes, stream("shop")).await;
+    until("all three applied it", || async {
+        states(&nodes)
+            .await
+            .iter()
+            .all(|s| s.streams.contains_key("shop"))
+    })
+    .await;
+
+    // The leader stops (its process would be gone): the others go on without it.
+    let first = leader(&nodes).await;
+    let stopped = nodes.remove(&first).unwrap();
+    stopped.serving.abort();
+    stopped.raft.shutdown().await.unwrap();
+    drop(stopped);
+    for i in 0..10 {
+        write(&nodes, stream(&format!("s{i}"))).await;
+    }
+
+    // Started again from its directory, on its port: it catches up.
+    let listener = TcpListener::bind(peers[&first]).await.unwrap();
+    nodes.insert(
+        first,
+        start(first, dirs[&first].path(), listener, &peers).await,
+    );
+    until("the restarted node caught up", || async {
+        let all = states(&nodes).await;
+        all.iter().all(|s| s == &all[0]) && all[0].streams.len() == 11
+    })
+    .await;
+    for n in nodes.values() {
+        n.serving.abort();
+        n.raft.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_frames_get_an_error_or_a_closed_connection_and_the_node_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let peers = BTreeMap::from([(1, addr)]);
+    let node = start(1, dir.path(), listener, &peers).await;
+
+    // An unknown kind, a body that is not JSON, a group that does not exist: each gets
+    // an error frame with its correlation id, and the connection stays usable.
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    for (kind, body) in [
+        (9u8, &b"{}"[..]),
+        (2, &b"not json"[..]),
+        (2, &br#"{"group":"nope","body":{}}"#[..]),
+    ] {
+        let len = u32::try_from(body.len() + 9).unwrap();
+        let mut frame = len.to_le_bytes().to_vec();
+        frame.push(kind);
+        frame.extend_from_slice(&7u64.to_le_bytes());
+        frame.extend_from_slice(body);
+        c.write_all(&frame).await.unwrap();
+        let mut head = [0u8; 13];
+        c.read_exact(&mut head).await.unwrap();
+        assert_eq!(head[4], 0xff, "an error frame");
+        assert_eq!(u64::from_le_bytes(head[5..13].try_into().unwrap()), 7);
+        let mut text = vec![0u8; u32::from_le_bytes(head[0..4].try_into().unwrap()) as usize - 9];
+        c.read_exact(&mut text).await.unwrap();
+        assert!(!text.is_empty());
+    }
+    // A length beyond the bound: the connection is closed, nothing is allocated.
+    c.write_all(&u32::MAX.to_le_bytes()).await.unwrap();
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut rest))
+        .await
+        .expect("closed in time")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+    // The node still answers: a fresh connection gets an answer to a vote request.
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    let body = br#"{"group":"meta","body":{"vote":{"leader_id":{"term":1,"node_id":2},"committed":false},"last_log_id":null}}"#;
+    let len = u32::try_from(body.len() + 9).unwrap();
+    let mut frame = len.to_le_bytes().to_vec();
+    frame.push(2);
+    frame.extend_from_slice(&8u64.to_le_bytes());
+    frame.extend_from_slice(body);
+    c.write_all(&frame).await.unwrap();
+    let mut head = [0u8; 13];
+    c.read_exact(&mut head).await.unwrap();
+    assert_eq!(u64::from_le_bytes(head[5..13].try_into().unwrap()), 8);
+    assert!(
+        head[4] == 0x82 || head[4] == 0xff,
+        "a vote answer or a refusal, kind {}",
+        head[4]
+    );
+    node.serving.abort();
+    node.raft.shutdown().await.unwrap();
+}
