@@ -94,25 +94,105 @@ fn encode_frame(kind: u8, correlation: u64, body: &[u8]) -> Result<Vec<u8>, Peer
     Ok(out)
 }
 
+/// The length a frame's first four bytes announce, if it is one a peer may send.
+fn frame_len(head: [u8; 4]) -> Result<usize, PeerError> {
+    let len = u32::from_le_bytes(head);
+    if !(9..=FRAME_MAX).contains(&len) {
+        return Err(PeerError::Frame(format!("a frame length of {len}")));
+    }
+    Ok(len as usize)
+}
+
+/// Splits `after_len` (a frame without its length) into kind, correlation and body.
+fn frame_parts(after_len: &[u8]) -> (u8, u64, &[u8]) {
+    let correlation = u64::from_le_bytes(after_len[1..9].try_into().expect("8 bytes"));
+    (after_len[0], correlation, &after_len[9..])
+}
+
 async fn read_frame(
     reader: &mut (impl AsyncReadExt + Unpin),
 ) -> Result<Option<(u8, u64, Vec<u8>)>, PeerError> {
-    let mut len = [0u8; 4];
-    match reader.read_exact(&mut len).await {
+    let mut head = [0u8; 4];
+    match reader.read_exact(&mut head).await {
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e.into()),
     }
-    let len = u32::from_le_bytes(len);
-    if !(9..=FRAME_MAX).contains(&len) {
-        return Err(PeerError::Frame(format!("a frame length of {len}")));
-    }
-    let mut frame = vec![0u8; len as usize];
+    let mut frame = vec![0u8; frame_len(head)?];
     reader.read_exact(&mut frame).await?;
-    let kind = frame[0];
-    let correlation = u64::from_le_bytes(frame[1..9].try_into().expect("8 bytes"));
+    let (kind, correlation, _) = frame_parts(&frame);
     frame.drain(..9);
     Ok(Some((kind, correlation, frame)))
+}
+
+/// A frame read from a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame<'a> {
+    /// Its kind.
+    pub kind: u8,
+    /// Its correlation id.
+    pub correlation: u64,
+    /// Its body.
+    pub body: &'a [u8],
+    /// The bytes it took, its length included.
+    pub len: usize,
+}
+
+/// The first frame of `bytes`; `None` if `bytes` holds less than a whole frame.
+pub fn decode_frame(bytes: &[u8]) -> Result<Option<Frame<'_>>, PeerError> {
+    let Some(head) = bytes.first_chunk::<4>() else {
+        return Ok(None);
+    };
+    let len = frame_len(*head)?;
+    let Some(frame) = bytes.get(4..4 + len) else {
+        return Ok(None);
+    };
+    let (kind, correlation, body) = frame_parts(frame);
+    Ok(Some(Frame {
+        kind,
+        correlation,
+        body,
+        len: 4 + len,
+    }))
+}
+
+/// A request of the metadata group, as a peer sent it.
+#[derive(Debug)]
+pub enum PeerRequest {
+    /// Append entries (or a heartbeat).
+    Append(AppendEntriesRequest<MetaTypes>),
+    /// A vote request.
+    Vote(VoteRequest<MetaTypes>),
+    /// A full snapshot to install.
+    Snapshot(
+        VoteOf<MetaTypes>,
+        SnapshotOf<MetaTypes, std::io::Cursor<Vec<u8>>>,
+    ),
+}
+
+/// Decodes the body of a request frame of `kind`, checking that it is for the metadata
+/// group.
+pub fn decode_request(kind: u8, body: &[u8]) -> Result<PeerRequest, PeerError> {
+    fn group<T>(envelope: Envelope<T>) -> Result<T, PeerError> {
+        if envelope.group == META_GROUP {
+            Ok(envelope.body)
+        } else {
+            Err(PeerError::Remote(format!("no group {}", envelope.group)))
+        }
+    }
+    match kind {
+        KIND_APPEND => Ok(PeerRequest::Append(group(from_json(body)?)?)),
+        KIND_VOTE => Ok(PeerRequest::Vote(group(from_json(body)?)?)),
+        KIND_SNAPSHOT => {
+            let m: SnapshotMessage = group(from_json(body)?)?;
+            let snapshot = SnapshotOf::<MetaTypes, std::io::Cursor<Vec<u8>>> {
+                meta: m.meta,
+                snapshot: std::io::Cursor::new(m.data),
+            };
+            Ok(PeerRequest::Snapshot(m.vote, snapshot))
+        }
+        other => Err(PeerError::Frame(format!("unknown request kind {other}"))),
+    }
 }
 
 fn json<T: Serialize>(value: &T) -> Result<Vec<u8>, PeerError> {
@@ -198,37 +278,16 @@ impl Drop for AbortOnDrop {
 }
 
 async fn handle(raft: &MetaRaft, kind: u8, body: &[u8]) -> Result<Vec<u8>, PeerError> {
-    fn group<T>(envelope: Envelope<T>) -> Result<T, PeerError> {
-        if envelope.group == META_GROUP {
-            Ok(envelope.body)
-        } else {
-            Err(PeerError::Remote(format!("no group {}", envelope.group)))
-        }
-    }
     let remote = |e: &dyn std::fmt::Display| PeerError::Remote(e.to_string());
-    match kind {
-        KIND_APPEND => {
-            let rpc: AppendEntriesRequest<MetaTypes> = group(from_json(body)?)?;
-            json(&raft.append_entries(rpc).await.map_err(|e| remote(&e))?)
-        }
-        KIND_VOTE => {
-            let rpc: VoteRequest<MetaTypes> = group(from_json(body)?)?;
-            json(&raft.vote(rpc).await.map_err(|e| remote(&e))?)
-        }
-        KIND_SNAPSHOT => {
-            let m: SnapshotMessage = group(from_json(body)?)?;
-            let snapshot = SnapshotOf::<MetaTypes, std::io::Cursor<Vec<u8>>> {
-                meta: m.meta,
-                snapshot: std::io::Cursor::new(m.data),
-            };
-            json(
-                &raft
-                    .install_full_snapshot(m.vote, snapshot)
-                    .await
-                    .map_err(|e| remote(&e))?,
-            )
-        }
-        other => Err(PeerError::Frame(format!("unknown request kind {other}"))),
+    match decode_request(kind, body)? {
+        PeerRequest::Append(rpc) => json(&raft.append_entries(rpc).await.map_err(|e| remote(&e))?),
+        PeerRequest::Vote(rpc) => json(&raft.vote(rpc).await.map_err(|e| remote(&e))?),
+        PeerRequest::Snapshot(vote, snapshot) => json(
+            &raft
+                .install_full_snapshot(vote, snapshot)
+                .await
+                .map_err(|e| remote(&e))?,
+        ),
     }
 }
 

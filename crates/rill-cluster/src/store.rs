@@ -90,7 +90,8 @@ fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
     replace_file(path, &bytes)
 }
 
-fn frame(entry: &MetaEntry) -> io::Result<Vec<u8>> {
+/// One entry as a frame of `meta.log`.
+pub fn encode_entry(entry: &MetaEntry) -> io::Result<Vec<u8>> {
     let body = serde_json::to_vec(entry).map_err(invalid)?;
     let len = u32::try_from(body.len())
         .ok()
@@ -103,15 +104,15 @@ fn frame(entry: &MetaEntry) -> io::Result<Vec<u8>> {
     Ok(out)
 }
 
-/// The entries of a log file, and the length of its whole frames (a torn tail after it).
-fn read_frames(bytes: &[u8]) -> io::Result<(Vec<MetaEntry>, usize)> {
+/// The entries of a `meta.log` file, and the length of its whole frames (a torn tail
+/// after it is not an error; damage before the last frame is).
+pub fn decode_log(bytes: &[u8]) -> io::Result<(Vec<MetaEntry>, usize)> {
     let mut entries = Vec::new();
     let mut at = 0;
     while at < bytes.len() {
         let rest = &bytes[at..];
-        let torn = || Ok::<_, io::Error>(());
         if rest.len() < 8 {
-            torn()?;
+            // A torn header at the end.
             break;
         }
         let len = u32::from_le_bytes(rest[0..4].try_into().expect("4 bytes"));
@@ -155,7 +156,7 @@ impl LogInner {
     fn rewrite(&mut self) -> io::Result<()> {
         let mut bytes = Vec::new();
         for entry in self.log.values() {
-            bytes.extend_from_slice(&frame(entry)?);
+            bytes.extend_from_slice(&encode_entry(entry)?);
         }
         let path = self.log_path();
         replace_file(&path, &bytes)?;
@@ -184,7 +185,7 @@ impl MetaLogStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        let (entries, whole) = read_frames(&bytes)?;
+        let (entries, whole) = decode_log(&bytes)?;
         let file = OpenOptions::new().create(true).append(true).open(&path)?;
         if whole < bytes.len() {
             file.set_len(whole as u64)?;
@@ -255,7 +256,7 @@ impl RaftLogStorage<MetaTypes> for MetaLogStore {
         let mut bytes = Vec::new();
         let mut added = Vec::new();
         for entry in entries {
-            bytes.extend_from_slice(&frame(&entry)?);
+            bytes.extend_from_slice(&encode_entry(&entry)?);
             added.push(entry);
         }
         let result = inner
