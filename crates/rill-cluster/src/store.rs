@@ -15,14 +15,15 @@
 //! was never told it was durable. A bad frame before the last is damage, and opening
 //! fails rather than guess.
 //!
-//! File I/O is synchronous in the async calls: the metadata group writes little. Before
-//! it serves clients, the writes move off the runtime's threads and onto the `Io` seam
-//! of rill-storage, so the power-loss model covers them (docs/REPLICATION.md §12).
+//! Every file operation goes through rill-storage's `Io` seam, so the power-loss model
+//! (`SimIo`) covers the store: a new `meta.log` and a new directory are made durable
+//! with their parent directory before anything in them is reported durable. File I/O is
+//! synchronous inside the async calls (the metadata group writes little); it moves off
+//! the runtime's threads before the store serves clients.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Cursor, Read, Write};
+use std::io::{self, Cursor};
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -32,6 +33,7 @@ use openraft::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf, V
 use openraft::entry::RaftEntry;
 use openraft::storage::{EntryResponder, IOFlushed, RaftLogStorage, RaftStateMachine};
 use openraft::{EntryPayload, LogState, OptionalSend, RaftLogReader, RaftSnapshotBuilder};
+use rill_storage::{Io, IoFile, StdIo};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
@@ -59,90 +61,140 @@ fn invalid(what: impl std::fmt::Display) -> io::Error {
 
 /// Writes `bytes` to `path` so that after a crash the file is either the old one or
 /// the new one, whole.
-fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+fn replace_file(io: &dyn Io, path: &Path, bytes: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
-    {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
+    let f = io.open(&tmp, true)?;
+    f.set_len(0)?;
+    f.write_all_at(bytes, 0)?;
+    f.sync_data()?;
+    drop(f);
+    io.rename(&tmp, path)?;
+    io.sync_dir(parent(path))
+}
+
+fn parent(path: &Path) -> &Path {
+    path.parent().unwrap_or(Path::new("."))
+}
+
+/// The whole file at `path`, or `None` if there is none.
+fn read_file(io: &dyn Io, path: &Path) -> io::Result<Option<Vec<u8>>> {
+    if !io.exists(path) {
+        return Ok(None);
     }
-    fs::rename(&tmp, path)?;
-    sync_dir(path)
+    let f = io.open(path, false)?;
+    let len = usize::try_from(f.size()?).map_err(|_| invalid("a file too large"))?;
+    let mut bytes = vec![0u8; len];
+    f.read_exact_at(&mut bytes, 0)?;
+    Ok(Some(bytes))
 }
 
-fn sync_dir(path: &Path) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    File::open(dir)?.sync_all()
-}
-
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> io::Result<Option<T>> {
-    match fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
+fn read_json<T: for<'de> Deserialize<'de>>(io: &dyn Io, path: &Path) -> io::Result<Option<T>> {
+    match read_file(io, path)? {
+        Some(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|e| invalid(format!("{}: {e}", path.display()))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
+        None => Ok(None),
     }
 }
 
-fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
+fn write_json<T: Serialize>(io: &dyn Io, path: &Path, value: &T) -> io::Result<()> {
     let bytes = serde_json::to_vec(value).map_err(invalid)?;
-    replace_file(path, &bytes)
+    replace_file(io, path, &bytes)
 }
 
-/// One entry as a frame of `meta.log`.
-pub fn encode_entry(entry: &MetaEntry) -> io::Result<Vec<u8>> {
-    let body = serde_json::to_vec(entry).map_err(invalid)?;
+/// Creates `dir` if it is missing, durably (its entry in its parent synced).
+fn ensure_dir(io: &dyn Io, dir: &Path) -> io::Result<()> {
+    if io.is_dir(dir) {
+        return Ok(());
+    }
+    io.create_dir_all(dir)?;
+    io.sync_dir(parent(dir))
+}
+
+/// Entries as one frame of `meta.log`: an append writes one frame, so a crash during
+/// it tears at most that frame.
+pub fn encode_entries(entries: &[MetaEntry]) -> io::Result<Vec<u8>> {
+    let body = serde_json::to_vec(entries).map_err(invalid)?;
     let len = u32::try_from(body.len())
         .ok()
         .filter(|&l| l <= FRAME_MAX)
-        .ok_or_else(|| invalid("a metadata entry is too large"))?;
+        .ok_or_else(|| invalid("metadata entries too large for one frame"))?;
     let mut out = Vec::with_capacity(8 + body.len());
     out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+    out.extend_from_slice(&frame_crc(len, &body).to_le_bytes());
     out.extend_from_slice(&body);
     Ok(out)
 }
 
-/// The entries of a `meta.log` file, and the length of its whole frames (a torn tail
-/// after it is not an error; damage before the last frame is).
+/// One entry as a frame of `meta.log`.
+pub fn encode_entry(entry: &MetaEntry) -> io::Result<Vec<u8>> {
+    encode_entries(std::slice::from_ref(entry))
+}
+
+/// The CRC of a frame: over its length and its body, so that zeros (an extension of the
+/// file whose pages a power loss did not write) are never a valid frame.
+fn frame_crc(len: u32, body: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&len.to_le_bytes()), body)
+}
+
+/// The frame at the start of `rest`, if one is whole and its CRC holds: its body and
+/// its length.
+fn valid_frame(rest: &[u8]) -> Option<(&[u8], usize)> {
+    let head = rest.get(..8)?;
+    let len = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes"));
+    let crc = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes"));
+    if len == 0 || len > FRAME_MAX {
+        return None;
+    }
+    let body = rest.get(8..8 + len as usize)?;
+    (frame_crc(len, body) == crc).then_some((body, 8 + len as usize))
+}
+
+/// The entries of a `meta.log` file, and the length of its whole frames.
+///
+/// Appends are fsynced one after the other, each one frame, so a crash tears at most
+/// the last frame: a frame that is not whole or whose CRC fails, with no valid frame
+/// where its length says the next one starts, is that torn tail (never reported
+/// durable) and ends the log. A bad frame followed by a valid one is damage in durable
+/// data, and an error. (Damage to the length field of a frame before the end reads as a
+/// torn tail: media damage is outside the crash model, docs/REPLICATION.md §7.1.)
 pub fn decode_log(bytes: &[u8]) -> io::Result<(Vec<MetaEntry>, usize)> {
     let mut entries = Vec::new();
     let mut at = 0;
     while at < bytes.len() {
         let rest = &bytes[at..];
-        if rest.len() < 8 {
-            // A torn header at the end.
-            break;
-        }
-        let len = u32::from_le_bytes(rest[0..4].try_into().expect("4 bytes"));
-        let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
-        let end = 8 + len as usize;
-        let last = end >= rest.len();
-        if len > FRAME_MAX || end > rest.len() || crc32c::crc32c(&rest[8..end]) != crc {
-            if last || end > rest.len() {
-                // The last frame, torn by a crash before its fsync: never reported durable.
-                break;
+        let Some((body, len)) = valid_frame(rest) else {
+            let declared = rest
+                .get(..4)
+                .map(|l| 8 + u32::from_le_bytes(l.try_into().expect("4 bytes")) as usize);
+            let followed = declared
+                .filter(|&d| d < rest.len())
+                .is_some_and(|d| valid_frame(&rest[d..]).is_some());
+            if followed {
+                return Err(invalid(format!(
+                    "meta.log: a damaged entry at byte {at}, before the end"
+                )));
             }
-            return Err(invalid(format!(
-                "meta.log: a damaged entry at byte {at}, before the end"
-            )));
-        }
-        let entry: MetaEntry = serde_json::from_slice(&rest[8..end])
-            .map_err(|e| invalid(format!("meta.log: entry at byte {at}: {e}")))?;
-        entries.push(entry);
-        at += end;
+            // The last frame, torn by a crash before its fsync.
+            break;
+        };
+        let mut batch: Vec<MetaEntry> = serde_json::from_slice(body)
+            .map_err(|e| invalid(format!("meta.log: the frame at byte {at}: {e}")))?;
+        entries.append(&mut batch);
+        at += len;
     }
     Ok((entries, at))
 }
 
 #[derive(Debug)]
 struct LogInner {
+    io: Arc<dyn Io>,
     dir: PathBuf,
     /// The log, by index (the metadata log is small enough to hold).
     log: BTreeMap<u64, MetaEntry>,
-    /// The open log file, appended to.
-    file: File,
+    /// The open log file, appended to at `len`.
+    file: Arc<dyn IoFile>,
+    len: u64,
     last_purged: Option<LogIdOf<MetaTypes>>,
     vote: Option<VoteOf<MetaTypes>>,
 }
@@ -159,8 +211,9 @@ impl LogInner {
             bytes.extend_from_slice(&encode_entry(entry)?);
         }
         let path = self.log_path();
-        replace_file(&path, &bytes)?;
-        self.file = OpenOptions::new().append(true).open(&path)?;
+        replace_file(self.io.as_ref(), &path, &bytes)?;
+        self.file = self.io.open(&path, false)?;
+        self.len = bytes.len() as u64;
         Ok(())
     }
 }
@@ -174,31 +227,43 @@ pub struct MetaLogStore {
 impl MetaLogStore {
     /// Opens (or creates) the log in `dir`.
     pub fn open(dir: impl AsRef<Path>) -> io::Result<Self> {
+        Self::open_with(Arc::new(StdIo), dir)
+    }
+
+    /// Opens (or creates) the log in `dir`, through `io`.
+    pub fn open_with(io: Arc<dyn Io>, dir: impl AsRef<Path>) -> io::Result<Self> {
         let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(&dir)?;
+        ensure_dir(io.as_ref(), &dir)?;
         let path = dir.join("meta.log");
-        let mut bytes = Vec::new();
-        match File::open(&path) {
-            Ok(mut f) => {
-                f.read_to_end(&mut bytes)?;
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
+        let existed = io.exists(&path);
+        let bytes = read_file(io.as_ref(), &path)?.unwrap_or_default();
         let (entries, whole) = decode_log(&bytes)?;
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        let file = io.open(&path, true)?;
+        if !existed {
+            // The new file's entry, durable before anything in it is said to be.
+            io.sync_dir(&dir)?;
+        }
         if whole < bytes.len() {
             file.set_len(whole as u64)?;
-            file.sync_all()?;
+            file.sync_data()?;
         }
-        let last_purged = read_json(&dir.join("meta.purged"))?;
-        let vote = read_json(&dir.join("meta.vote"))?;
-        let log = entries.into_iter().map(|e| (e.index(), e)).collect();
+        let last_purged: Option<LogIdOf<MetaTypes>> =
+            read_json(io.as_ref(), &dir.join("meta.purged"))?;
+        let vote = read_json(io.as_ref(), &dir.join("meta.vote"))?;
+        // Entries at or below the purge point, left by a crash between writing the point
+        // and rewriting the log, are not served.
+        let log = entries
+            .into_iter()
+            .filter(|e| last_purged.is_none_or(|p| e.index() > p.index()))
+            .map(|e| (e.index(), e))
+            .collect();
         Ok(Self {
             inner: Arc::new(Mutex::new(LogInner {
+                io,
                 dir,
                 log,
                 file,
+                len: whole as u64,
                 last_purged,
                 vote,
             })),
@@ -238,7 +303,7 @@ impl RaftLogStorage<MetaTypes> for MetaLogStore {
 
     async fn save_vote(&mut self, vote: &VoteOf<MetaTypes>) -> Result<(), io::Error> {
         let mut inner = self.inner.lock().await;
-        write_json(&inner.dir.join("meta.vote"), vote)?;
+        write_json(inner.io.as_ref(), &inner.dir.join("meta.vote"), vote)?;
         inner.vote = Some(*vote);
         Ok(())
     }
@@ -253,15 +318,15 @@ impl RaftLogStorage<MetaTypes> for MetaLogStore {
         I::IntoIter: OptionalSend,
     {
         let mut inner = self.inner.lock().await;
-        let mut bytes = Vec::new();
-        let mut added = Vec::new();
-        for entry in entries {
-            bytes.extend_from_slice(&encode_entry(&entry)?);
-            added.push(entry);
+        let added: Vec<MetaEntry> = entries.into_iter().collect();
+        if added.is_empty() {
+            callback.io_completed(Ok(()));
+            return Ok(());
         }
+        let bytes = encode_entries(&added)?;
         let result = inner
             .file
-            .write_all(&bytes)
+            .write_all_at(&bytes, inner.len)
             .and_then(|()| inner.file.sync_data());
         if let Err(e) = &result {
             // What was written is not known to be whole: the log is rewritten from
@@ -271,6 +336,7 @@ impl RaftLogStorage<MetaTypes> for MetaLogStore {
             callback.io_completed(Err(io::Error::new(e.kind(), e.to_string())));
             return result;
         }
+        inner.len += bytes.len() as u64;
         for entry in added {
             inner.log.insert(entry.index(), entry);
         }
@@ -295,7 +361,7 @@ impl RaftLogStorage<MetaTypes> for MetaLogStore {
         let mut inner = self.inner.lock().await;
         // The purge point first: a crash after it and before the rewrite leaves entries
         // the library no longer asks for, which are harmless.
-        write_json(&inner.dir.join("meta.purged"), &log_id)?;
+        write_json(inner.io.as_ref(), &inner.dir.join("meta.purged"), &log_id)?;
         inner.last_purged = Some(log_id);
         let keep = inner.log.split_off(&(log_id.index() + 1));
         inner.log = keep;
@@ -312,6 +378,7 @@ struct StoredSnapshot {
 
 #[derive(Debug)]
 struct MachineInner {
+    io: Arc<dyn Io>,
     dir: PathBuf,
     state: MetaState,
     last_applied: Option<LogIdOf<MetaTypes>>,
@@ -330,9 +397,14 @@ impl MetaStateMachine {
     /// Opens the state machine in `dir`, starting from the stored snapshot if any (the
     /// library applies the log after it again).
     pub fn open(dir: impl AsRef<Path>) -> io::Result<Self> {
+        Self::open_with(Arc::new(StdIo), dir)
+    }
+
+    /// Opens the state machine in `dir`, through `io`.
+    pub fn open_with(io: Arc<dyn Io>, dir: impl AsRef<Path>) -> io::Result<Self> {
         let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(&dir)?;
-        let snapshot: Option<StoredSnapshot> = read_json(&dir.join("meta.snapshot"))?;
+        ensure_dir(io.as_ref(), &dir)?;
+        let snapshot: Option<StoredSnapshot> = read_json(io.as_ref(), &dir.join("meta.snapshot"))?;
         let (state, last_applied, last_membership) = match &snapshot {
             Some(s) => (
                 s.state.clone(),
@@ -347,6 +419,7 @@ impl MetaStateMachine {
         };
         Ok(Self {
             inner: Arc::new(Mutex::new(MachineInner {
+                io,
                 dir,
                 state,
                 last_applied,
@@ -376,7 +449,7 @@ impl RaftSnapshotBuilder<MetaTypes> for MetaStateMachine {
             },
             state: inner.state.clone(),
         };
-        write_json(&inner.dir.join("meta.snapshot"), &stored)?;
+        write_json(inner.io.as_ref(), &inner.dir.join("meta.snapshot"), &stored)?;
         let data = serde_json::to_vec(&stored.state).map_err(invalid)?;
         let meta = stored.meta.clone();
         inner.snapshot = Some(stored);
@@ -438,7 +511,7 @@ impl RaftStateMachine<MetaTypes> for MetaStateMachine {
             state,
         };
         let mut inner = self.inner.lock().await;
-        write_json(&inner.dir.join("meta.snapshot"), &stored)?;
+        write_json(inner.io.as_ref(), &inner.dir.join("meta.snapshot"), &stored)?;
         inner.state = stored.state.clone();
         inner.last_applied = meta.last_log_id;
         inner.last_membership = meta.last_membership.clone();

@@ -72,7 +72,10 @@ async fn a_torn_last_entry_is_cut_and_damage_before_the_end_refuses_to_open() {
     let dir = tempfile::tempdir().unwrap();
     {
         let mut log = MetaLogStore::open(dir.path()).unwrap();
-        append(&mut log, (0..3).map(|i| blank(1, i)).collect()).await;
+        // Three appends: three frames.
+        for i in 0..3 {
+            append(&mut log, vec![blank(1, i)]).await;
+        }
     }
     let path = dir.path().join("meta.log");
     let whole = std::fs::read(&path).unwrap();
@@ -91,7 +94,7 @@ async fn a_torn_last_entry_is_cut_and_damage_before_the_end_refuses_to_open() {
         "the torn frame is cut"
     );
     drop(log);
-    // A flipped byte in the first entry, with whole entries after it: not a torn tail.
+    // A flipped byte in the first frame, with whole frames after it: not a torn tail.
     let mut damaged = whole.clone();
     damaged[10] ^= 0xff;
     std::fs::write(&path, &damaged).unwrap();

@@ -34,8 +34,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // The peer harness drives Rill only through the `rill` binary.
     ("rill-peers", &[]),
     // Replication (docs/REPLICATION.md): so far the metadata group's state machine and
-    // store, on the Raft library alone.
-    ("rill-cluster", &[]),
+    // store, on the Raft library and the storage engine's `Io` seam.
+    ("rill-cluster", &["rill-storage"]),
 ];
 
 fn metadata() -> serde_json::Value {
