@@ -1,6 +1,8 @@
 //! Three metadata nodes over the node-to-node transport on loopback: they form the
 //! group, replicate, replace a leader that stops, and the stopped node, started again
-//! from its directory on its port, catches up. Bad frames are refused without harm.
+//! from its directory on its port, catches up; through fault proxies on every directed
+//! link, a leader cut off is replaced and a black-holed follower catches up when its
+//! links heal. Bad frames are refused without harm.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -226,4 +228,98 @@ async fn bad_frames_get_an_error_or_a_closed_connection_and_the_node_goes_on() {
     );
     node.serving.abort();
     node.raft.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_is_replaced_and_healed_links_catch_up() {
+    use rill_testkit::proxy::{FaultProxy, LinkMode};
+    let dirs: BTreeMap<u64, tempfile::TempDir> = (1..=3)
+        .map(|id| (id, tempfile::tempdir().unwrap()))
+        .collect();
+    let mut listeners = BTreeMap::new();
+    for id in 1..=3u64 {
+        listeners.insert(id, TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let real: BTreeMap<u64, SocketAddr> = listeners
+        .iter()
+        .map(|(&id, l)| (id, l.local_addr().unwrap()))
+        .collect();
+    // A proxy per directed link i -> j; node i reaches j through it.
+    let mut proxies: BTreeMap<(u64, u64), FaultProxy> = BTreeMap::new();
+    for i in 1..=3u64 {
+        for j in (1..=3u64).filter(|&j| j != i) {
+            proxies.insert((i, j), FaultProxy::start(real[&j]).await.unwrap());
+        }
+    }
+    let mut nodes = BTreeMap::new();
+    for (id, listener) in listeners {
+        let peers: BTreeMap<u64, SocketAddr> = (1..=3u64)
+            .map(|j| {
+                (
+                    j,
+                    if j == id {
+                        real[&j]
+                    } else {
+                        proxies[&(id, j)].addr()
+                    },
+                )
+            })
+            .collect();
+        nodes.insert(id, start(id, dirs[&id].path(), listener, &peers).await);
+    }
+    let members: BTreeMap<u64, EmptyNode> = (1..=3).map(|id| (id, EmptyNode {})).collect();
+    for n in nodes.values() {
+        let _ = n.raft.initialize(members.clone()).await;
+    }
+    write(&nodes, stream("shop")).await;
+    let isolate = |node: u64, mode: LinkMode| {
+        for ((i, j), p) in &proxies {
+            if *i == node || *j == node {
+                p.set(mode);
+            }
+        }
+    };
+
+    // The leader is cut off from both others.
+    let first = leader(&nodes).await;
+    isolate(first, LinkMode::Cut);
+    let mut rest = nodes;
+    let cut = rest.remove(&first).unwrap();
+    for i in 0..5 {
+        write(&rest, stream(&format!("p{i}"))).await;
+    }
+    assert!(
+        !cut.sm.state().await.streams.contains_key("p0"),
+        "the cut-off leader applied nothing the others wrote"
+    );
+    isolate(first, LinkMode::Pass);
+    rest.insert(first, cut);
+    let nodes = rest;
+    until("the old leader caught up", || async {
+        let all = states(&nodes).await;
+        all.iter().all(|s| s == &all[0]) && all[0].streams.len() == 6
+    })
+    .await;
+
+    // A follower's links deliver nothing for a while, then heal.
+    let l = leader(&nodes).await;
+    let follower = *nodes.keys().find(|&&id| id != l).unwrap();
+    isolate(follower, LinkMode::Blackhole);
+    let mut rest = nodes;
+    let held = rest.remove(&follower).unwrap();
+    for i in 0..5 {
+        write(&rest, stream(&format!("b{i}"))).await;
+    }
+    isolate(follower, LinkMode::Pass);
+    rest.insert(follower, held);
+    let nodes = rest;
+    until("the black-holed follower caught up", || async {
+        let all = states(&nodes).await;
+        all.iter().all(|s| s == &all[0]) && all[0].streams.len() == 11
+    })
+    .await;
+    for n in nodes.values() {
+        n.serving.abort();
+        n.raft.shutdown().await.unwrap();
+    }
 }

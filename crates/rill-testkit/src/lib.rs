@@ -8,6 +8,7 @@
 
 #![deny(missing_docs, unreachable_pub)]
 
+pub mod proxy;
 pub mod soak;
 
 /// The value of record `index` of batch `seq` appended by writer `thread`.
