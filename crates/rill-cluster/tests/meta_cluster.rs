@@ -4,12 +4,15 @@
 //! cut off is replaced and catches up when it returns, past a purged log (by snapshot);
 //! a node restarted from its directory comes back with the same state.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{config, until};
 use openraft::alias::{SnapshotOf, VoteOf};
 use openraft::async_runtime::watch::WatchReceiver;
 use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
@@ -17,7 +20,7 @@ use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
-use openraft::{Config, EmptyNode, Raft, RaftNetworkV2};
+use openraft::{EmptyNode, Raft, RaftNetworkV2};
 use parking_lot::Mutex;
 use rill_cluster::{MetaCommand, MetaLogStore, MetaState, MetaStateMachine, MetaTypes, TopicSpec};
 
@@ -127,19 +130,6 @@ impl RaftNetworkFactory<MetaTypes> for Factory {
     }
 }
 
-fn config() -> Arc<Config> {
-    Arc::new(
-        Config {
-            heartbeat_interval: 100,
-            election_timeout_min: 500,
-            election_timeout_max: 1000,
-            ..Config::default()
-        }
-        .validate()
-        .expect("a valid config"),
-    )
-}
-
 async fn start(router: &Router, id: u64, dir: &PathBuf) -> MetaRaft {
     let log = MetaLogStore::open(dir).expect("the log opens");
     let sm = MetaStateMachine::open(dir).expect("the state machine opens");
@@ -152,18 +142,6 @@ async fn start(router: &Router, id: u64, dir: &PathBuf) -> MetaRaft {
         .expect("the node starts");
     router.nodes.lock().insert(id, (raft.clone(), sm));
     raft
-}
-
-/// Waits until `done` holds, failing after 10 s with `what`.
-async fn until<F: Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
-    let start = Instant::now();
-    while !done().await {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "timed out waiting: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// The leader, as the given nodes see it, once they agree and it is one of them.

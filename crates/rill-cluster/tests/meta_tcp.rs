@@ -4,14 +4,15 @@
 //! link, a leader cut off is replaced and a black-holed follower catches up when its
 //! links heal. Bad frames are refused without harm.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use openraft::{Config, EmptyNode, Raft};
+use common::{config, until};
+use openraft::{EmptyNode, Raft};
 use rill_cluster::{
     MetaCommand, MetaLogStore, MetaNetwork, MetaRaft, MetaState, MetaStateMachine, Peers,
 };
@@ -22,19 +23,6 @@ struct Node {
     raft: MetaRaft,
     sm: MetaStateMachine,
     serving: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
-fn config() -> Arc<Config> {
-    Arc::new(
-        Config {
-            heartbeat_interval: 100,
-            election_timeout_min: 500,
-            election_timeout_max: 1000,
-            ..Config::default()
-        }
-        .validate()
-        .unwrap(),
-    )
 }
 
 async fn start(
@@ -53,17 +41,6 @@ async fn start(
         .unwrap();
     let serving = tokio::spawn(rill_cluster::peer::serve(listener, raft.clone()));
     Node { raft, sm, serving }
-}
-
-async fn until<F: Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
-    let start = Instant::now();
-    while !done().await {
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "timed out waiting: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn leader(nodes: &BTreeMap<u64, Node>) -> u64 {
@@ -109,6 +86,45 @@ async fn states(nodes: &BTreeMap<u64, Node>) -> Vec<MetaState> {
     out
 }
 
+/// Three listeners on free loopback ports, and their addresses.
+async fn bind_three() -> (BTreeMap<u64, TcpListener>, BTreeMap<u64, SocketAddr>) {
+    let mut listeners = BTreeMap::new();
+    for id in 1..=3u64 {
+        listeners.insert(id, TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let addrs = listeners
+        .iter()
+        .map(|(&id, l)| (id, l.local_addr().unwrap()))
+        .collect();
+    (listeners, addrs)
+}
+
+/// Every node initializes with the same voters; a node that voted meanwhile is no
+/// longer pristine and refuses, harmlessly.
+async fn initialize_all(nodes: &BTreeMap<u64, Node>) {
+    let members: BTreeMap<u64, EmptyNode> = (1..=3).map(|id| (id, EmptyNode {})).collect();
+    for n in nodes.values() {
+        let _ = n.raft.initialize(members.clone()).await;
+    }
+}
+
+async fn stop_all(nodes: &BTreeMap<u64, Node>) {
+    for n in nodes.values() {
+        n.serving.abort();
+        n.raft.shutdown().await.unwrap();
+    }
+}
+
+/// A request frame: length, kind, correlation id, body.
+fn request_frame(kind: u8, correlation: u64, body: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(body.len() + 9).unwrap();
+    let mut frame = len.to_le_bytes().to_vec();
+    frame.push(kind);
+    frame.extend_from_slice(&correlation.to_le_bytes());
+    frame.extend_from_slice(body);
+    frame
+}
+
 fn stream(name: &str) -> MetaCommand {
     MetaCommand::CreateStream { name: name.into() }
 }
@@ -118,23 +134,12 @@ async fn three_nodes_over_loopback_form_the_group_fail_over_and_catch_up() {
     let dirs: BTreeMap<u64, tempfile::TempDir> = (1..=3)
         .map(|id| (id, tempfile::tempdir().unwrap()))
         .collect();
-    let mut listeners = BTreeMap::new();
-    for id in 1..=3 {
-        listeners.insert(id, TcpListener::bind("127.0.0.1:0").await.unwrap());
-    }
-    let peers: BTreeMap<u64, SocketAddr> = listeners
-        .iter()
-        .map(|(&id, l)| (id, l.local_addr().unwrap()))
-        .collect();
+    let (listeners, peers) = bind_three().await;
     let mut nodes = BTreeMap::new();
     for (id, listener) in listeners {
         nodes.insert(id, start(id, dirs[&id].path(), listener, &peers).await);
     }
-    let members: BTreeMap<u64, EmptyNode> = (1..=3).map(|id| (id, EmptyNode {})).collect();
-    for n in nodes.values() {
-        // A node that voted meanwhile is no longer pristine: refused, harmlessly.
-        let _ = n.raft.initialize(members.clone()).await;
-    }
+    initialize_all(&nodes).await;
     write(&nodes, stream("shop")).await;
     until("all three applied it", || async {
         states(&nodes)
@@ -165,10 +170,7 @@ async fn three_nodes_over_loopback_form_the_group_fail_over_and_catch_up() {
         all.iter().all(|s| s == &all[0]) && all[0].streams.len() == 11
     })
     .await;
-    for n in nodes.values() {
-        n.serving.abort();
-        n.raft.shutdown().await.unwrap();
-    }
+    stop_all(&nodes).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,12 +189,7 @@ async fn bad_frames_get_an_error_or_a_closed_connection_and_the_node_goes_on() {
         (2, &b"not json"[..]),
         (2, &br#"{"group":"nope","body":{}}"#[..]),
     ] {
-        let len = u32::try_from(body.len() + 9).unwrap();
-        let mut frame = len.to_le_bytes().to_vec();
-        frame.push(kind);
-        frame.extend_from_slice(&7u64.to_le_bytes());
-        frame.extend_from_slice(body);
-        c.write_all(&frame).await.unwrap();
+        c.write_all(&request_frame(kind, 7, body)).await.unwrap();
         let mut head = [0u8; 13];
         c.read_exact(&mut head).await.unwrap();
         assert_eq!(head[4], 0xff, "an error frame");
@@ -212,12 +209,7 @@ async fn bad_frames_get_an_error_or_a_closed_connection_and_the_node_goes_on() {
     // The node still answers: a fresh connection gets an answer to a vote request.
     let mut c = TcpStream::connect(addr).await.unwrap();
     let body = br#"{"group":"meta","body":{"vote":{"leader_id":{"term":1,"node_id":2},"committed":false},"last_log_id":null}}"#;
-    let len = u32::try_from(body.len() + 9).unwrap();
-    let mut frame = len.to_le_bytes().to_vec();
-    frame.push(2);
-    frame.extend_from_slice(&8u64.to_le_bytes());
-    frame.extend_from_slice(body);
-    c.write_all(&frame).await.unwrap();
+    c.write_all(&request_frame(2, 8, body)).await.unwrap();
     let mut head = [0u8; 13];
     c.read_exact(&mut head).await.unwrap();
     assert_eq!(u64::from_le_bytes(head[5..13].try_into().unwrap()), 8);
@@ -236,14 +228,7 @@ async fn a_partitioned_leader_is_replaced_and_healed_links_catch_up() {
     let dirs: BTreeMap<u64, tempfile::TempDir> = (1..=3)
         .map(|id| (id, tempfile::tempdir().unwrap()))
         .collect();
-    let mut listeners = BTreeMap::new();
-    for id in 1..=3u64 {
-        listeners.insert(id, TcpListener::bind("127.0.0.1:0").await.unwrap());
-    }
-    let real: BTreeMap<u64, SocketAddr> = listeners
-        .iter()
-        .map(|(&id, l)| (id, l.local_addr().unwrap()))
-        .collect();
+    let (listeners, real) = bind_three().await;
     // A proxy per directed link i -> j; node i reaches j through it.
     let mut proxies: BTreeMap<(u64, u64), FaultProxy> = BTreeMap::new();
     for i in 1..=3u64 {
@@ -267,10 +252,7 @@ async fn a_partitioned_leader_is_replaced_and_healed_links_catch_up() {
             .collect();
         nodes.insert(id, start(id, dirs[&id].path(), listener, &peers).await);
     }
-    let members: BTreeMap<u64, EmptyNode> = (1..=3).map(|id| (id, EmptyNode {})).collect();
-    for n in nodes.values() {
-        let _ = n.raft.initialize(members.clone()).await;
-    }
+    initialize_all(&nodes).await;
     write(&nodes, stream("shop")).await;
     let isolate = |node: u64, mode: LinkMode| {
         for ((i, j), p) in &proxies {
@@ -318,8 +300,5 @@ async fn a_partitioned_leader_is_replaced_and_healed_links_catch_up() {
         all.iter().all(|s| s == &all[0]) && all[0].streams.len() == 11
     })
     .await;
-    for n in nodes.values() {
-        n.serving.abort();
-        n.raft.shutdown().await.unwrap();
-    }
+    stop_all(&nodes).await;
 }

@@ -32,6 +32,9 @@ pub(crate) struct Shared {
     pub(crate) dlq_producer: Producer,
     pub(crate) handlers: HashMap<u32, Arc<dyn Erased>>,
     pub(crate) permits: Arc<Semaphore>,
+    /// Shards a batch's keys are dealt into: the machine's parallelism (1 to 16), read
+    /// once at start (on Linux it reads the affinity mask and cgroup files).
+    pub(crate) shards: usize,
     pub(crate) metrics: MetricsInner,
     /// The group membership, with `Assignment::Group`: main offsets are its fenced
     /// commits.
@@ -507,6 +510,9 @@ impl<D> Handlers<D> {
         };
         let shared = Arc::new(Shared {
             permits: Arc::new(Semaphore::new(config.handler_concurrency)),
+            shards: std::thread::available_parallelism()
+                .map_or(2, std::num::NonZeroUsize::get)
+                .clamp(1, 16),
             config,
             main,
             retry,

@@ -833,10 +833,7 @@ impl PartitionTask {
                 .collect()
         };
         let attempts = Arc::new(attempts);
-        let groups = std::thread::available_parallelism()
-            .map_or(2, std::num::NonZeroUsize::get)
-            .clamp(1, 16)
-            .min(batch.first_of.len().max(1));
+        let groups = self.shared.shards.min(batch.first_of.len().max(1));
         let shards = batch.shard(groups);
         // The shards read the batch in place: each has the indexes of its keys'
         // records, so no record is moved or copied to share the batch out.
