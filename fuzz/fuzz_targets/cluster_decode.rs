@@ -1,14 +1,16 @@
 //! The decoders of `rill-cluster` (docs/REPLICATION.md §5, §9) on arbitrary bytes: the
-//! metadata log file (`meta.log`) and node-to-node frames with their request bodies.
+//! metadata log file (`meta.log`), node-to-node frames with their request bodies, and a
+//! partition's entry pointers (`raft/entries`).
 //!
 //! Neither may panic, hang or allocate what a length field says before the bytes are
 //! there. A log that decodes re-encodes to entries that decode to the same entries, and
 //! its whole frames never extend past the input. Frames split the input into a prefix
 //! of whole frames, each within the bounds, whose bodies decode to a typed request or a
-//! typed error.
+//! typed error. A pointer that decodes re-encodes to the same bytes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use rill_cluster::partition::pointer::Pointer;
 use rill_cluster::peer::{FRAME_MAX, decode_frame, decode_request};
 use rill_cluster::store::{decode_log, encode_entry};
 
@@ -16,7 +18,19 @@ fuzz_target!(|data: &[u8]| {
     let Some((&mode, bytes)) = data.split_first() else {
         return;
     };
-    if mode % 2 == 0 {
+    if mode % 3 == 2 {
+        if let Ok(pointer) = Pointer::decode(bytes) {
+            let again = pointer.encode().expect("a decoded pointer encodes");
+            let back = Pointer::decode(&again).expect("a re-encoded pointer decodes");
+            assert_eq!(back, pointer);
+            if !matches!(
+                pointer.kind,
+                rill_cluster::partition::pointer::PointerKind::Membership(_)
+            ) {
+                assert_eq!(again, bytes);
+            }
+        }
+    } else if mode % 3 == 0 {
         if let Ok((entries, whole)) = decode_log(bytes) {
             assert!(whole <= bytes.len());
             let mut again = Vec::new();

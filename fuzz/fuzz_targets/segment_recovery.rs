@@ -94,7 +94,9 @@ fuzz_target!(|input: Input<'_>| {
         let read = match log.read(at, 4096) {
             Ok(read) => read,
             // A damaged range names where reading resumes.
-            Err(StorageError::DataLoss { from, to: Some(to), .. }) => {
+            Err(StorageError::DataLoss {
+                from, to: Some(to), ..
+            }) => {
                 assert!(from <= at && to > at, "{at} in {from}..{to}");
                 at = to;
                 continue;
@@ -139,5 +141,9 @@ fuzz_target!(|input: Input<'_>| {
     drop(log);
     let log = open(dir.path(), &config).expect("a recovered log reopens");
     assert_eq!(log.next_offset(), appended.base_offset + 1);
-    assert!(log.failure().is_none(), "accepted damage stays accepted: {:?}", log.failure());
+    assert!(
+        log.failure().is_none(),
+        "accepted damage stays accepted: {:?}",
+        log.failure()
+    );
 });

@@ -37,6 +37,9 @@ use rill_storage::{Io, IoFile, StdIo};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
+use crate::files::{
+    decode_frames, ensure_dir, invalid, push_frame, read_file, read_json, replace_file, write_json,
+};
 use crate::meta::{MetaCommand, MetaResponse, MetaState};
 
 openraft::declare_raft_types!(
@@ -52,77 +55,12 @@ openraft::declare_raft_types!(
 /// An entry of the metadata log.
 pub type MetaEntry = <MetaTypes as openraft::RaftTypeConfig>::Entry;
 
-/// A frame's body may not be larger than this (a corrupt length is not allocated).
-const FRAME_MAX: u32 = 64 << 20;
-
-fn invalid(what: impl std::fmt::Display) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
-}
-
-/// Writes `bytes` to `path` so that after a crash the file is either the old one or
-/// the new one, whole.
-fn replace_file(io: &dyn Io, path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let f = io.open(&tmp, true)?;
-    f.set_len(0)?;
-    f.write_all_at(bytes, 0)?;
-    f.sync_data()?;
-    drop(f);
-    io.rename(&tmp, path)?;
-    io.sync_dir(parent(path))
-}
-
-fn parent(path: &Path) -> &Path {
-    path.parent().unwrap_or(Path::new("."))
-}
-
-/// The whole file at `path`, or `None` if there is none.
-fn read_file(io: &dyn Io, path: &Path) -> io::Result<Option<Vec<u8>>> {
-    if !io.exists(path) {
-        return Ok(None);
-    }
-    let f = io.open(path, false)?;
-    let len = usize::try_from(f.size()?).map_err(|_| invalid("a file too large"))?;
-    let mut bytes = vec![0u8; len];
-    f.read_exact_at(&mut bytes, 0)?;
-    Ok(Some(bytes))
-}
-
-fn read_json<T: for<'de> Deserialize<'de>>(io: &dyn Io, path: &Path) -> io::Result<Option<T>> {
-    match read_file(io, path)? {
-        Some(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| invalid(format!("{}: {e}", path.display()))),
-        None => Ok(None),
-    }
-}
-
-fn write_json<T: Serialize>(io: &dyn Io, path: &Path, value: &T) -> io::Result<()> {
-    let bytes = serde_json::to_vec(value).map_err(invalid)?;
-    replace_file(io, path, &bytes)
-}
-
-/// Creates `dir` if it is missing, durably (its entry in its parent synced).
-fn ensure_dir(io: &dyn Io, dir: &Path) -> io::Result<()> {
-    if io.is_dir(dir) {
-        return Ok(());
-    }
-    io.create_dir_all(dir)?;
-    io.sync_dir(parent(dir))
-}
-
 /// Entries as one frame of `meta.log`: an append writes one frame, so a crash during
 /// it tears at most that frame.
 pub fn encode_entries(entries: &[MetaEntry]) -> io::Result<Vec<u8>> {
     let body = serde_json::to_vec(entries).map_err(invalid)?;
-    let len = u32::try_from(body.len())
-        .ok()
-        .filter(|&l| l <= FRAME_MAX)
-        .ok_or_else(|| invalid("metadata entries too large for one frame"))?;
-    let mut out = Vec::with_capacity(8 + body.len());
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&frame_crc(len, &body).to_le_bytes());
-    out.extend_from_slice(&body);
+    let mut out = Vec::new();
+    push_frame(&mut out, &body)?;
     Ok(out)
 }
 
@@ -131,59 +69,18 @@ pub fn encode_entry(entry: &MetaEntry) -> io::Result<Vec<u8>> {
     encode_entries(std::slice::from_ref(entry))
 }
 
-/// The CRC of a frame: over its length and its body, so that zeros (an extension of the
-/// file whose pages a power loss did not write) are never a valid frame.
-fn frame_crc(len: u32, body: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&len.to_le_bytes()), body)
-}
-
-/// The frame at the start of `rest`, if one is whole and its CRC holds: its body and
-/// its length.
-fn valid_frame(rest: &[u8]) -> Option<(&[u8], usize)> {
-    let head = rest.get(..8)?;
-    let len = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes"));
-    let crc = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes"));
-    if len == 0 || len > FRAME_MAX {
-        return None;
-    }
-    let body = rest.get(8..8 + len as usize)?;
-    (frame_crc(len, body) == crc).then_some((body, 8 + len as usize))
-}
-
-/// The entries of a `meta.log` file, and the length of its whole frames.
-///
-/// Appends are fsynced one after the other, each one frame, so a crash tears at most
-/// the last frame: a frame that is not whole or whose CRC fails, with no valid frame
-/// where its length says the next one starts, is that torn tail (never reported
-/// durable) and ends the log. A bad frame followed by a valid one is damage in durable
-/// data, and an error. (Damage to the length field of a frame before the end reads as a
-/// torn tail: media damage is outside the crash model, docs/REPLICATION.md §7.1.)
+/// The entries of a `meta.log` file, and the length of its whole frames: a torn last
+/// frame ends the log, a bad frame before the last is an error (the frame rules are in
+/// the `files` module).
 pub fn decode_log(bytes: &[u8]) -> io::Result<(Vec<MetaEntry>, usize)> {
+    let (frames, whole) = decode_frames(bytes, "meta.log")?;
     let mut entries = Vec::new();
-    let mut at = 0;
-    while at < bytes.len() {
-        let rest = &bytes[at..];
-        let Some((body, len)) = valid_frame(rest) else {
-            let declared = rest
-                .get(..4)
-                .map(|l| 8 + u32::from_le_bytes(l.try_into().expect("4 bytes")) as usize);
-            let followed = declared
-                .filter(|&d| d < rest.len())
-                .is_some_and(|d| valid_frame(&rest[d..]).is_some());
-            if followed {
-                return Err(invalid(format!(
-                    "meta.log: a damaged entry at byte {at}, before the end"
-                )));
-            }
-            // The last frame, torn by a crash before its fsync.
-            break;
-        };
+    for (at, body) in frames {
         let mut batch: Vec<MetaEntry> = serde_json::from_slice(body)
             .map_err(|e| invalid(format!("meta.log: the frame at byte {at}: {e}")))?;
         entries.append(&mut batch);
-        at += len;
     }
-    Ok((entries, at))
+    Ok((entries, whole))
 }
 
 #[derive(Debug)]

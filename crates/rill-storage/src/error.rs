@@ -107,6 +107,28 @@ pub enum StorageError {
         /// The bound (`LogConfig::timestamp_ahead_max`).
         ahead_max_us: i64,
     },
+    /// A stamped batch (a replica's append) does not continue the log: its base offset
+    /// is not the log's next offset, or its first timestamp is below the previous
+    /// batch's largest.
+    #[error(
+        "stamped batch at offset {base_offset} (first timestamp {first_timestamp_us} µs) does not continue the log at offset {next_offset} (last timestamp {last_timestamp_us:?} µs)"
+    )]
+    NotContiguous {
+        /// The batch's base offset.
+        base_offset: u64,
+        /// The batch's first timestamp.
+        first_timestamp_us: i64,
+        /// The log's next offset.
+        next_offset: u64,
+        /// The largest timestamp in the log, if any.
+        last_timestamp_us: Option<i64>,
+    },
+    /// A truncation point that is not where a batch starts.
+    #[error("cannot truncate at offset {offset}: no batch starts there")]
+    NotBatchBoundary {
+        /// The offset asked for.
+        offset: u64,
+    },
     /// The options are out of range.
     #[error("invalid log config: {0}")]
     Config(#[from] ConfigError),

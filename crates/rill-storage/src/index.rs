@@ -89,6 +89,20 @@ impl SegmentIndex {
         self.files = None;
     }
 
+    /// Opens the files of a sealed segment's index again, to cut them (a truncation).
+    pub(crate) fn reopen_files(&mut self, io: &dyn Io) -> Result<(), StorageError> {
+        if self.files.is_none() {
+            let offset = io
+                .open(&self.offset_path, true)
+                .map_err(io_err("open index", &self.offset_path))?;
+            let time = io
+                .open(&self.time_path, true)
+                .map_err(io_err("open time index", &self.time_path))?;
+            self.files = Some(IndexFiles { offset, time });
+        }
+        Ok(())
+    }
+
     fn files(&self) -> Result<&IndexFiles, StorageError> {
         self.files.as_ref().ok_or_else(|| StorageError::Io {
             op: "write index",

@@ -214,6 +214,25 @@ impl Segment {
         self.has_timestamp.store(true, Ordering::Release);
     }
 
+    /// Closes the segment's files without deleting them (a truncation reuses its file).
+    pub(crate) fn remove_handles(&self) {
+        self.file.forget();
+        self.index_mut().release_files();
+    }
+
+    /// After a truncation cut the segment at `len` bytes: what it holds now.
+    pub(crate) fn cut_to(&self, len: u64, next_offset: u64, max_ts: Option<i64>) {
+        self.visible_len.store(len, Ordering::Release);
+        self.next_offset.store(next_offset, Ordering::Release);
+        match max_ts {
+            Some(ts) => {
+                self.max_timestamp_us.store(ts, Ordering::Release);
+                self.has_timestamp.store(true, Ordering::Release);
+            }
+            None => self.has_timestamp.store(false, Ordering::Release),
+        }
+    }
+
     pub(crate) fn remove_files(&self, io: &dyn Io) -> Result<(), StorageError> {
         self.file.forget();
         self.index_mut().release_files();

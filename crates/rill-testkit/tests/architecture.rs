@@ -33,9 +33,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     // The peer harness drives Rill only through the `rill` binary.
     ("rill-peers", &[]),
-    // Replication (docs/REPLICATION.md): so far the metadata group's state machine and
-    // store, on the Raft library and the storage engine's `Io` seam.
-    ("rill-cluster", &["rill-storage"]),
+    // Replication (docs/REPLICATION.md): the metadata group and the partition groups'
+    // stores, on the Raft library, the storage engine and the batch format.
+    ("rill-cluster", &["rill-format", "rill-storage"]),
 ];
 
 fn metadata() -> serde_json::Value {

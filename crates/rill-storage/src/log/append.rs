@@ -84,7 +84,7 @@ impl PartitionLog {
     }
 
     /// Refuses appends to a closed, poisoned or damaged log.
-    fn check_appendable(&self, w: &Writer) -> Result<(), StorageError> {
+    pub(super) fn check_appendable(&self, w: &Writer) -> Result<(), StorageError> {
         if w.closed {
             return Err(StorageError::Closed);
         }
@@ -165,10 +165,70 @@ impl PartitionLog {
         let mut header = [0u8; BATCH_HEADER_LEN];
         header.copy_from_slice(&batch[..BATCH_HEADER_LEN]);
         stamp(&mut header, base, ts)?;
+        self.write_tail(&mut w, &header, checked, base, ts)
+            .map(Some)
+    }
+
+    /// Writes a batch whose base offset and timestamps are already stamped (by a
+    /// partition's Raft leader, docs/FORMAT.md §4 "Replicated appends"), bytes
+    /// unchanged, like [`PartitionLog::append_deferred`]: rolls first if it must, and
+    /// returns before the durability policy holds. Refuses a batch that does not
+    /// continue the log (`NotContiguous`): its base offset must be the log's next
+    /// offset and its first timestamp at least the previous batch's largest.
+    pub fn append_stamped(&self, batch: &[u8]) -> Result<(Appended, DurableTicket), StorageError> {
+        let checked = self.check(batch)?;
+        loop {
+            if let Some(done) = self.try_append_stamped(&checked)? {
+                return Ok(done);
+            }
+            self.make_room(checked.len())?;
+        }
+    }
+
+    /// [`PartitionLog::append_stamped`] without the roll: `None` if the active segment
+    /// must roll first (call [`PartitionLog::make_room`] and try again).
+    pub fn try_append_stamped(
+        &self,
+        checked: &CheckedBatch<'_>,
+    ) -> Result<Option<(Appended, DurableTicket)>, StorageError> {
+        let batch = checked.bytes;
+        let mut w = self.lock_writer()?;
+        self.check_appendable(&w)?;
+        let view = BatchView::parse(batch)?;
+        let (base, ts) = (view.base_offset(), view.first_timestamp_us());
+        if base != w.next_offset || w.last_max_ts.is_some_and(|last| ts < last) {
+            return Err(StorageError::NotContiguous {
+                base_offset: base,
+                first_timestamp_us: ts,
+                next_offset: w.next_offset,
+                last_timestamp_us: w.last_max_ts,
+            });
+        }
+        if self.needs_roll(&w, checked.len(), ts) {
+            return Ok(None);
+        }
+        let mut header = [0u8; BATCH_HEADER_LEN];
+        header.copy_from_slice(&batch[..BATCH_HEADER_LEN]);
+        self.write_tail(&mut w, &header, checked, base, ts)
+            .map(Some)
+    }
+
+    /// Writes a stamped header and the batch's records at the end of the active
+    /// segment and advances the writer.
+    fn write_tail(
+        &self,
+        w: &mut Writer,
+        header: &[u8; BATCH_HEADER_LEN],
+        checked: &CheckedBatch<'_>,
+        base: u64,
+        ts: i64,
+    ) -> Result<(Appended, DurableTicket), StorageError> {
+        let batch = checked.bytes;
+        let len = checked.len();
         let position = w.written_len;
         // The stamped header, then the records as the caller holds them. A crash
         // between the two writes leaves a torn batch, which recovery cuts.
-        let written = w.file.write_all_at(&header, position).and_then(|()| {
+        let written = w.file.write_all_at(header, position).and_then(|()| {
             w.file.write_all_at(
                 &batch[BATCH_HEADER_LEN..],
                 position + BATCH_HEADER_LEN as u64,
@@ -181,7 +241,7 @@ impl PartitionLog {
         if w.cadence.take(position) {
             let found = Found {
                 position,
-                header: BatchHeader::parse(&header)?,
+                header: BatchHeader::parse(header)?,
             };
             if let Some(entry) = entry_for(w.active.base_offset, &found) {
                 let pushed = w.active.index_mut().push(entry);
@@ -213,14 +273,14 @@ impl PartitionLog {
         }
         let seq = written.seq;
         self.commit.lock().latest = Some(written);
-        Ok(Some((
+        Ok((
             Appended {
                 base_offset: base,
                 last_offset: next - 1,
                 timestamp_us: ts,
             },
             DurableTicket(seq),
-        )))
+        ))
     }
 
     /// Rolls to a new segment if a batch of `len` bytes would need one. Under

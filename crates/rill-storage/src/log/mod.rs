@@ -36,6 +36,7 @@ use self::sync::GroupCommit;
 mod append;
 mod read;
 mod sync;
+mod truncate;
 
 pub use append::CheckedBatch;
 
@@ -440,12 +441,38 @@ impl PartitionLog {
             }
             removed
         };
+        self.remove_segments(&removed)
+    }
+
+    /// Deletes the sealed segments whose batches all lie below `offset`, oldest first:
+    /// a replica's purge (docs/REPLICATION.md §7.5), which decides what its log keeps
+    /// instead of [`PartitionLog::apply_retention`]. The active segment is never
+    /// deleted.
+    pub fn remove_segments_before(&self, offset: u64) -> Result<RetentionOutcome, StorageError> {
+        let removed: Vec<Arc<Segment>> = {
+            let mut segments = self.segments.write();
+            let n = segments[..segments.len() - 1]
+                .iter()
+                .take_while(|s| s.next_offset() <= offset)
+                .count();
+            let removed: Vec<_> = segments.drain(..n).collect();
+            if n > 0 {
+                self.log_start
+                    .store(segments[0].base_offset, Ordering::Release);
+            }
+            removed
+        };
+        self.remove_segments(&removed)
+    }
+
+    /// Deletes the files of segments already taken out of the list.
+    fn remove_segments(&self, removed: &[Arc<Segment>]) -> Result<RetentionOutcome, StorageError> {
         let mut outcome = RetentionOutcome {
             segments_deleted: removed.len(),
             bytes_deleted: removed.iter().map(|s| s.visible_len()).sum(),
             log_start: self.log_start(),
         };
-        for segment in &removed {
+        for segment in removed {
             segment.remove_files(self.env.io.as_ref())?;
         }
         if !removed.is_empty() {

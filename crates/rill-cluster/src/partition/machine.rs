@@ -1,0 +1,282 @@
+//! The state machine of a partition group: applying a committed entry moves the high
+//! watermark past its batch and answers the proposer with the batch's offsets. The
+//! batches themselves are the log's; a snapshot is the log up to the watermark
+//! (docs/REPLICATION.md §7.5): sending one sends those batches, and installing one
+//! makes the follower's log hold them.
+
+use std::io;
+use std::sync::Arc;
+
+use futures::{Stream, TryStreamExt};
+use openraft::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+use rill_format::BatchView;
+use rill_storage::PartitionLog;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Mutex, watch};
+
+use super::log_store::{PartitionLogStore, Purged};
+use super::{PartitionCommand, PartitionResponse, PartitionTypes};
+use crate::files::{invalid, read_json, write_json};
+
+/// Bytes read from the sender's log at a time while installing a snapshot.
+const COPY_CHUNK: usize = 1 << 20;
+
+/// A partition snapshot: the log from `log_start` to `next_offset` (the high watermark
+/// at the snapshot's last entry), read from `source`.
+#[derive(Debug, Clone)]
+pub struct PartitionSnapshot {
+    /// First offset the source still holds.
+    pub log_start: u64,
+    /// Offset after the snapshot's last batch.
+    pub next_offset: u64,
+    /// The log the batches are read from.
+    pub source: Arc<PartitionLog>,
+}
+
+/// A snapshot as `raft/snapshot` stores it: its metadata and where its log ends.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMetaOf<PartitionTypes>,
+    next_offset: u64,
+}
+
+#[derive(Debug)]
+struct MachineState {
+    last_applied: Option<LogIdOf<PartitionTypes>>,
+    last_membership: StoredMembershipOf<PartitionTypes>,
+    snapshot: Option<StoredSnapshot>,
+}
+
+/// A partition group's state machine. Cheap to clone (clones share it).
+#[derive(Debug, Clone)]
+pub struct PartitionStateMachine {
+    store: PartitionLogStore,
+    state: Arc<Mutex<MachineState>>,
+    high_watermark: Arc<watch::Sender<u64>>,
+}
+
+impl PartitionStateMachine {
+    /// The state machine of `store`'s partition, from its last snapshot if any (the
+    /// library applies the entries after it again).
+    pub fn open(store: &PartitionLogStore) -> io::Result<Self> {
+        let shared = &store.shared;
+        let snapshot: Option<StoredSnapshot> =
+            read_json(shared.io.as_ref(), &shared.dir.join("snapshot"))?;
+        let (last_applied, last_membership, watermark) = match &snapshot {
+            Some(s) => (
+                s.meta.last_log_id,
+                s.meta.last_membership.clone(),
+                s.next_offset,
+            ),
+            None => (
+                None,
+                StoredMembershipOf::<PartitionTypes>::default(),
+                shared.log.log_start(),
+            ),
+        };
+        Ok(Self {
+            store: store.clone(),
+            state: Arc::new(Mutex::new(MachineState {
+                last_applied,
+                last_membership,
+                snapshot,
+            })),
+            high_watermark: Arc::new(watch::channel(watermark).0),
+        })
+    }
+
+    /// The high watermark: readers are served the records below it, all committed.
+    pub fn high_watermark(&self) -> u64 {
+        *self.high_watermark.borrow()
+    }
+
+    /// Watches the high watermark (long polls wait on it).
+    pub fn watch_high_watermark(&self) -> watch::Receiver<u64> {
+        self.high_watermark.subscribe()
+    }
+
+    fn snapshot_of(
+        &self,
+        stored: &StoredSnapshot,
+    ) -> SnapshotOf<PartitionTypes, PartitionSnapshot> {
+        let log = self.store.log();
+        SnapshotOf::<PartitionTypes, PartitionSnapshot> {
+            meta: stored.meta.clone(),
+            snapshot: PartitionSnapshot {
+                log_start: log.log_start(),
+                next_offset: stored.next_offset,
+                source: Arc::clone(log),
+            },
+        }
+    }
+
+    /// Makes the own log hold the snapshot's batches up to its end: the own log's
+    /// committed prefix is the sender's too (Raft), so only what lies after it is
+    /// copied.
+    fn copy_batches(&self, snapshot: &PartitionSnapshot) -> io::Result<()> {
+        let own = self.store.log();
+        let mut at = own.next_offset();
+        if at > snapshot.next_offset {
+            // The library cut every conflicting entry before the install; a longer log
+            // holds the snapshot's last entry, so it holds its batches.
+            return Ok(());
+        }
+        if at < snapshot.log_start {
+            return Err(invalid(format!(
+                "installing a snapshot whose log starts at {}, after this replica's end {at}, needs a replica restarted empty (not supported yet)",
+                snapshot.log_start
+            )));
+        }
+        while at < snapshot.next_offset {
+            let read = snapshot
+                .source
+                .read(at, COPY_CHUNK)
+                .map_err(io::Error::other)?;
+            if read.bytes.is_empty() {
+                return Err(invalid(format!(
+                    "the snapshot's log ends at {at}, before its end {}",
+                    snapshot.next_offset
+                )));
+            }
+            for batch in read.batches() {
+                let batch = batch.map_err(invalid)?;
+                if batch.next_offset() > snapshot.next_offset {
+                    break;
+                }
+                if batch.base_offset() < at {
+                    continue;
+                }
+                own.append_stamped(batch.as_bytes())
+                    .map_err(io::Error::other)?;
+                at = batch.next_offset();
+            }
+            if read.next_offset <= at && at < snapshot.next_offset && read.log_end <= at {
+                return Err(invalid("the snapshot's log did not advance"));
+            }
+        }
+        own.sync().map_err(io::Error::other)
+    }
+}
+
+impl RaftSnapshotBuilder<PartitionTypes> for PartitionStateMachine {
+    type SnapshotData = PartitionSnapshot;
+
+    async fn build_snapshot(
+        &mut self,
+    ) -> Result<SnapshotOf<PartitionTypes, PartitionSnapshot>, io::Error> {
+        let mut state = self.state.lock().await;
+        let stored = StoredSnapshot {
+            meta: SnapshotMetaOf::<PartitionTypes> {
+                last_log_id: state.last_applied,
+                last_membership: state.last_membership.clone(),
+            },
+            next_offset: self.high_watermark(),
+        };
+        let shared = &self.store.shared;
+        write_json(shared.io.as_ref(), &shared.dir.join("snapshot"), &stored)?;
+        let snapshot = self.snapshot_of(&stored);
+        state.snapshot = Some(stored);
+        Ok(snapshot)
+    }
+}
+
+impl RaftStateMachine<PartitionTypes> for PartitionStateMachine {
+    type SnapshotData = PartitionSnapshot;
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<
+        (
+            Option<LogIdOf<PartitionTypes>>,
+            StoredMembershipOf<PartitionTypes>,
+        ),
+        io::Error,
+    > {
+        let state = self.state.lock().await;
+        Ok((state.last_applied, state.last_membership.clone()))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm:
+            Stream<Item = Result<EntryResponder<PartitionTypes>, io::Error>> + Unpin + OptionalSend,
+    {
+        let mut state = self.state.lock().await;
+        while let Some((entry, responder)) = entries.try_next().await? {
+            let response = match &entry.payload {
+                EntryPayload::Blank => PartitionResponse::Done,
+                EntryPayload::Normal(PartitionCommand::Batch(bytes)) => {
+                    let batch = BatchView::parse(bytes).map_err(invalid)?;
+                    let next = batch.next_offset();
+                    self.high_watermark.send_if_modified(|w| {
+                        let moved = next > *w;
+                        *w = (*w).max(next);
+                        moved
+                    });
+                    PartitionResponse::Appended {
+                        base_offset: batch.base_offset(),
+                        last_offset: next - 1,
+                        timestamp_us: batch.first_timestamp_us(),
+                    }
+                }
+                EntryPayload::Normal(PartitionCommand::Propose(_)) => {
+                    return Err(invalid(
+                        "an unstamped batch reached the state machine (the log gives back stamped ones)",
+                    ));
+                }
+                EntryPayload::Membership(membership) => {
+                    state.last_membership = StoredMembershipOf::<PartitionTypes>::new(
+                        Some(entry.log_id),
+                        membership.clone(),
+                    );
+                    PartitionResponse::Done
+                }
+            };
+            state.last_applied = Some(entry.log_id);
+            if let Some(responder) = responder {
+                responder.send(response);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMetaOf<PartitionTypes>,
+        snapshot: PartitionSnapshot,
+    ) -> Result<(), io::Error> {
+        let mut state = self.state.lock().await;
+        self.copy_batches(&snapshot)?;
+        if let Some(log_id) = meta.last_log_id {
+            self.store.installed(Purged {
+                log_id,
+                next_offset: snapshot.next_offset,
+            })?;
+        }
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            next_offset: snapshot.next_offset,
+        };
+        let shared = &self.store.shared;
+        write_json(shared.io.as_ref(), &shared.dir.join("snapshot"), &stored)?;
+        state.last_applied = meta.last_log_id;
+        state.last_membership = meta.last_membership.clone();
+        state.snapshot = Some(stored);
+        self.high_watermark.send_replace(snapshot.next_offset);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<SnapshotOf<PartitionTypes, PartitionSnapshot>>, io::Error> {
+        let state = self.state.lock().await;
+        Ok(state.snapshot.as_ref().map(|s| self.snapshot_of(s)))
+    }
+}

@@ -1,0 +1,291 @@
+//! A partition group's log store and state machine (docs/REPLICATION.md §5): openraft's
+//! storage conformance suite, and what the suite does not cover — data entries are
+//! stamped by the leader's store and appended unchanged by a follower's, truncation
+//! cuts pointers and batches, a purge drops old segments, a restart makes pointers and
+//! segments agree, and a snapshot carries its batches.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use openraft::entry::RaftEntry;
+use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
+use openraft::testing::log::{StoreBuilder, Suite};
+use openraft::{EntryPayload, RaftLogReader, RaftSnapshotBuilder, StorageError};
+use rill_cluster::partition::pointer::log_id;
+use rill_cluster::partition::{
+    PartitionCommand, PartitionEntry, PartitionLogStore, PartitionStateMachine, PartitionTypes,
+};
+use rill_format::{BatchBuilder, BatchView, NewRecord};
+use rill_storage::{Durability, LogConfig, PartitionLog, StdIo};
+use tempfile::TempDir;
+
+fn config(durability: Durability) -> LogConfig {
+    LogConfig {
+        durability,
+        segment_bytes_max: 4096,
+        ..LogConfig::default()
+    }
+}
+
+fn open(dir: &std::path::Path, durability: Durability) -> PartitionLogStore {
+    let log = PartitionLog::open(dir, config(durability)).expect("the log opens");
+    PartitionLogStore::open(Arc::new(StdIo), Arc::new(log)).expect("the store opens")
+}
+
+struct Builder;
+
+impl StoreBuilder<PartitionTypes, PartitionLogStore, PartitionStateMachine, TempDir> for Builder {
+    async fn build(
+        &self,
+    ) -> Result<(TempDir, PartitionLogStore, PartitionStateMachine), StorageError<PartitionTypes>>
+    {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = open(dir.path(), Durability::Always);
+        let sm = PartitionStateMachine::open(&store).expect("the state machine opens");
+        Ok((dir, store, sm))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_partition_store_keeps_every_contract_of_the_library_s_suite() {
+    Suite::test_all(Builder)
+        .await
+        .expect("the storage suite passes");
+}
+
+fn batch(tag: &str, records: usize) -> Bytes {
+    let mut b = BatchBuilder::new();
+    for i in 0..records {
+        let value = format!("{tag}-{i}-{}", "x".repeat(100));
+        b.push(NewRecord::value(value.as_bytes())).unwrap();
+    }
+    Bytes::from(b.finish().unwrap())
+}
+
+fn propose(term: u64, index: u64, tag: &str, records: usize) -> PartitionEntry {
+    PartitionEntry::new_normal(
+        log_id(term, 1, index),
+        PartitionCommand::Propose(batch(tag, records)),
+    )
+}
+
+fn blank(term: u64, index: u64) -> PartitionEntry {
+    PartitionEntry::new_blank(log_id(term, 1, index))
+}
+
+async fn append(store: &mut PartitionLogStore, entries: Vec<PartitionEntry>) {
+    store
+        .blocking_append(entries)
+        .await
+        .expect("appended and durable");
+}
+
+async fn entries(store: &mut PartitionLogStore) -> Vec<PartitionEntry> {
+    store.try_get_log_entries(0..).await.expect("entries read")
+}
+
+/// Every batch of a log from its start: (base offset, bytes).
+fn batches(log: &PartitionLog) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut at = log.log_start();
+    loop {
+        let read = log.read(at, 1 << 20).unwrap();
+        if read.bytes.is_empty() {
+            return out;
+        }
+        for b in read.batches() {
+            let b: BatchView<'_> = b.unwrap();
+            out.push((b.base_offset(), b.as_bytes().to_vec()));
+        }
+        at = read.next_offset;
+    }
+}
+
+/// The offsets of a stamped data entry.
+fn offsets(entry: &PartitionEntry) -> Option<(u64, u64)> {
+    match &entry.payload {
+        EntryPayload::Normal(PartitionCommand::Batch(b)) => {
+            let v = BatchView::parse(b).unwrap();
+            Some((v.base_offset(), v.next_offset()))
+        }
+        EntryPayload::Normal(PartitionCommand::Propose(_)) => {
+            panic!("an unstamped entry read back")
+        }
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn a_leader_s_proposals_are_stamped_and_a_follower_stores_the_same_bytes() {
+    for durability in [Durability::Always, Durability::Never] {
+        let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut leader = open(ld.path(), durability);
+        let mut follower = open(fd.path(), durability);
+        append(
+            &mut leader,
+            vec![
+                blank(1, 0),
+                propose(1, 1, "a", 3),
+                propose(1, 2, "b", 1),
+                blank(2, 3),
+                propose(2, 4, "c", 40),
+            ],
+        )
+        .await;
+        let sent = entries(&mut leader).await;
+        let got: Vec<_> = sent.iter().map(offsets).collect();
+        assert_eq!(
+            got,
+            vec![None, Some((0, 3)), Some((3, 4)), None, Some((4, 44))]
+        );
+        // The follower receives the leader's entries as they read back.
+        append(&mut follower, sent.clone()).await;
+        assert_eq!(entries(&mut follower).await, sent);
+        assert_eq!(batches(leader.log()), batches(follower.log()));
+        assert_eq!(follower.next_offset(), 44);
+        // The leader's reads after its tail cache: the same from the segments, after a
+        // restart.
+        drop(leader);
+        let mut leader = open(ld.path(), durability);
+        assert_eq!(entries(&mut leader).await, sent);
+    }
+}
+
+#[tokio::test]
+async fn truncation_cuts_pointers_and_batches_and_the_log_continues_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path(), Durability::Always);
+    let first: Vec<_> = (0..30)
+        .map(|i| propose(1, i, &format!("t1-{i}"), 5))
+        .collect();
+    append(&mut store, first).await;
+    let before = entries(&mut store).await;
+    assert!(store.log().segment_count() > 2);
+    // A new leader of term 2 has entries 0..=11 only.
+    store.truncate_after(Some(log_id(1, 1, 11))).await.unwrap();
+    assert_eq!(store.next_offset(), 60);
+    assert_eq!(store.log().next_offset(), 60);
+    append(&mut store, vec![propose(2, 12, "t2", 2)]).await;
+    let after = entries(&mut store).await;
+    assert_eq!(after[..12], before[..12]);
+    assert_eq!(offsets(&after[12]), Some((60, 62)));
+    assert_eq!(after.len(), 13);
+    // Everything as it was after a restart.
+    drop(store);
+    let mut store = open(dir.path(), Durability::Always);
+    assert_eq!(entries(&mut store).await, after);
+    // Truncating everything.
+    store.truncate_after(None).await.unwrap();
+    assert!(entries(&mut store).await.is_empty());
+    assert_eq!(store.log().next_offset(), 0);
+}
+
+#[tokio::test]
+async fn a_purge_drops_pointers_and_the_segments_below_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path(), Durability::Always);
+    append(
+        &mut store,
+        (0..40)
+            .map(|i| propose(1, i, &format!("p{i}"), 5))
+            .collect(),
+    )
+    .await;
+    let segments = store.log().segment_count();
+    store.purge(log_id(1, 1, 29)).await.unwrap();
+    let state = store.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 29)));
+    assert_eq!(state.last_log_id, Some(log_id(1, 1, 39)));
+    let left = entries(&mut store).await;
+    assert_eq!(left.first().map(|e| e.log_id.index), Some(30));
+    assert!(
+        store.log().segment_count() < segments,
+        "old segments removed"
+    );
+    assert!(
+        store.log().log_start() <= 150,
+        "no batch after the purge point removed"
+    );
+    drop(store);
+    let mut store = open(dir.path(), Durability::Always);
+    assert_eq!(entries(&mut store).await, left);
+}
+
+#[tokio::test]
+async fn at_open_pointers_whose_batches_were_lost_are_cut_and_batches_no_pointer_names_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path(), Durability::Always);
+    append(
+        &mut store,
+        (0..10)
+            .map(|i| propose(1, i, &format!("r{i}"), 2))
+            .collect(),
+    )
+    .await;
+    let all = entries(&mut store).await;
+    drop(store);
+    // As if a crash lost the last three batches but not their pointers.
+    {
+        let log = PartitionLog::open(dir.path(), config(Durability::Always)).unwrap();
+        log.truncate_from(14).unwrap();
+    }
+    let mut store = open(dir.path(), Durability::Always);
+    assert_eq!(entries(&mut store).await, all[..7]);
+    drop(store);
+    // As if a crash kept a batch whose pointer never reached the disk.
+    {
+        let log = PartitionLog::open(dir.path(), config(Durability::Always)).unwrap();
+        log.append(&batch("orphan", 3)).unwrap();
+        assert_eq!(log.next_offset(), 17);
+    }
+    let store = open(dir.path(), Durability::Always);
+    assert_eq!(store.log().next_offset(), 14);
+}
+
+#[tokio::test]
+async fn a_snapshot_carries_its_batches_to_a_follower_that_is_behind() {
+    let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut leader = open(ld.path(), Durability::Always);
+    let mut follower = open(fd.path(), Durability::Always);
+    let mut leader_sm = PartitionStateMachine::open(&leader).unwrap();
+    let mut follower_sm = PartitionStateMachine::open(&follower).unwrap();
+    append(
+        &mut leader,
+        (0..20)
+            .map(|i| propose(1, i, &format!("s{i}"), 4))
+            .collect(),
+    )
+    .await;
+    let sent = entries(&mut leader).await;
+    // The follower has the first five entries only.
+    append(&mut follower, sent[..5].to_vec()).await;
+    let stream = futures::stream::iter(sent.iter().cloned().map(|e| Ok((e, None))));
+    leader_sm.apply(stream).await.unwrap();
+    assert_eq!(leader_sm.high_watermark(), 80);
+    let snapshot = leader_sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    assert_eq!(snapshot.meta.last_log_id, Some(log_id(1, 1, 19)));
+    follower_sm
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .unwrap();
+    assert_eq!(batches(follower.log()), batches(leader.log()));
+    assert_eq!(follower_sm.high_watermark(), 80);
+    let state = follower.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 19)));
+    // Entries after the snapshot follow by ordinary appends, and all survive a restart.
+    append(&mut leader, vec![propose(1, 20, "later", 2)]).await;
+    let later = leader.try_get_log_entries(20..).await.unwrap();
+    append(&mut follower, later.clone()).await;
+    drop((follower_sm, follower));
+    let mut follower = open(fd.path(), Durability::Always);
+    assert_eq!(entries(&mut follower).await, later);
+    assert_eq!(batches(follower.log()), batches(leader.log()));
+    let mut sm = PartitionStateMachine::open(&follower).unwrap();
+    assert_eq!(sm.applied_state().await.unwrap().0, Some(log_id(1, 1, 19)));
+    assert_eq!(sm.high_watermark(), 80);
+}
