@@ -32,7 +32,7 @@ use rill_cluster::partition::{
     PartitionStateMachine, PartitionTypes,
 };
 use rill_format::{BatchBuilder, BatchView, NewRecord};
-use rill_storage::{Durability, LogConfig, PartitionLog, StdIo};
+use rill_storage::{Durability, LogConfig, LogEnv, PartitionLog};
 
 type PartitionRaft = Raft<PartitionTypes, PartitionStateMachine>;
 
@@ -64,6 +64,8 @@ struct Node {
 struct Router {
     nodes: Arc<Mutex<BTreeMap<u64, Node>>>,
     cut: Arc<Mutex<BTreeSet<u64>>>,
+    /// The replicas' segment size.
+    segment_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -170,14 +172,10 @@ impl RaftNetworkFactory<PartitionTypes> for Factory {
 async fn start(router: &Router, id: u64, dir: &Path) -> PartitionRaft {
     let config = LogConfig {
         durability: Durability::Always,
-        // Large enough that the leader's purge below keeps the segment holding the
-        // away follower's end: a follower whose end the leader's log no longer holds
-        // must restart its log empty, which is still to come (REPLICATION.md §7.5).
-        segment_bytes_max: 1 << 20,
+        segment_bytes_max: router.segment_bytes,
         ..LogConfig::default()
     };
-    let log = Arc::new(PartitionLog::open(dir, config).expect("the log opens"));
-    let store = PartitionLogStore::open(Arc::new(StdIo), log).expect("the store opens");
+    let store = PartitionLogStore::open(dir, config, &LogEnv::default()).expect("the store opens");
     let sm = PartitionStateMachine::open(&store).expect("the state machine opens");
     let factory = Factory {
         from: id,
@@ -307,7 +305,10 @@ async fn converged(router: &Router, from: u64, end: u64) -> Vec<(u64, Vec<u8>)> 
     let start = Instant::now();
     loop {
         let nodes: Vec<Node> = (1..=3).map(|id| router.node(id)).collect();
-        let logs: Vec<_> = nodes.iter().map(|n| batches(n.store.log(), from)).collect();
+        let logs: Vec<_> = nodes
+            .iter()
+            .map(|n| batches(&n.store.log(), from))
+            .collect();
         if nodes.iter().all(|n| n.sm.high_watermark() >= end) && logs.iter().all(|l| l == &logs[0])
         {
             return logs[0].clone();
@@ -346,7 +347,7 @@ fn watch_watermarks(router: &Router) -> tokio::task::JoinHandle<()> {
                 .collect();
             for (id, node) in nodes {
                 let w = node.sm.high_watermark();
-                let before = last.insert((id, Arc::as_ptr(node.store.log()) as usize), w);
+                let before = last.insert((id, Arc::as_ptr(&node.store.log()) as usize), w);
                 assert!(
                     before.is_none_or(|b| b <= w),
                     "replica {id}'s high watermark moved back from {before:?} to {w}"
@@ -357,9 +358,25 @@ fn watch_watermarks(router: &Router) -> tokio::task::JoinHandle<()> {
     })
 }
 
+/// Segments large enough that the leader's purge keeps the one holding the away
+/// follower's end: the follower copies the batches after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_commit_fail_over_truncate_catch_up_by_snapshot_and_restart() {
-    let router = Router::default();
+    scenario(1 << 20).await;
+}
+
+/// Small segments: the leader's purge deletes the segment holding the away follower's
+/// end, so the follower's log is replaced whole by the snapshot's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_whose_end_the_leader_deleted_is_sent_a_log_that_replaces_its_own() {
+    scenario(4096).await;
+}
+
+async fn scenario(segment_bytes: u64) {
+    let router = Router {
+        segment_bytes,
+        ..Router::default()
+    };
     let dirs: BTreeMap<u64, tempfile::TempDir> = (1..=3)
         .map(|id| (id, tempfile::tempdir().unwrap()))
         .collect();
@@ -471,8 +488,17 @@ async fn three_replicas_commit_fail_over_truncate_catch_up_by_snapshot_and_resta
         }
     })
     .await;
-    let lead_log = Arc::clone(router.node(lead).store.log());
+    let lead_log = router.node(lead).store.log();
     end = lead_log.next_offset();
+    let away_end = router.node(away).store.log().next_offset();
+    if segment_bytes < 8192 {
+        assert!(
+            lead_log.log_start() > away_end,
+            "the leader's purge deleted the away follower's end"
+        );
+    } else {
+        assert!(lead_log.log_start() <= away_end);
+    }
     router.cut.lock().clear();
     let from = lead_log.log_start();
     converged(&router, from, end).await;
@@ -488,13 +514,13 @@ async fn three_replicas_commit_fail_over_truncate_catch_up_by_snapshot_and_resta
     );
 
     // A replica restarted from its directory comes back with its log and follows.
-    let before = batches(router.node(away).store.log(), from);
+    let before = batches(&router.node(away).store.log(), from);
     let node = router.nodes.lock().remove(&away).unwrap();
     node.raft.shutdown().await.unwrap();
     node.store.close();
     drop(node);
     start(&router, away, &path(away)).await;
-    assert_eq!(batches(router.node(away).store.log(), from), before);
+    assert_eq!(batches(&router.node(away).store.log(), from), before);
     let (_, last) = produce(&router, "after", 2).await;
     converged(&router, from, last + 1).await;
 

@@ -29,7 +29,7 @@ use rill_cluster::partition::pointer::log_id;
 use rill_cluster::partition::{PartitionCommand, PartitionEntry, PartitionLogStore};
 use rill_format::{BatchBuilder, BatchView, NewRecord};
 use rill_storage::sim::{SimIo, SimRng};
-use rill_storage::{Durability, Io, LogConfig, ManualClock, PartitionLog};
+use rill_storage::{Durability, Io, LogConfig, LogEnv, ManualClock};
 
 const DIR: &str = "/data/s/t/0";
 
@@ -89,14 +89,8 @@ fn open(io: &SimIo) -> std::io::Result<PartitionLogStore> {
         segment_bytes_max: 2048,
         ..LogConfig::default()
     };
-    let log = PartitionLog::open_with(
-        DIR,
-        config,
-        Arc::new(io.clone()),
-        Arc::new(ManualClock::new(1_000_000)),
-    )
-    .map_err(std::io::Error::other)?;
-    PartitionLogStore::open(Arc::new(io.clone()), Arc::new(log))
+    let env = LogEnv::new(Arc::new(io.clone()), Arc::new(ManualClock::new(1_000_000)));
+    PartitionLogStore::open(Path::new(DIR), config, &env)
 }
 
 fn allowed(log: &Log, in_flight: Option<&Op>) -> Vec<Log> {

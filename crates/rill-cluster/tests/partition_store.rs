@@ -4,8 +4,6 @@
 //! cuts pointers and batches, a purge drops old segments, a restart makes pointers and
 //! segments agree, and a snapshot carries its batches.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use openraft::entry::RaftEntry;
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
@@ -16,7 +14,7 @@ use rill_cluster::partition::{
     PartitionCommand, PartitionEntry, PartitionLogStore, PartitionStateMachine, PartitionTypes,
 };
 use rill_format::{BatchBuilder, BatchView, NewRecord};
-use rill_storage::{Durability, LogConfig, PartitionLog, StdIo};
+use rill_storage::{Durability, LogConfig, LogEnv, PartitionLog};
 use tempfile::TempDir;
 
 fn config(durability: Durability) -> LogConfig {
@@ -28,8 +26,7 @@ fn config(durability: Durability) -> LogConfig {
 }
 
 fn open(dir: &std::path::Path, durability: Durability) -> PartitionLogStore {
-    let log = PartitionLog::open(dir, config(durability)).expect("the log opens");
-    PartitionLogStore::open(Arc::new(StdIo), Arc::new(log)).expect("the store opens")
+    PartitionLogStore::open(dir, config(durability), &LogEnv::default()).expect("the store opens")
 }
 
 struct Builder;
@@ -141,7 +138,7 @@ async fn a_leader_s_proposals_are_stamped_and_a_follower_stores_the_same_bytes()
         // The follower receives the leader's entries as they read back.
         append(&mut follower, sent.clone()).await;
         assert_eq!(entries(&mut follower).await, sent);
-        assert_eq!(batches(leader.log()), batches(follower.log()));
+        assert_eq!(batches(&leader.log()), batches(&follower.log()));
         assert_eq!(follower.next_offset(), 44);
         // The leader's reads after its tail cache: the same from the segments, after a
         // restart.
@@ -273,7 +270,7 @@ async fn a_snapshot_carries_its_batches_to_a_follower_that_is_behind() {
         .install_snapshot(&snapshot.meta, snapshot.snapshot)
         .await
         .unwrap();
-    assert_eq!(batches(follower.log()), batches(leader.log()));
+    assert_eq!(batches(&follower.log()), batches(&leader.log()));
     assert_eq!(follower_sm.high_watermark(), 80);
     let state = follower.get_log_state().await.unwrap();
     assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 19)));
@@ -284,7 +281,7 @@ async fn a_snapshot_carries_its_batches_to_a_follower_that_is_behind() {
     drop((follower_sm, follower));
     let mut follower = open(fd.path(), Durability::Always);
     assert_eq!(entries(&mut follower).await, later);
-    assert_eq!(batches(follower.log()), batches(leader.log()));
+    assert_eq!(batches(&follower.log()), batches(&leader.log()));
     let mut sm = PartitionStateMachine::open(&follower).unwrap();
     assert_eq!(sm.applied_state().await.unwrap().0, Some(log_id(1, 1, 19)));
     assert_eq!(sm.high_watermark(), 80);

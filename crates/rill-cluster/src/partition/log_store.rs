@@ -19,18 +19,20 @@ use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender};
 
 use bytes::{Bytes, BytesMut};
-use openraft::alias::{LogIdOf, VoteOf};
+use openraft::alias::{LogIdOf, StoredMembershipOf, VoteOf};
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, RaftLogStorage};
 use openraft::{EntryPayload, LogState, OptionalSend, RaftLogReader};
 use parking_lot::Mutex;
 use rill_format::{BATCH_HEADER_LEN, stamp};
-use rill_storage::{Durability, DurableTicket, Io, IoFile, PartitionLog, StorageError};
+use rill_storage::{
+    Durability, DurableTicket, Io, IoFile, LogConfig, LogEnv, PartitionLog, StorageError,
+};
 use serde::{Deserialize, Serialize};
 
 use super::pointer::{Pointer, PointerKind};
@@ -51,11 +53,15 @@ fn storage_err(e: StorageError) -> io::Error {
     io::Error::other(e)
 }
 
-/// The purge point: the last purged entry and the offset after the batches up to it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The purge point: the last purged entry and the offset after the batches up to it;
+/// after an install, also the snapshot's membership (the purge point is then the
+/// snapshot, docs/REPLICATION.md §7.5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Purged {
     pub(crate) log_id: LogIdOf<PartitionTypes>,
     pub(crate) next_offset: u64,
+    #[serde(default)]
+    pub(crate) membership: Option<StoredMembershipOf<PartitionTypes>>,
 }
 
 /// A pointer and its frame's position in `raft/entries`.
@@ -85,7 +91,7 @@ impl State {
         self.entries
             .back()
             .map(|p| p.pointer.index())
-            .or(self.purged.map(|p| p.log_id.index))
+            .or(self.purged.as_ref().map(|p| p.log_id.index))
     }
 
     /// The offset after the last batch of the log (or of the purge point).
@@ -95,7 +101,7 @@ impl State {
             .rev()
             .find_map(|p| p.pointer.offsets())
             .map(|(_, next)| next)
-            .or(self.purged.map(|p| p.next_offset))
+            .or(self.purged.as_ref().map(|p| p.next_offset))
             .unwrap_or(log_start)
     }
 
@@ -153,15 +159,21 @@ impl TailCache {
 
 struct Flush {
     ticket: DurableTicket,
+    /// The log the ticket is of (an install replaces the log).
+    log: Arc<PartitionLog>,
     callback: IOFlushed<PartitionTypes>,
 }
 
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) io: Arc<dyn Io>,
-    /// The `raft/` directory.
+    /// The partition's directory (its log's files) and its `raft/` directory.
+    pub(crate) partition_dir: PathBuf,
     pub(crate) dir: PathBuf,
-    pub(crate) log: Arc<PartitionLog>,
+    pub(crate) config: LogConfig,
+    pub(crate) env: LogEnv,
+    /// The log; an install that replaces it whole swaps it.
+    log: parking_lot::RwLock<Arc<PartitionLog>>,
     state: Mutex<State>,
     cache: Mutex<TailCache>,
     /// The pointer file as the flusher syncs it (replaced when the file is rewritten).
@@ -185,11 +197,17 @@ pub struct PartitionLogStore {
 }
 
 impl PartitionLogStore {
-    /// Opens the store of the partition whose log is `log` (opened, recovered, by the
-    /// caller), with its `raft/` directory in the log's directory; makes the pointers
-    /// and the segments agree (see the module's documentation).
-    pub fn open(io: Arc<dyn Io>, log: Arc<PartitionLog>) -> io::Result<Self> {
-        let dir = log.dir().join("raft");
+    /// Opens the partition in `partition_dir`: its log (recovered; an install that
+    /// committed is finished first, one that did not is discarded) and its `raft/`
+    /// directory; makes the pointers and the segments agree (see the module's
+    /// documentation).
+    pub fn open(partition_dir: &Path, config: LogConfig, env: &LogEnv) -> io::Result<Self> {
+        let io = Arc::clone(&env.io);
+        let dir = partition_dir.join("raft");
+        let pending = super::install::recover(io.as_ref(), partition_dir, &dir)?;
+        let log = Arc::new(
+            PartitionLog::open_in(partition_dir, config.clone(), env).map_err(storage_err)?,
+        );
         ensure_dir(io.as_ref(), &dir)?;
         let path = dir.join("entries");
         let existed = io.exists(&path);
@@ -199,7 +217,12 @@ impl PartitionLogStore {
         if !existed {
             io.sync_dir(&dir)?;
         }
-        let purged: Option<Purged> = read_json(io.as_ref(), &dir.join("purged"))?;
+        let mut purged: Option<Purged> = read_json(io.as_ref(), &dir.join("purged"))?;
+        if let Some(p) = &pending {
+            // A committed install: its purge point holds, whatever was written after it.
+            write_json(io.as_ref(), &dir.join("purged"), p)?;
+            purged = Some(p.clone());
+        }
         let vote = read_json(io.as_ref(), &dir.join("vote"))?;
         let mut entries = VecDeque::with_capacity(frames.len());
         for (position, body) in frames {
@@ -207,7 +230,10 @@ impl PartitionLogStore {
                 .map_err(|e| invalid(format!("raft/entries at byte {position}: {e}")))?;
             // Pointers at or below the purge point (a crash between writing the point
             // and rewriting the file) are not served.
-            if purged.is_some_and(|p| pointer.index() <= p.log_id.index) {
+            if purged
+                .as_ref()
+                .is_some_and(|p| pointer.index() <= p.log_id.index)
+            {
                 continue;
             }
             if let Some(last) = entries.back() {
@@ -239,30 +265,48 @@ impl PartitionLogStore {
         }
         let current_file = Arc::new(Mutex::new(Arc::clone(&state.file)));
         let (tx, rx) = std::sync::mpsc::sync_channel(FLUSH_QUEUE);
-        let sync_pointers = log.config().durability == Durability::Always;
+        let sync_pointers = config.durability == Durability::Always;
         {
-            let log = Arc::clone(&log);
             let current_file = Arc::clone(&current_file);
             std::thread::Builder::new()
                 .name("rill-raft-flush".into())
-                .spawn(move || flusher(&rx, &log, &current_file, sync_pointers))?;
+                .spawn(move || flusher(&rx, &current_file, sync_pointers))?;
         }
-        Ok(Self {
+        let store = Self {
             shared: Arc::new(Shared {
                 io,
+                partition_dir: partition_dir.to_path_buf(),
                 dir,
-                log,
+                config,
+                env: env.clone(),
+                log: parking_lot::RwLock::new(log),
                 state: Mutex::new(state),
                 cache: Mutex::new(TailCache::default()),
                 current_file,
                 flusher: Mutex::new(Some(tx)),
             }),
-        })
+        };
+        if let Some(purged) = pending {
+            // The install had committed: finish what it had not written yet.
+            store.installed(purged)?;
+            super::install::finish(store.shared.io.as_ref(), &store.shared.dir)?;
+        }
+        Ok(store)
     }
 
-    /// The partition's log.
-    pub fn log(&self) -> &Arc<PartitionLog> {
-        &self.shared.log
+    /// The partition's log (an install may replace it: do not keep it).
+    pub fn log(&self) -> Arc<PartitionLog> {
+        Arc::clone(&self.shared.log.read())
+    }
+
+    /// Replaces the log with the one now in the partition's directory (an install
+    /// swapped its files).
+    pub(crate) fn reopen_log(&self) -> io::Result<()> {
+        let shared = &self.shared;
+        let log = PartitionLog::open_in(&shared.partition_dir, shared.config.clone(), &shared.env)
+            .map_err(storage_err)?;
+        *shared.log.write() = Arc::new(log);
+        Ok(())
     }
 
     /// The pointers of entries `[from, to)` that the store holds.
@@ -278,7 +322,7 @@ impl PartitionLogStore {
 
     /// The offset after the last batch of the log, as the pointers say.
     pub fn next_offset(&self) -> u64 {
-        let log_start = self.shared.log.log_start();
+        let log_start = self.log().log_start();
         self.shared.state.lock().next_offset(log_start)
     }
 
@@ -293,18 +337,24 @@ impl PartitionLogStore {
     pub(crate) fn installed(&self, purged: Purged) -> io::Result<()> {
         let shared = &self.shared;
         let mut state = shared.state.lock();
+        let index = purged.log_id.index;
         write_json(shared.io.as_ref(), &shared.dir.join("purged"), &purged)?;
         state.purged = Some(purged);
         while state
             .entries
             .front()
-            .is_some_and(|p| p.pointer.index() <= purged.log_id.index)
+            .is_some_and(|p| p.pointer.index() <= index)
         {
             state.entries.pop_front();
         }
         rewrite(shared, &mut state)?;
-        shared.cache.lock().purge_to(purged.log_id.index);
+        shared.cache.lock().purge_to(index);
         Ok(())
+    }
+
+    /// The purge point, if the log was ever purged (or a snapshot installed).
+    pub(crate) fn purged(&self) -> Option<Purged> {
+        self.shared.state.lock().purged.clone()
     }
 
     /// Entry `index`'s batch: from memory, or from the segments.
@@ -312,7 +362,7 @@ impl PartitionLogStore {
         if let Some(b) = self.shared.cache.lock().get(index) {
             return Ok(b);
         }
-        let log = &self.shared.log;
+        let log = self.log();
         if base >= log.next_offset() {
             // Written but not synced yet, and no longer in memory: sync, so the segments
             // serve it.
@@ -337,7 +387,10 @@ impl PartitionLogStore {
 
 /// Makes pointers and segments agree after a crash; returns whether pointers were cut.
 fn reconcile(state: &mut State, log: &PartitionLog) -> io::Result<bool> {
-    let floor = state.purged.map_or(log.log_start(), |p| p.next_offset);
+    let floor = state
+        .purged
+        .as_ref()
+        .map_or(log.log_start(), |p| p.next_offset);
     let end = log.next_offset();
     if end < floor {
         return Err(invalid(format!(
@@ -392,46 +445,55 @@ fn rewrite(shared: &Shared, state: &mut State) -> io::Result<()> {
 }
 
 /// Tells the library appends are durable, in order, one sync for many.
-fn flusher(
-    rx: &Receiver<Flush>,
-    log: &PartitionLog,
-    pointers: &Mutex<Arc<dyn IoFile>>,
-    sync_pointers: bool,
-) {
+fn flusher(rx: &Receiver<Flush>, pointers: &Mutex<Arc<dyn IoFile>>, sync_pointers: bool) {
     while let Ok(first) = rx.recv() {
         let mut flushes = vec![first];
         while flushes.len() < FLUSH_BATCH {
             match rx.try_recv() {
-                Ok(more) => flushes.push(more),
+                Ok(more) if Arc::ptr_eq(&more.log, &flushes[0].log) => flushes.push(more),
+                Ok(other) => {
+                    // Another log (after an install): its own round.
+                    flush(std::mem::take(&mut flushes), pointers, sync_pointers);
+                    flushes.push(other);
+                }
                 Err(_) => break,
             }
         }
-        let ticket = flushes
-            .iter()
-            .map(|f| f.ticket)
-            .max()
-            .unwrap_or(DurableTicket::DURABLE);
-        let result = log
-            .wait_durable(ticket)
-            .map_err(storage_err)
-            .and_then(|()| {
-                if sync_pointers {
-                    let file = Arc::clone(&*pointers.lock());
-                    file.sync_data()
-                } else {
-                    Ok(())
-                }
-            });
-        if let Err(e) = &result {
-            tracing::error!(dir = %log.dir().display(), error = %e, "making Raft entries durable failed");
-        }
-        for f in flushes {
-            let outcome = match &result {
-                Ok(()) => Ok(()),
-                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
-            };
-            f.callback.io_completed(outcome);
-        }
+        flush(flushes, pointers, sync_pointers);
+    }
+}
+
+/// One sync for appends to one log, then their notices, in order.
+fn flush(flushes: Vec<Flush>, pointers: &Mutex<Arc<dyn IoFile>>, sync_pointers: bool) {
+    let Some(first) = flushes.first() else {
+        return;
+    };
+    let log = Arc::clone(&first.log);
+    let ticket = flushes
+        .iter()
+        .map(|f| f.ticket)
+        .max()
+        .unwrap_or(DurableTicket::DURABLE);
+    let result = log
+        .wait_durable(ticket)
+        .map_err(storage_err)
+        .and_then(|()| {
+            if sync_pointers {
+                let file = Arc::clone(&*pointers.lock());
+                file.sync_data()
+            } else {
+                Ok(())
+            }
+        });
+    if let Err(e) = &result {
+        tracing::error!(dir = %log.dir().display(), error = %e, "making Raft entries durable failed");
+    }
+    for f in flushes {
+        let outcome = match &result {
+            Ok(()) => Ok(()),
+            Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+        };
+        f.callback.io_completed(outcome);
     }
 }
 
@@ -486,7 +548,7 @@ impl RaftLogStorage<PartitionTypes> for PartitionLogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<PartitionTypes>, io::Error> {
         let state = self.shared.state.lock();
-        let purged = state.purged.map(|p| p.log_id);
+        let purged = state.purged.as_ref().map(|p| p.log_id);
         let last = state.entries.back().map(|p| p.pointer.log_id).or(purged);
         Ok(LogState {
             last_purged_log_id: purged,
@@ -516,7 +578,7 @@ impl RaftLogStorage<PartitionTypes> for PartitionLogStore {
         I::IntoIter: OptionalSend,
     {
         let shared = &self.shared;
-        let log = &shared.log;
+        let log = self.log();
         let mut expected = shared.state.lock().last_index().map(|i| i + 1);
         let mut frames = Vec::new();
         let mut added = Vec::new();
@@ -587,7 +649,11 @@ impl RaftLogStorage<PartitionTypes> for PartitionLogStore {
         let sender = shared.flusher.lock().clone();
         match sender {
             Some(tx) => tx
-                .send(Flush { ticket, callback })
+                .send(Flush {
+                    ticket,
+                    log,
+                    callback,
+                })
                 .map_err(|_| io::Error::other("the store's flusher stopped"))?,
             None => return Err(io::Error::other("the store is closed")),
         }
@@ -625,7 +691,7 @@ impl RaftLogStorage<PartitionTypes> for PartitionLogStore {
         };
         shared.cache.lock().truncate_from(from);
         if let Some(offset) = cut_offset {
-            shared.log.truncate_from(offset).map_err(storage_err)?;
+            self.log().truncate_from(offset).map_err(storage_err)?;
         }
         Ok(())
     }
@@ -634,10 +700,14 @@ impl RaftLogStorage<PartitionTypes> for PartitionLogStore {
         let shared = &self.shared;
         let drop_before = {
             let mut state = shared.state.lock();
-            if state.purged.is_some_and(|p| p.log_id.index >= log_id.index) {
+            if state
+                .purged
+                .as_ref()
+                .is_some_and(|p| p.log_id.index >= log_id.index)
+            {
                 return Ok(());
             }
-            let log_start = shared.log.log_start();
+            let log_start = self.log().log_start();
             let next_offset = state
                 .entries
                 .iter()
@@ -645,11 +715,12 @@ impl RaftLogStorage<PartitionTypes> for PartitionLogStore {
                 .filter_map(|p| p.pointer.offsets())
                 .last()
                 .map(|(_, next)| next)
-                .or(state.purged.map(|p| p.next_offset))
+                .or(state.purged.as_ref().map(|p| p.next_offset))
                 .unwrap_or(log_start);
             let purged = Purged {
                 log_id,
                 next_offset,
+                membership: None,
             };
             // The purge point first: pointers at or below it are not served after a
             // crash that left them in the file.
@@ -666,8 +737,7 @@ impl RaftLogStorage<PartitionTypes> for PartitionLogStore {
             next_offset
         };
         shared.cache.lock().purge_to(log_id.index);
-        shared
-            .log
+        self.log()
             .remove_segments_before(drop_before)
             .map_err(storage_err)?;
         Ok(())

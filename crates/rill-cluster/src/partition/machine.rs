@@ -16,12 +16,10 @@ use rill_storage::PartitionLog;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, watch};
 
+use super::install;
 use super::log_store::{PartitionLogStore, Purged};
 use super::{PartitionCommand, PartitionResponse, PartitionTypes};
 use crate::files::{invalid, read_json, write_json};
-
-/// Bytes read from the sender's log at a time while installing a snapshot.
-const COPY_CHUNK: usize = 1 << 20;
 
 /// A partition snapshot: the log from `log_start` to `next_offset` (the high watermark
 /// at the snapshot's last entry), read from `source`.
@@ -62,8 +60,24 @@ impl PartitionStateMachine {
     /// library applies the entries after it again).
     pub fn open(store: &PartitionLogStore) -> io::Result<Self> {
         let shared = &store.shared;
-        let snapshot: Option<StoredSnapshot> =
+        let mut snapshot: Option<StoredSnapshot> =
             read_json(shared.io.as_ref(), &shared.dir.join("snapshot"))?;
+        // An install commits with its purge point; the snapshot file after it may not
+        // have been written when the process died.
+        if let Some(purged) = store.purged()
+            && let Some(membership) = purged.membership
+            && snapshot
+                .as_ref()
+                .is_none_or(|s| s.meta.last_log_id < Some(purged.log_id))
+        {
+            snapshot = Some(StoredSnapshot {
+                meta: SnapshotMetaOf::<PartitionTypes> {
+                    last_log_id: Some(purged.log_id),
+                    last_membership: membership,
+                },
+                next_offset: purged.next_offset,
+            });
+        }
         let (last_applied, last_membership, watermark) = match &snapshot {
             Some(s) => (
                 s.meta.last_log_id,
@@ -73,7 +87,7 @@ impl PartitionStateMachine {
             None => (
                 None,
                 StoredMembershipOf::<PartitionTypes>::default(),
-                shared.log.log_start(),
+                store.log().log_start(),
             ),
         };
         Ok(Self {
@@ -107,56 +121,28 @@ impl PartitionStateMachine {
             snapshot: PartitionSnapshot {
                 log_start: log.log_start(),
                 next_offset: stored.next_offset,
-                source: Arc::clone(log),
+                source: Arc::clone(&log),
             },
         }
     }
 
-    /// Makes the own log hold the snapshot's batches up to its end: the own log's
-    /// committed prefix is the sender's too (Raft), so only what lies after it is
-    /// copied.
-    fn copy_batches(&self, snapshot: &PartitionSnapshot) -> io::Result<()> {
+    /// Makes the own log hold the snapshot's batches up to its end, and commits the
+    /// install with its purge point (docs/REPLICATION.md §7.5): the own log's committed
+    /// prefix is the sender's too (Raft), so only what lies after it is copied — unless
+    /// the own log ends before the sender's starts, when it is replaced whole.
+    fn install_batches(&self, snapshot: &PartitionSnapshot, purged: Purged) -> io::Result<()> {
         let own = self.store.log();
-        let mut at = own.next_offset();
-        if at > snapshot.next_offset {
-            // The library cut every conflicting entry before the install; a longer log
-            // holds the snapshot's last entry, so it holds its batches.
-            return Ok(());
-        }
+        let at = own.next_offset();
         if at < snapshot.log_start {
-            return Err(invalid(format!(
-                "installing a snapshot whose log starts at {}, after this replica's end {at}, needs a replica restarted empty (not supported yet)",
-                snapshot.log_start
-            )));
+            return install::replace_log(&self.store, snapshot, purged);
         }
-        while at < snapshot.next_offset {
-            let read = snapshot
-                .source
-                .read(at, COPY_CHUNK)
-                .map_err(io::Error::other)?;
-            if read.bytes.is_empty() {
-                return Err(invalid(format!(
-                    "the snapshot's log ends at {at}, before its end {}",
-                    snapshot.next_offset
-                )));
-            }
-            for batch in read.batches() {
-                let batch = batch.map_err(invalid)?;
-                if batch.next_offset() > snapshot.next_offset {
-                    break;
-                }
-                if batch.base_offset() < at {
-                    continue;
-                }
-                own.append_stamped(batch.as_bytes())
-                    .map_err(io::Error::other)?;
-                at = batch.next_offset();
-            }
-            if read.next_offset <= at && at < snapshot.next_offset && read.log_end <= at {
-                return Err(invalid("the snapshot's log did not advance"));
-            }
+        if at < snapshot.next_offset {
+            install::copy_batches(&snapshot.source, &own, at, snapshot.next_offset)?;
+            own.sync().map_err(io::Error::other)?;
         }
-        own.sync().map_err(io::Error::other)
+        // (A log that is longer already holds the snapshot's last entry, so its batches:
+        // the library cut every conflicting entry before the install.)
+        self.store.installed(purged)
     }
 }
 
@@ -253,12 +239,13 @@ impl RaftStateMachine<PartitionTypes> for PartitionStateMachine {
         snapshot: PartitionSnapshot,
     ) -> Result<(), io::Error> {
         let mut state = self.state.lock().await;
-        self.copy_batches(&snapshot)?;
         if let Some(log_id) = meta.last_log_id {
-            self.store.installed(Purged {
+            let purged = Purged {
                 log_id,
                 next_offset: snapshot.next_offset,
-            })?;
+                membership: Some(meta.last_membership.clone()),
+            };
+            self.install_batches(&snapshot, purged)?;
         }
         let stored = StoredSnapshot {
             meta: meta.clone(),

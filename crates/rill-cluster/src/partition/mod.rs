@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod pointer;
 
+mod install;
 mod log_store;
 mod machine;
 
