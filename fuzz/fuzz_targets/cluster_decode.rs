@@ -1,16 +1,19 @@
 //! The decoders of `rill-cluster` (docs/REPLICATION.md §5, §9) on arbitrary bytes: the
 //! metadata log file (`meta.log`), node-to-node frames with their request bodies, and a
-//! partition's entry pointers (`raft/entries`).
+//! partition's entry pointers (`raft/entries`) and a partition group's append requests
+//! (a JSON head, then raw batches).
 //!
 //! Neither may panic, hang or allocate what a length field says before the bytes are
 //! there. A log that decodes re-encodes to entries that decode to the same entries, and
 //! its whole frames never extend past the input. Frames split the input into a prefix
 //! of whole frames, each within the bounds, whose bodies decode to a typed request or a
-//! typed error. A pointer that decodes re-encodes to the same bytes.
+//! typed error. A pointer that decodes re-encodes to the same bytes; an append request
+//! that decodes re-encodes to one that decodes to the same entries.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use rill_cluster::partition::pointer::Pointer;
+use rill_cluster::peer::partition::{decode_append, encode_append};
 use rill_cluster::peer::{FRAME_MAX, decode_frame, decode_request};
 use rill_cluster::store::{decode_log, encode_entry};
 
@@ -18,7 +21,17 @@ fuzz_target!(|data: &[u8]| {
     let Some((&mode, bytes)) = data.split_first() else {
         return;
     };
-    if mode % 3 == 2 {
+    if mode % 4 == 3 {
+        let body = bytes::Bytes::copy_from_slice(bytes);
+        if let Ok((group, rpc)) = decode_append(&body) {
+            let again = encode_append(&group, &rpc).expect("a decoded request encodes");
+            let (group2, rpc2) =
+                decode_append(&bytes::Bytes::from(again)).expect("a re-encoded request decodes");
+            assert_eq!(group2, group);
+            assert_eq!(rpc2.entries, rpc.entries);
+            assert_eq!(rpc2.prev_log_id, rpc.prev_log_id);
+        }
+    } else if mode % 4 == 2 {
         if let Ok(pointer) = Pointer::decode(bytes) {
             let again = pointer.encode().expect("a decoded pointer encodes");
             let back = Pointer::decode(&again).expect("a re-encoded pointer decodes");
@@ -30,7 +43,7 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(again, bytes);
             }
         }
-    } else if mode % 3 == 0 {
+    } else if mode % 4 == 0 {
         if let Ok((entries, whole)) = decode_log(bytes) {
             assert!(whole <= bytes.len());
             let mut again = Vec::new();

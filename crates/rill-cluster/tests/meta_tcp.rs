@@ -39,7 +39,9 @@ async fn start(
     let raft = Raft::new(id, config(), network, log, sm.clone())
         .await
         .unwrap();
-    let serving = tokio::spawn(rill_cluster::peer::serve(listener, raft.clone()));
+    let groups = rill_cluster::peer::Groups::new();
+    groups.set_meta(raft.clone());
+    let serving = tokio::spawn(rill_cluster::peer::serve(listener, groups));
     Node { raft, sm, serving }
 }
 
@@ -185,7 +187,7 @@ async fn bad_frames_get_an_error_or_a_closed_connection_and_the_node_goes_on() {
     // an error frame with its correlation id, and the connection stays usable.
     let mut c = TcpStream::connect(addr).await.unwrap();
     for (kind, body) in [
-        (9u8, &b"{}"[..]),
+        (0x40u8, &b"{}"[..]),
         (2, &b"not json"[..]),
         (2, &br#"{"group":"nope","body":{}}"#[..]),
     ] {

@@ -294,6 +294,26 @@ impl PartitionLogStore {
         Ok(store)
     }
 
+    /// The disk the store writes through.
+    pub fn io(&self) -> &Arc<dyn Io> {
+        &self.shared.io
+    }
+
+    /// The partition's `raft/` directory.
+    pub fn raft_dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// The options of the partition's log.
+    pub fn config(&self) -> &LogConfig {
+        &self.shared.config
+    }
+
+    /// The environment the partition's log was opened in.
+    pub fn env(&self) -> &LogEnv {
+        &self.shared.env
+    }
+
     /// The partition's log (an install may replace it: do not keep it).
     pub fn log(&self) -> Arc<PartitionLog> {
         Arc::clone(&self.shared.log.read())

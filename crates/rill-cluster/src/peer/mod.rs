@@ -2,15 +2,14 @@
 //! over TCP, one connection per ordered node pair, pipelined by correlation id.
 //!
 //! A frame is `len u32 LE` (of what follows), `kind u8`, `correlation u64 LE`, then the
-//! body: the request or response as JSON, wrapped with the group it is for. Requests
-//! are kinds 1 (append), 2 (vote), 3 (full snapshot); a response has its request's kind
-//! with bit 7 set, or kind `0xff` with an error text. Bounds: a frame of at most
-//! [`FRAME_MAX`] bytes (a bigger length closes the connection), at most
-//! [`IN_FLIGHT_MAX`] requests being handled per connection (the reader waits), and every
-//! request of a client has the library's time limit.
-//!
-//! So far only the metadata group travels here; partition groups will carry their
-//! batches as raw bytes after the JSON (phase 2).
+//! body. The metadata group's requests are kinds 1 (append), 2 (vote), 3 (full
+//! snapshot), their bodies JSON wrapped with the group's name; a partition group's are
+//! kinds 5–9 ([`partition`]: batches travel as raw bytes after a JSON head). A response
+//! has its request's kind with bit 7 set, or kind `0xff` with an error text. Bounds: a
+//! frame of at most [`FRAME_MAX`] bytes (a bigger length closes the connection), at
+//! most [`IN_FLIGHT_MAX`] requests being handled per connection (the reader waits), and
+//! every request of a client has the library's time limit. Every group of a node is
+//! served on its one listener ([`Groups`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -18,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use openraft::alias::{SnapshotOf, VoteOf};
 use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory};
@@ -31,6 +31,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
 
 use crate::store::{MetaStateMachine, MetaTypes};
+
+pub mod partition;
+
+pub use partition::{
+    PartitionClient, PartitionGroup, PartitionId, PartitionNetwork, PartitionRaft,
+};
 
 /// The largest frame, header included.
 pub const FRAME_MAX: u32 = 64 << 20;
@@ -111,7 +117,7 @@ fn frame_parts(after_len: &[u8]) -> (u8, u64, &[u8]) {
 
 async fn read_frame(
     reader: &mut (impl AsyncReadExt + Unpin),
-) -> Result<Option<(u8, u64, Vec<u8>)>, PeerError> {
+) -> Result<Option<(u8, u64, Bytes)>, PeerError> {
     let mut head = [0u8; 4];
     match reader.read_exact(&mut head).await {
         Ok(_) => {}
@@ -121,8 +127,7 @@ async fn read_frame(
     let mut frame = vec![0u8; frame_len(head)?];
     reader.read_exact(&mut frame).await?;
     let (kind, correlation, _) = frame_parts(&frame);
-    frame.drain(..9);
-    Ok(Some((kind, correlation, frame)))
+    Ok(Some((kind, correlation, Bytes::from(frame).slice(9..))))
 }
 
 /// A frame read from a buffer.
@@ -206,18 +211,74 @@ fn from_json<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, PeerError>
 /// The local metadata node, as the peer server hands it requests.
 pub type MetaRaft = Raft<MetaTypes, MetaStateMachine>;
 
-/// Serves peer connections on `listener`, handing the metadata group's requests to
-/// `raft`, until the listener fails. The connections belong to this future: dropping
+/// The Raft groups a node serves to its peers: the metadata group and the partition
+/// groups it holds a replica of (they come and go with topics). Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Groups {
+    meta: Arc<parking_lot::RwLock<Option<MetaRaft>>>,
+    partitions: Arc<parking_lot::RwLock<HashMap<PartitionId, Arc<PartitionGroup>>>>,
+}
+
+impl std::fmt::Debug for Groups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Groups")
+            .field("meta", &self.meta.read().is_some())
+            .field("partitions", &self.partitions.read().len())
+            .finish()
+    }
+}
+
+impl Groups {
+    /// No groups yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Serves the metadata group through `raft`.
+    pub fn set_meta(&self, raft: MetaRaft) {
+        *self.meta.write() = Some(raft);
+    }
+
+    /// Serves a partition group.
+    pub fn add_partition(&self, group: PartitionGroup) {
+        self.partitions
+            .write()
+            .insert(group.id().clone(), Arc::new(group));
+    }
+
+    /// Stops serving a partition group; its requests get an error from now on.
+    pub fn remove_partition(&self, id: &PartitionId) -> Option<Arc<PartitionGroup>> {
+        self.partitions.write().remove(id)
+    }
+
+    fn meta(&self) -> Result<MetaRaft, PeerError> {
+        self.meta
+            .read()
+            .clone()
+            .ok_or_else(|| PeerError::Remote("this node serves no metadata group yet".into()))
+    }
+
+    fn partition(&self, id: &PartitionId) -> Result<Arc<PartitionGroup>, PeerError> {
+        self.partitions
+            .read()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| PeerError::Remote(format!("no replica of {id} here")))
+    }
+}
+
+/// Serves peer connections on `listener`, handing each request to its group in
+/// `groups`, until the listener fails. The connections belong to this future: dropping
 /// it (or aborting its task) closes every one of them, as a node that stops must.
-pub async fn serve(listener: TcpListener, raft: MetaRaft) -> std::io::Result<()> {
+pub async fn serve(listener: TcpListener, groups: Groups) -> std::io::Result<()> {
     let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let (stream, from) = accepted?;
-                let raft = raft.clone();
+                let groups = groups.clone();
                 connections.spawn(async move {
-                    if let Err(e) = serve_connection(stream, raft).await {
+                    if let Err(e) = serve_connection(stream, groups).await {
                         tracing::debug!(%from, error = %e, "peer connection ended");
                     }
                 });
@@ -227,7 +288,7 @@ pub async fn serve(listener: TcpListener, raft: MetaRaft) -> std::io::Result<()>
     }
 }
 
-async fn serve_connection(stream: TcpStream, raft: MetaRaft) -> Result<(), PeerError> {
+async fn serve_connection(stream: TcpStream, groups: Groups) -> Result<(), PeerError> {
     stream.set_nodelay(true)?;
     let (mut reader, mut writer) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(WRITE_QUEUE);
@@ -247,9 +308,9 @@ async fn serve_connection(stream: TcpStream, raft: MetaRaft) -> Result<(), PeerE
             .await
             .expect("the semaphore is never closed");
         while requests.try_join_next().is_some() {}
-        let (raft, tx) = (raft.clone(), tx.clone());
+        let (groups, tx) = (groups.clone(), tx.clone());
         requests.spawn(async move {
-            let answer = match handle(&raft, kind, &body).await {
+            let answer = match handle(&groups, kind, body).await {
                 Ok(body) => encode_frame(kind | RESPONSE, correlation, &body),
                 Err(e) => encode_frame(KIND_ERROR, correlation, e.to_string().as_bytes()),
             };
@@ -277,9 +338,13 @@ impl Drop for AbortOnDrop {
     }
 }
 
-async fn handle(raft: &MetaRaft, kind: u8, body: &[u8]) -> Result<Vec<u8>, PeerError> {
+async fn handle(groups: &Groups, kind: u8, body: Bytes) -> Result<Vec<u8>, PeerError> {
+    if partition::is_partition_kind(kind) {
+        return partition::handle(groups, kind, body).await;
+    }
+    let raft = groups.meta()?;
     let remote = |e: &dyn std::fmt::Display| PeerError::Remote(e.to_string());
-    match decode_request(kind, body)? {
+    match decode_request(kind, &body)? {
         PeerRequest::Append(rpc) => json(&raft.append_entries(rpc).await.map_err(|e| remote(&e))?),
         PeerRequest::Vote(rpc) => json(&raft.vote(rpc).await.map_err(|e| remote(&e))?),
         PeerRequest::Snapshot(vote, snapshot) => json(
@@ -291,7 +356,7 @@ async fn handle(raft: &MetaRaft, kind: u8, body: &[u8]) -> Result<Vec<u8>, PeerE
     }
 }
 
-type Pending = Arc<std::sync::Mutex<HashMap<u64, oneshot::Sender<Result<Vec<u8>, PeerError>>>>>;
+type Pending = Arc<std::sync::Mutex<HashMap<u64, oneshot::Sender<Result<Bytes, PeerError>>>>>;
 
 /// One live connection to a peer.
 struct Connection {
@@ -367,7 +432,7 @@ impl PeerLink {
         Ok(connection)
     }
 
-    async fn call(&self, kind: u8, body: Vec<u8>, limit: Duration) -> Result<Vec<u8>, PeerError> {
+    async fn call(&self, kind: u8, body: Vec<u8>, limit: Duration) -> Result<Bytes, PeerError> {
         let connection = self.connect().await?;
         let correlation = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
@@ -419,6 +484,21 @@ impl std::fmt::Debug for Peers {
 }
 
 impl Peers {
+    /// Sends a request of `kind` to node `target` and waits (at most `limit`) for its
+    /// answer's body.
+    async fn call(
+        &self,
+        target: u64,
+        kind: u8,
+        body: Vec<u8>,
+        limit: Duration,
+    ) -> Result<Bytes, PeerError> {
+        let Some(link) = self.links.get(&target) else {
+            return Err(PeerError::Frame(format!("node {target} is not in --peers")));
+        };
+        link.call(kind, body, limit).await
+    }
+
     /// The peers at these addresses.
     pub fn new(addresses: impl IntoIterator<Item = (u64, String)>) -> Self {
         let links = addresses
@@ -465,17 +545,14 @@ impl MetaClient {
         body: Req,
         limit: Duration,
     ) -> Result<Resp, PeerError> {
-        let Some(link) = self.peers.links.get(&self.target) else {
-            return Err(PeerError::Frame(format!(
-                "node {} is not in --peers",
-                self.target
-            )));
-        };
         let envelope = Envelope {
             group: META_GROUP.to_owned(),
             body,
         };
-        let answer = link.call(kind, json(&envelope)?, limit).await?;
+        let answer = self
+            .peers
+            .call(self.target, kind, json(&envelope)?, limit)
+            .await?;
         from_json(&answer)
     }
 }
