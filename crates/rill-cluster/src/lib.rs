@@ -11,6 +11,7 @@
 
 mod files;
 pub mod meta;
+pub mod node;
 pub mod partition;
 pub mod peer;
 pub mod store;

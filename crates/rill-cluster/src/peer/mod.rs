@@ -3,7 +3,9 @@
 //!
 //! A frame is `len u32 LE` (of what follows), `kind u8`, `correlation u64 LE`, then the
 //! body. The metadata group's requests are kinds 1 (append), 2 (vote), 3 (full
-//! snapshot), their bodies JSON wrapped with the group's name; a partition group's are
+//! snapshot), 4 (a command proposed through a node that does not lead, forwarded to the
+//! leader: answered with the command's response, or with who leads), their bodies JSON
+//! wrapped with the group's name; a partition group's are
 //! kinds 5–9 ([`partition`]: batches travel as raw bytes after a JSON head). A response
 //! has its request's kind with bit 7 set, or kind `0xff` with an error text. Bounds: a
 //! frame of at most [`FRAME_MAX`] bytes (a bigger length closes the connection), at
@@ -30,6 +32,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
 
+use crate::meta::{MetaCommand, MetaResponse};
 use crate::store::{MetaStateMachine, MetaTypes};
 
 pub mod partition;
@@ -50,6 +53,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const KIND_APPEND: u8 = 1;
 const KIND_VOTE: u8 = 2;
 const KIND_SNAPSHOT: u8 = 3;
+const KIND_PROPOSE: u8 = 4;
 const RESPONSE: u8 = 0x80;
 const KIND_ERROR: u8 = 0xff;
 
@@ -343,6 +347,19 @@ async fn handle(groups: &Groups, kind: u8, body: Bytes) -> Result<Vec<u8>, PeerE
         return partition::handle(groups, kind, body).await;
     }
     let raft = groups.meta()?;
+    if kind == KIND_PROPOSE {
+        let envelope: Envelope<MetaCommand> = from_json(&body)?;
+        if envelope.group != META_GROUP {
+            return Err(PeerError::Remote(format!("no group {}", envelope.group)));
+        }
+        return json(&match raft.client_write(envelope.body).await {
+            Ok(done) => Proposed::Done(done.data),
+            Err(openraft::error::RaftError::APIError(
+                openraft::error::ClientWriteError::ForwardToLeader(f),
+            )) => Proposed::NotLeader(f.leader_id),
+            Err(e) => return Err(PeerError::Remote(e.to_string())),
+        });
+    }
     let remote = |e: &dyn std::fmt::Display| PeerError::Remote(e.to_string());
     match decode_request(kind, &body)? {
         PeerRequest::Append(rpc) => json(&raft.append_entries(rpc).await.map_err(|e| remote(&e))?),
@@ -483,7 +500,34 @@ impl std::fmt::Debug for Peers {
     }
 }
 
+/// What a node answers a forwarded metadata command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Proposed {
+    /// The leader committed and applied it.
+    Done(MetaResponse),
+    /// The node does not lead (any more); the leader it knows, if any.
+    NotLeader(Option<u64>),
+}
+
 impl Peers {
+    /// Forwards a metadata command to node `target` (the leader, as far as the caller
+    /// knows), waiting at most `limit`.
+    pub async fn propose(
+        &self,
+        target: u64,
+        command: &MetaCommand,
+        limit: Duration,
+    ) -> Result<Proposed, PeerError> {
+        let envelope = Envelope {
+            group: META_GROUP.to_owned(),
+            body: command,
+        };
+        let answer = self
+            .call(target, KIND_PROPOSE, json(&envelope)?, limit)
+            .await?;
+        from_json(&answer)
+    }
+
     /// Sends a request of `kind` to node `target` and waits (at most `limit`) for its
     /// answer's body.
     async fn call(

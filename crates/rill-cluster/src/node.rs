@@ -1,0 +1,637 @@
+//! A node of a cluster (docs/REPLICATION.md §3): the metadata group, a replica of every
+//! partition whose replica set names this node, and the one peer listener that serves
+//! them all.
+//!
+//! At start the node opens its metadata store in `DATA/cluster/meta`, starts the
+//! metadata group with the voters of `--peers`, initializes it if it is pristine
+//! (`NotAllowed` — another node's initialize reached it first — counts as done), serves
+//! its peers, and registers its addresses through the group. A task follows the
+//! applied metadata: for each partition whose replicas include this node it opens the
+//! partition (`DATA/streams/S/T/P`, the single-node layout, plus its `raft/`), starts
+//! its group on the same transport and initializes it when pristine with the replica
+//! set, identical on every replica because it comes from the replicated catalog. A
+//! partition whose topic is deleted stops being served (its files stay; deleting them
+//! is still to come).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use openraft::async_runtime::watch::WatchReceiver;
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::{Config, EmptyNode, Raft, ServerState, SnapshotPolicy};
+use parking_lot::RwLock;
+use rill_storage::{LogConfig, LogEnv, LogRead, PartitionLog, StorageError};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::meta::{MetaCommand, MetaResponse, MetaState, NodeInfo};
+use crate::partition::{
+    PartitionCommand, PartitionLogStore, PartitionResponse, PartitionStateMachine,
+};
+use crate::peer::{
+    Groups, MetaNetwork, MetaRaft, PartitionGroup, PartitionId, PartitionNetwork, PartitionRaft,
+    Peers, Proposed,
+};
+use crate::store::{MetaLogStore, MetaStateMachine};
+
+/// How long a forwarded or retried metadata command may take in all.
+const PROPOSE_DEADLINE: Duration = Duration::from_secs(10);
+/// The first pause before a metadata command is tried again; it doubles up to 1 s.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// A partition's log options from its topic's options, as the catalog stores them.
+pub type LogConfigFn = Arc<dyn Fn(&[u8]) -> LogConfig + Send + Sync>;
+
+/// How a node is started.
+#[derive(Clone)]
+pub struct NodeConfig {
+    /// This node's id (`--node-id`).
+    pub id: u64,
+    /// Every node's node-to-node address, this node's included (`--peers`).
+    pub peers: BTreeMap<u64, String>,
+    /// The client address this node serves (`--listen`), registered for clients.
+    pub client_addr: String,
+    /// The data directory.
+    pub data_dir: PathBuf,
+    /// Raft timing of every group.
+    pub timing: Arc<Config>,
+    /// Disk and clock.
+    pub env: LogEnv,
+    /// A partition's log options from its topic's options (as the catalog stores them).
+    pub log_config: LogConfigFn,
+}
+
+impl std::fmt::Debug for NodeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeConfig")
+            .field("id", &self.id)
+            .field("peers", &self.peers)
+            .field("client_addr", &self.client_addr)
+            .field("data_dir", &self.data_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The Raft timing of docs/REPLICATION.md §7.2: heartbeats every 100 ms, elections after
+/// 300–600 ms of silence.
+pub fn default_timing() -> Arc<Config> {
+    Arc::new(
+        Config {
+            heartbeat_interval: 100,
+            election_timeout_min: 300,
+            election_timeout_max: 600,
+            ..Config::default()
+        }
+        .validate()
+        .expect("a valid Raft config"),
+    )
+}
+
+/// A partition group's timing: the node's, with snapshots and purges left to the
+/// partition's retention (a snapshot is the log itself, §7.5).
+fn partition_timing(base: &Config) -> Arc<Config> {
+    Arc::new(
+        Config {
+            snapshot_policy: SnapshotPolicy::Never,
+            max_in_snapshot_log_to_keep: 0,
+            ..base.clone()
+        }
+        .validate()
+        .expect("a valid Raft config"),
+    )
+}
+
+/// Why a node cannot do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The configuration does not describe a cluster this node belongs to.
+    #[error("invalid cluster configuration: {0}")]
+    Config(String),
+    /// A file could not be read or written.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The node does not lead this group; the leader it knows, if any.
+    #[error("not the leader{}", .leader.map(|l| format!("; node {l} leads")).unwrap_or_default())]
+    NotLeader {
+        /// The leader, if known.
+        leader: Option<u64>,
+    },
+    /// The group did not commit in time (no majority, or an election under way).
+    #[error("no answer from the group within {0:?}")]
+    Timeout(Duration),
+    /// The partition has no replica on this node.
+    #[error("no replica of {0} on this node")]
+    NoReplica(PartitionId),
+    /// The Raft group stopped, or another failure.
+    #[error("{0}")]
+    Failed(String),
+    /// Reading the partition's log failed.
+    #[error("{0}")]
+    Storage(#[from] StorageError),
+}
+
+/// A partition replica on this node.
+#[derive(Clone)]
+pub struct Replica {
+    id: PartitionId,
+    raft: PartitionRaft,
+    sm: PartitionStateMachine,
+    store: PartitionLogStore,
+    replicas: Vec<u64>,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("id", &self.id)
+            .field("replicas", &self.replicas)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Replica {
+    /// The partition.
+    pub fn id(&self) -> &PartitionId {
+        &self.id
+    }
+
+    /// Its replica set.
+    pub fn replicas(&self) -> &[u64] {
+        &self.replicas
+    }
+
+    /// Appends a batch through the group: it returns once a majority holds it under
+    /// the topic's durability policy and it is applied here, with its offsets. Only the
+    /// leader takes batches (`NotLeader` names who leads, when known).
+    pub async fn produce(&self, batch: Bytes) -> Result<(u64, u64, i64), NodeError> {
+        match self
+            .raft
+            .client_write(PartitionCommand::Propose(batch))
+            .await
+        {
+            Ok(done) => match done.data {
+                PartitionResponse::Appended {
+                    base_offset,
+                    last_offset,
+                    timestamp_us,
+                } => Ok((base_offset, last_offset, timestamp_us)),
+                PartitionResponse::Done => Err(NodeError::Failed(
+                    "a batch was applied without offsets".into(),
+                )),
+            },
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(NodeError::NotLeader {
+                    leader: f.leader_id,
+                })
+            }
+            Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(f))) => {
+                // Its entry was cut by a new leader: it may still commit there, so the
+                // producer retries (an idempotent one is deduplicated).
+                Err(NodeError::NotLeader {
+                    leader: f.leader_id,
+                })
+            }
+            Err(e) => Err(NodeError::Failed(e.to_string())),
+        }
+    }
+
+    /// The high watermark: every offset below it is committed.
+    pub fn high_watermark(&self) -> u64 {
+        self.sm.high_watermark()
+    }
+
+    /// Watches the high watermark.
+    pub fn watch_high_watermark(&self) -> watch::Receiver<u64> {
+        self.sm.watch_high_watermark()
+    }
+
+    /// Reads committed batches from `from` (never at or above the high watermark).
+    pub fn read(&self, from: u64, max_bytes: usize) -> Result<LogRead, NodeError> {
+        let hwm = self.high_watermark();
+        let log = self.store.log();
+        if from >= hwm {
+            if from > hwm {
+                return Err(StorageError::OffsetBeyondEnd {
+                    requested: from,
+                    next_offset: hwm,
+                }
+                .into());
+            }
+            return Ok(LogRead {
+                bytes: Vec::new(),
+                next_offset: from,
+                log_start: log.log_start(),
+                log_end: hwm,
+            });
+        }
+        let mut read = log.read(from, max_bytes)?;
+        // Drop whole batches at or above the watermark.
+        let mut keep = 0;
+        let mut next = from;
+        for batch in read.batches() {
+            let batch = batch.map_err(|e| NodeError::Failed(e.to_string()))?;
+            if batch.next_offset() > hwm {
+                break;
+            }
+            keep += batch.as_bytes().len();
+            next = batch.next_offset();
+        }
+        read.bytes.truncate(keep);
+        read.next_offset = next.max(from);
+        read.log_end = hwm;
+        Ok(read)
+    }
+
+    /// The partition's local log (for status; reads go through [`Replica::read`]).
+    pub fn log(&self) -> Arc<PartitionLog> {
+        self.store.log()
+    }
+
+    /// Whether this replica leads its group now.
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow_watched().state == ServerState::Leader
+    }
+
+    /// The leader this replica knows of.
+    pub fn leader(&self) -> Option<u64> {
+        self.raft.metrics().borrow_watched().current_leader
+    }
+
+    /// The Raft replica (tests and operations trigger snapshots through it).
+    pub fn raft(&self) -> &PartitionRaft {
+        &self.raft
+    }
+
+    async fn stop(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(partition = %self.id, error = %e, "stopping a replica");
+        }
+        self.store.close();
+    }
+}
+
+struct Inner {
+    config: NodeConfig,
+    peers: Peers,
+    groups: Groups,
+    meta: MetaRaft,
+    meta_sm: MetaStateMachine,
+    replicas: RwLock<HashMap<PartitionId, Replica>>,
+    /// Replicas being started or stopped: one reconciliation at a time.
+    reconciling: tokio::sync::Mutex<()>,
+}
+
+/// A running node. Cheap to clone; [`ClusterNode::shutdown`] stops it.
+#[derive(Clone)]
+pub struct ClusterNode {
+    inner: Arc<Inner>,
+    tasks: Arc<parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl std::fmt::Debug for ClusterNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterNode")
+            .field("id", &self.inner.config.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterNode {
+    /// Starts the node, serving its peers on `listener` (bound to its `--peers`
+    /// address). Returns once the metadata group runs; the group elects a leader when
+    /// a majority of the nodes is up.
+    pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<Self, NodeError> {
+        validate(&config)?;
+        let io = Arc::clone(&config.env.io);
+        let meta_dir = config.data_dir.join("cluster").join("meta");
+        let log = MetaLogStore::open_with(Arc::clone(&io), &meta_dir)?;
+        let meta_sm = MetaStateMachine::open_with(Arc::clone(&io), &meta_dir)?;
+        let peers = Peers::new(config.peers.iter().map(|(&id, a)| (id, a.clone())));
+        let meta = Raft::new(
+            config.id,
+            Arc::clone(&config.timing),
+            MetaNetwork::new(peers.clone()),
+            log,
+            meta_sm.clone(),
+        )
+        .await
+        .map_err(|e| NodeError::Failed(format!("starting the metadata group: {e}")))?;
+        // A call the group's core answers: its state (and metrics) are loaded after it.
+        let initialized = meta
+            .is_initialized()
+            .await
+            .map_err(|e| NodeError::Failed(e.to_string()))?;
+        if initialized && let Err(e) = check_voters(&meta, &config) {
+            let _ = meta.shutdown().await;
+            return Err(e);
+        }
+        let groups = Groups::new();
+        groups.set_meta(meta.clone());
+        let node = Self {
+            inner: Arc::new(Inner {
+                config,
+                peers,
+                groups: groups.clone(),
+                meta: meta.clone(),
+                meta_sm,
+                replicas: RwLock::new(HashMap::new()),
+                reconciling: tokio::sync::Mutex::new(()),
+            }),
+            tasks: Arc::default(),
+        };
+        let serving = tokio::spawn(async move {
+            if let Err(e) = crate::peer::serve(listener, groups).await {
+                tracing::error!(error = %e, "the peer listener failed");
+            }
+        });
+        node.tasks.lock().push(serving);
+        let members: BTreeMap<u64, EmptyNode> = node
+            .inner
+            .config
+            .peers
+            .keys()
+            .map(|&id| (id, EmptyNode {}))
+            .collect();
+        initialize(&meta, members, "the metadata group").await?;
+        let follower = node.clone();
+        node.tasks.lock().push(tokio::spawn(async move {
+            follower.follow_metadata().await;
+        }));
+        let registering = node.clone();
+        node.tasks.lock().push(tokio::spawn(async move {
+            registering.register().await;
+        }));
+        Ok(node)
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> u64 {
+        self.inner.config.id
+    }
+
+    /// The metadata state as applied on this node (a follower's may be a little behind).
+    pub async fn metadata(&self) -> MetaState {
+        self.inner.meta_sm.state().await
+    }
+
+    /// The metadata group's leader (the controller), as this node knows it.
+    pub fn controller(&self) -> Option<u64> {
+        self.inner.meta.metrics().borrow_watched().current_leader
+    }
+
+    /// The replica of `id` on this node.
+    pub fn replica(&self, id: &PartitionId) -> Result<Replica, NodeError> {
+        self.inner
+            .replicas
+            .read()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| NodeError::NoReplica(id.clone()))
+    }
+
+    /// Every replica on this node.
+    pub fn replicas(&self) -> Vec<Replica> {
+        let mut all: Vec<Replica> = self.inner.replicas.read().values().cloned().collect();
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        all
+    }
+
+    /// Commits a metadata command through the leader (this node, or the leader it is
+    /// forwarded to), retrying through elections until [`PROPOSE_DEADLINE`].
+    pub async fn propose(&self, command: MetaCommand) -> Result<MetaResponse, NodeError> {
+        let started = Instant::now();
+        let mut pause = RETRY_FIRST;
+        loop {
+            let target = match self.inner.meta.client_write(command.clone()).await {
+                Ok(done) => return Ok(done.data),
+                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => f.leader_id,
+                Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(f))) => f.leader_id,
+                Err(e) => return Err(NodeError::Failed(e.to_string())),
+            };
+            if let Some(leader) = target.filter(|&l| l != self.id()) {
+                let left = PROPOSE_DEADLINE.saturating_sub(started.elapsed());
+                match self.inner.peers.propose(leader, &command, left).await {
+                    Ok(Proposed::Done(response)) => return Ok(response),
+                    Ok(Proposed::NotLeader(_)) => {}
+                    Err(e) => {
+                        tracing::debug!(leader, error = %e, "forwarding a metadata command failed");
+                    }
+                }
+            }
+            if started.elapsed() + pause > PROPOSE_DEADLINE {
+                return Err(NodeError::Timeout(PROPOSE_DEADLINE));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(RETRY_MAX);
+        }
+    }
+
+    /// Stops every group and the peer listener.
+    pub async fn shutdown(&self) {
+        for task in std::mem::take(&mut *self.tasks.lock()) {
+            task.abort();
+        }
+        let _guard = self.inner.reconciling.lock().await;
+        let replicas: Vec<Replica> = self
+            .inner
+            .replicas
+            .write()
+            .drain()
+            .map(|(_, r)| r)
+            .collect();
+        for r in replicas {
+            self.inner.groups.remove_partition(&r.id);
+            r.stop().await;
+        }
+        if let Err(e) = self.inner.meta.shutdown().await {
+            tracing::warn!(error = %e, "stopping the metadata group");
+        }
+    }
+
+    /// Registers this node's addresses, retrying until a leader commits it.
+    async fn register(&self) {
+        let config = &self.inner.config;
+        let command = MetaCommand::RegisterNode {
+            id: config.id,
+            info: NodeInfo {
+                peer: config.peers[&config.id].clone(),
+                client: config.client_addr.clone(),
+            },
+        };
+        loop {
+            match self.propose(command.clone()).await {
+                Ok(_) => return,
+                Err(e) => tracing::debug!(error = %e, "registering this node: retrying"),
+            }
+        }
+    }
+
+    /// Starts and stops replicas as the applied metadata changes.
+    async fn follow_metadata(&self) {
+        let mut metrics = self.inner.meta.metrics();
+        let mut applied = None;
+        loop {
+            let now = metrics.borrow_watched().last_applied;
+            if now != applied {
+                applied = now;
+                let state = self.inner.meta_sm.state().await;
+                self.reconcile(&state).await;
+            }
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn reconcile(&self, state: &MetaState) {
+        let _guard = self.inner.reconciling.lock().await;
+        let me = self.id();
+        let mut wanted: BTreeMap<PartitionId, (Vec<u64>, Vec<u8>)> = BTreeMap::new();
+        for (stream, topics) in &state.streams {
+            for (topic, spec) in topics {
+                for (p, replicas) in spec.replicas.iter().enumerate() {
+                    if replicas.contains(&me) {
+                        let id = PartitionId {
+                            stream: stream.clone(),
+                            topic: topic.clone(),
+                            partition: u32::try_from(p).unwrap_or(u32::MAX),
+                        };
+                        wanted.insert(id, (replicas.clone(), spec.options.clone()));
+                    }
+                }
+            }
+        }
+        let gone: Vec<Replica> = {
+            let mut replicas = self.inner.replicas.write();
+            let ids: Vec<PartitionId> = replicas
+                .keys()
+                .filter(|id| !wanted.contains_key(*id))
+                .cloned()
+                .collect();
+            ids.iter().filter_map(|id| replicas.remove(id)).collect()
+        };
+        for r in gone {
+            self.inner.groups.remove_partition(&r.id);
+            r.stop().await;
+            tracing::info!(partition = %r.id, "stopped the replica of a deleted partition");
+        }
+        for (id, (replicas, options)) in wanted {
+            if self.inner.replicas.read().contains_key(&id) {
+                continue;
+            }
+            match self.start_replica(&id, replicas, &options).await {
+                Ok(replica) => {
+                    self.inner.replicas.write().insert(id, replica);
+                }
+                Err(e) => {
+                    tracing::error!(partition = %id, error = %e, "cannot start a replica; retried at the next metadata change");
+                }
+            }
+        }
+    }
+
+    async fn start_replica(
+        &self,
+        id: &PartitionId,
+        replicas: Vec<u64>,
+        options: &[u8],
+    ) -> Result<Replica, NodeError> {
+        let config = &self.inner.config;
+        let dir = config
+            .data_dir
+            .join("streams")
+            .join(&id.stream)
+            .join(&id.topic)
+            .join(id.partition.to_string());
+        let log_config = (config.log_config)(options);
+        let store = PartitionLogStore::open(&dir, log_config, &config.env)?;
+        let sm = PartitionStateMachine::open(&store)?;
+        let raft = Raft::new(
+            config.id,
+            partition_timing(&config.timing),
+            PartitionNetwork::new(self.inner.peers.clone(), id.clone()),
+            store.clone(),
+            sm.clone(),
+        )
+        .await
+        .map_err(|e| NodeError::Failed(format!("starting the group of {id}: {e}")))?;
+        self.inner.groups.add_partition(PartitionGroup::new(
+            id.clone(),
+            raft.clone(),
+            store.clone(),
+        ));
+        let members: BTreeMap<u64, EmptyNode> =
+            replicas.iter().map(|&r| (r, EmptyNode {})).collect();
+        initialize(&raft, members, &format!("the group of {id}")).await?;
+        tracing::info!(partition = %id, ?replicas, "started a replica");
+        Ok(Replica {
+            id: id.clone(),
+            raft,
+            sm,
+            store,
+            replicas,
+        })
+    }
+}
+
+fn validate(config: &NodeConfig) -> Result<(), NodeError> {
+    if config.peers.is_empty() {
+        return Err(NodeError::Config("--peers names no node".into()));
+    }
+    if !config.peers.contains_key(&config.id) {
+        return Err(NodeError::Config(format!(
+            "--node-id {} is not one of the nodes of --peers ({})",
+            config.id,
+            config
+                .peers
+                .keys()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let mut seen = BTreeSet::new();
+    for (id, addr) in &config.peers {
+        if !seen.insert(addr) {
+            return Err(NodeError::Config(format!(
+                "node {id}'s address {addr} is given to another node too"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a node whose stored voters are not those of `--peers` (a membership change
+/// is an explicit command, still to come).
+fn check_voters(meta: &MetaRaft, config: &NodeConfig) -> Result<(), NodeError> {
+    let metrics = meta.metrics().borrow_watched().clone();
+    let stored: BTreeSet<u64> = metrics.membership_config.membership().voter_ids().collect();
+    let given: BTreeSet<u64> = config.peers.keys().copied().collect();
+    if !stored.is_empty() && stored != given {
+        return Err(NodeError::Config(format!(
+            "this data directory belongs to a cluster of nodes {stored:?}, but --peers names {given:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Initializes a pristine group; a group that is not pristine (it was initialized, or
+/// voted in an election another member's initialize started) is left as it is.
+async fn initialize<C, SM>(
+    raft: &Raft<C, SM>,
+    members: BTreeMap<u64, EmptyNode>,
+    what: &str,
+) -> Result<(), NodeError>
+where
+    C: openraft::RaftTypeConfig<NodeId = u64, Node = EmptyNode>,
+    SM: openraft::storage::RaftStateMachine<C>,
+{
+    match raft.initialize(members).await {
+        Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+        Err(e) => Err(NodeError::Failed(format!("initializing {what}: {e}"))),
+    }
+}

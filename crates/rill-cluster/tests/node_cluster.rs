@@ -1,0 +1,253 @@
+//! Three cluster nodes on loopback (docs/REPLICATION.md §3): started in any order they
+//! form the metadata group and register their addresses; a topic created through any
+//! node (forwarded to the controller) gets a replica on each node its replica sets
+//! name, each group elects a leader, and a produce through the leader is committed
+//! on every replica with the same bytes; readers never see past the high watermark; a
+//! node stopped and started again from its directory takes its replicas back and
+//! catches up; a node whose `--peers` differs from its stored voters refuses to start.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::until;
+use rill_cluster::meta::{MetaCommand, TopicSpec};
+use rill_cluster::node::{ClusterNode, NodeConfig, NodeError};
+use rill_cluster::peer::PartitionId;
+use rill_format::{BatchBuilder, BatchView, NewRecord};
+use rill_storage::{Durability, LogConfig, LogEnv};
+use tokio::net::TcpListener;
+
+fn node_config(id: u64, dir: &Path, peers: &BTreeMap<u64, SocketAddr>) -> NodeConfig {
+    NodeConfig {
+        id,
+        peers: peers.iter().map(|(&i, a)| (i, a.to_string())).collect(),
+        client_addr: format!("127.0.0.1:{}", 7000 + id),
+        data_dir: dir.to_path_buf(),
+        timing: common::config(),
+        env: LogEnv::default(),
+        log_config: Arc::new(|_options: &[u8]| LogConfig {
+            durability: Durability::Always,
+            segment_bytes_max: 1 << 16,
+            ..LogConfig::default()
+        }),
+    }
+}
+
+async fn bind_three() -> (BTreeMap<u64, TcpListener>, BTreeMap<u64, SocketAddr>) {
+    let mut listeners = BTreeMap::new();
+    for id in 1..=3u64 {
+        listeners.insert(id, TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let addrs = listeners
+        .iter()
+        .map(|(&id, l)| (id, l.local_addr().unwrap()))
+        .collect();
+    (listeners, addrs)
+}
+
+fn batch(tag: &str) -> Bytes {
+    let mut b = BatchBuilder::new();
+    for i in 0..2 {
+        b.push(NewRecord::value(format!("{tag}/{i}").as_bytes()))
+            .unwrap();
+    }
+    Bytes::from(b.finish().unwrap())
+}
+
+fn partition(p: u32) -> PartitionId {
+    PartitionId {
+        stream: "shop".into(),
+        topic: "orders".into(),
+        partition: p,
+    }
+}
+
+/// Produces through whichever node leads the partition, until one commits it.
+async fn produce(nodes: &BTreeMap<u64, ClusterNode>, id: &PartitionId, tag: &str) -> u64 {
+    let start = Instant::now();
+    loop {
+        for node in nodes.values() {
+            let Ok(replica) = node.replica(id) else {
+                continue;
+            };
+            if !replica.is_leader() {
+                continue;
+            }
+            match replica.produce(batch(tag)).await {
+                Ok((_, last, _)) => return last + 1,
+                Err(NodeError::NotLeader { .. }) => {}
+                Err(e) => panic!("produce failed: {e}"),
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no leader of {id} commits"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every committed batch of a replica, read as a reader would.
+fn committed(node: &ClusterNode, id: &PartitionId) -> Vec<(u64, Vec<u8>)> {
+    let Ok(replica) = node.replica(id) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut at = replica.log().log_start();
+    loop {
+        let read = replica.read(at, 1 << 20).unwrap();
+        assert!(read.next_offset <= replica.high_watermark());
+        if read.bytes.is_empty() {
+            return out;
+        }
+        for b in read.batches() {
+            let b: BatchView<'_> = b.unwrap();
+            assert!(
+                b.next_offset() <= replica.high_watermark(),
+                "a batch past the watermark was served"
+            );
+            out.push((b.base_offset(), b.as_bytes().to_vec()));
+        }
+        at = read.next_offset;
+    }
+}
+
+async fn converged(nodes: &BTreeMap<u64, ClusterNode>, id: &PartitionId, end: u64) {
+    until("every replica committed the same batches", || async {
+        let logs: Vec<_> = nodes.values().map(|n| committed(n, id)).collect();
+        logs.iter().all(|l| l == &logs[0])
+            && logs[0].last().is_some_and(|(b, bytes)| {
+                b + u64::from(BatchView::parse(bytes).unwrap().record_count()) >= end
+            })
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_form_a_cluster_replicate_a_topic_and_take_a_node_back() {
+    let dirs: BTreeMap<u64, tempfile::TempDir> = (1..=3)
+        .map(|id| (id, tempfile::tempdir().unwrap()))
+        .collect();
+    let (mut listeners, peers) = bind_three().await;
+    // Started in any order: 3, then 1, then 2.
+    let mut nodes = BTreeMap::new();
+    for id in [3u64, 1, 2] {
+        let listener = listeners.remove(&id).unwrap();
+        let node = ClusterNode::start(node_config(id, dirs[&id].path(), &peers), listener)
+            .await
+            .unwrap();
+        nodes.insert(id, node);
+    }
+    until("every node registered its addresses", || async {
+        nodes[&2].metadata().await.nodes.len() == 3
+    })
+    .await;
+    let state = nodes[&1].metadata().await;
+    assert_eq!(state.nodes[&3].client, "127.0.0.1:7003");
+    assert_eq!(state.nodes[&3].peer, peers[&3].to_string());
+
+    // A topic created through a node that may not lead: forwarded to the controller.
+    let follower = nodes
+        .values()
+        .find(|n| n.controller() != Some(n.id()))
+        .unwrap()
+        .clone();
+    follower
+        .propose(MetaCommand::CreateStream {
+            name: "shop".into(),
+        })
+        .await
+        .unwrap();
+    follower
+        .propose(MetaCommand::CreateTopic {
+            stream: "shop".into(),
+            topic: "orders".into(),
+            spec: TopicSpec {
+                replicas: vec![vec![1, 2, 3], vec![2, 3, 1]],
+                options: Vec::new(),
+            },
+        })
+        .await
+        .unwrap();
+    until("every node holds both replicas", || async {
+        nodes
+            .values()
+            .all(|n| n.replica(&partition(0)).is_ok() && n.replica(&partition(1)).is_ok())
+    })
+    .await;
+    let mut end = [0u64; 2];
+    for i in 0..20 {
+        for p in 0..2u32 {
+            end[p as usize] = produce(&nodes, &partition(p), &format!("p{p}-{i}")).await;
+        }
+    }
+    for p in 0..2u32 {
+        converged(&nodes, &partition(p), end[p as usize]).await;
+    }
+
+    // The leader of partition 0 stops: another takes over; the node comes back from
+    // its directory with its replicas and catches up.
+    let lead = loop {
+        if let Some(n) = nodes
+            .values()
+            .find(|n| n.replica(&partition(0)).is_ok_and(|r| r.is_leader()))
+        {
+            break n.id();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let stopped = nodes.remove(&lead).unwrap();
+    stopped.shutdown().await;
+    drop(stopped);
+    for i in 0..10 {
+        end[0] = produce(&nodes, &partition(0), &format!("after-{i}")).await;
+    }
+    let listener = TcpListener::bind(peers[&lead]).await.unwrap();
+    let node = ClusterNode::start(node_config(lead, dirs[&lead].path(), &peers), listener)
+        .await
+        .unwrap();
+    nodes.insert(lead, node);
+    converged(&nodes, &partition(0), end[0]).await;
+    converged(&nodes, &partition(1), end[1]).await;
+
+    // A node started with other peers than its directory's cluster refuses.
+    let stopped = nodes.remove(&lead).unwrap();
+    stopped.shutdown().await;
+    let mut other = peers.clone();
+    other.insert(4, "127.0.0.1:1".parse().unwrap());
+    let listener = TcpListener::bind(peers[&lead]).await.unwrap();
+    let refused = ClusterNode::start(node_config(lead, dirs[&lead].path(), &other), listener).await;
+    assert!(
+        matches!(&refused, Err(NodeError::Config(m)) if m.contains("belongs to a cluster")),
+        "{refused:?}"
+    );
+    for node in nodes.values() {
+        node.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_configuration_that_names_no_cluster_of_this_node_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let peers = BTreeMap::from([(1u64, addr), (2, "127.0.0.1:2".parse().unwrap())]);
+    let refused = ClusterNode::start(node_config(3, dir.path(), &peers), listener).await;
+    assert!(
+        matches!(&refused, Err(NodeError::Config(m)) if m.contains("--node-id 3")),
+        "{refused:?}"
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let same = BTreeMap::from([(1u64, addr), (2, addr)]);
+    let refused = ClusterNode::start(node_config(1, dir.path(), &same), listener).await;
+    assert!(
+        matches!(&refused, Err(NodeError::Config(m)) if m.contains("another node")),
+        "{refused:?}"
+    );
+}
