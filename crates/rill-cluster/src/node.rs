@@ -343,8 +343,11 @@ impl ClusterNode {
             }),
             tasks: Arc::default(),
         };
+        let hosts = crate::peer::peer_hosts(node.inner.config.peers.values().map(String::as_str))
+            .await
+            .map_err(|e| NodeError::Config(format!("resolving the hosts of --peers: {e}")))?;
         let serving = tokio::spawn(async move {
-            if let Err(e) = crate::peer::serve(listener, groups).await {
+            if let Err(e) = crate::peer::serve_from(listener, groups, Some(hosts)).await {
                 tracing::error!(error = %e, "the peer listener failed");
             }
         });

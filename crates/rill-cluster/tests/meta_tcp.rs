@@ -304,3 +304,37 @@ async fn a_partitioned_leader_is_replaced_and_healed_links_catch_up() {
     .await;
     stop_all(&nodes).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_from_hosts_that_peers_does_not_name_are_closed() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let allowed = rill_cluster::peer::peer_hosts([addr.to_string().as_str()])
+        .await
+        .unwrap();
+    let serving = tokio::spawn(rill_cluster::peer::serve_from(
+        listener,
+        rill_cluster::peer::Groups::new(),
+        Some(allowed),
+    ));
+    // From 127.0.0.2 (loopback too, but not a host of --peers): closed unanswered.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut stranger = socket.connect(addr).await.unwrap();
+    let _ = stranger.write_all(&request_frame(2, 1, b"{}")).await;
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(5), stranger.read(&mut buf))
+        .await
+        .expect("the connection is closed, not left open");
+    assert!(
+        matches!(read, Ok(0) | Err(_)),
+        "a stranger got an answer: {read:?}"
+    );
+    // From the peer's host: answered (an error frame: this node serves no group yet).
+    let mut peer = TcpStream::connect(addr).await.unwrap();
+    peer.write_all(&request_frame(2, 1, b"{}")).await.unwrap();
+    let mut head = [0u8; 13];
+    peer.read_exact(&mut head).await.unwrap();
+    assert_eq!(head[4], 0xff);
+    serving.abort();
+}

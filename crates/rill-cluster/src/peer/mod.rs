@@ -275,11 +275,42 @@ impl Groups {
 /// `groups`, until the listener fails. The connections belong to this future: dropping
 /// it (or aborting its task) closes every one of them, as a node that stops must.
 pub async fn serve(listener: TcpListener, groups: Groups) -> std::io::Result<()> {
+    serve_from(listener, groups, None).await
+}
+
+/// The addresses the hosts of `addresses` (`HOST:PORT`) resolve to: where peers
+/// connect from.
+pub async fn peer_hosts(
+    addresses: impl IntoIterator<Item = &str>,
+) -> std::io::Result<std::collections::BTreeSet<std::net::IpAddr>> {
+    let mut hosts = std::collections::BTreeSet::new();
+    for addr in addresses {
+        for resolved in tokio::net::lookup_host(addr).await? {
+            hosts.insert(resolved.ip());
+        }
+    }
+    Ok(hosts)
+}
+
+/// Like [`serve`], but closes at once every connection that does not come from one of
+/// `allowed` (the hosts of `--peers`, [`peer_hosts`]), when given.
+pub async fn serve_from(
+    listener: TcpListener,
+    groups: Groups,
+    allowed: Option<std::collections::BTreeSet<std::net::IpAddr>>,
+) -> std::io::Result<()> {
     let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let (stream, from) = accepted?;
+                if let Some(allowed) = &allowed
+                    && !allowed.contains(&from.ip())
+                {
+                    tracing::warn!(%from, "refused a peer connection from a host that --peers does not name");
+                    drop(stream);
+                    continue;
+                }
                 let groups = groups.clone();
                 connections.spawn(async move {
                     if let Err(e) = serve_connection(stream, groups).await {
