@@ -321,7 +321,7 @@ impl Broker {
                 Ok(log) => PartitionState {
                     partition: i as u32,
                     first_offset: log.log_start(),
-                    next_offset: log.next_offset(),
+                    next_offset: p.visible_end().unwrap_or_else(|_| log.next_offset()),
                     size_bytes: log.size_bytes(),
                     segments: log.segment_count() as u32,
                     failure: p.failure(),

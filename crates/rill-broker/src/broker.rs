@@ -186,6 +186,14 @@ pub struct Broker {
     /// shutdown takes it exclusively after setting `shutting_down`, so no upkeep runs on
     /// files after shutdown has closed them.
     pub(crate) upkeep_gate: RwLock<()>,
+    /// In a cluster: the cluster the catalog, offsets and partitions come from.
+    pub(crate) cluster: Option<Arc<dyn crate::cluster::Cluster>>,
+    /// In a cluster: the catalog version mirrored into `streams` so far.
+    pub(crate) mirrored: tokio::sync::watch::Sender<u64>,
+    /// In a cluster: the nodes' client addresses, by id.
+    pub(crate) cluster_members: RwLock<BTreeMap<u64, String>>,
+    /// In a cluster: the stored offsets as this node applied them.
+    pub(crate) cluster_offsets: RwLock<Arc<BTreeMap<crate::cluster::OffsetName, u64>>>,
 }
 
 impl Broker {
@@ -195,6 +203,25 @@ impl Broker {
     /// cannot be read. A partition whose files are damaged or unreadable does not fail
     /// the open: it is opened failed (see [`Broker::failed_partitions`]).
     pub fn open(config: BrokerConfig) -> Result<Self, BrokerError> {
+        Self::open_inner(config, None)
+    }
+
+    /// Opens the broker of a cluster node (docs/REPLICATION.md §11.1): its catalog,
+    /// stored offsets and partitions come from `cluster`, which a task mirrors into it
+    /// as they change. Must be called within a tokio runtime.
+    pub fn open_clustered(
+        config: BrokerConfig,
+        cluster: Arc<dyn crate::cluster::Cluster>,
+    ) -> Result<Arc<Self>, BrokerError> {
+        let broker = Arc::new(Self::open_inner(config, Some(Arc::clone(&cluster)))?);
+        crate::clustered::start_mirror(&broker, cluster);
+        Ok(broker)
+    }
+
+    fn open_inner(
+        config: BrokerConfig,
+        cluster: Option<Arc<dyn crate::cluster::Cluster>>,
+    ) -> Result<Self, BrokerError> {
         config.validate()?;
         let io = Arc::clone(&config.io);
         let dir = &config.data_dir;
@@ -211,7 +238,12 @@ impl Broker {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let env = LogEnv::new(Arc::clone(&io), clock)
             .with_files(Arc::new(FileCache::new(config.open_files_max)));
-        let file = catalog::load(io.as_ref(), dir)?;
+        // A cluster's catalog is the metadata group's, mirrored once the broker runs.
+        let file = if cluster.is_some() {
+            CatalogFile::default()
+        } else {
+            catalog::load(io.as_ref(), dir)?
+        };
         let flusher = Flusher::start(config.flush_tick);
         let mut streams = BTreeMap::new();
         for (name, stream) in &file.streams {
@@ -237,7 +269,9 @@ impl Broker {
                 },
             );
         }
-        remove_orphan_topic_dirs(io.as_ref(), dir, &file)?;
+        if cluster.is_none() {
+            remove_orphan_topic_dirs(io.as_ref(), dir, &file)?;
+        }
         let offsets = OffsetStore::open_in(dir, &env)?;
         let reserve = Reserve::new(Arc::clone(&io), dir, config.reserved_space_bytes);
         reserve.ensure();
@@ -255,6 +289,10 @@ impl Broker {
             reserve,
             lock: Mutex::new(Some(lock)),
             upkeep_gate: RwLock::new(()),
+            cluster,
+            mirrored: tokio::sync::watch::channel(0).0,
+            cluster_members: RwLock::new(BTreeMap::new()),
+            cluster_offsets: RwLock::new(Arc::new(BTreeMap::new())),
         })
     }
 

@@ -134,6 +134,7 @@ impl TopicConfig {
             durability: durability as i32,
             durability_interval_ms: interval,
             max_record_bytes: Some(self.max_record_bytes),
+            replicas: None,
         }
     }
 

@@ -44,6 +44,19 @@ impl Broker {
         if header.producer.is_some_and(|p| p.id == 0) {
             return Err(BrokerError::ProducerIdZero);
         }
+        if p.is_clustered() {
+            let Some(replica) = p.replica() else {
+                return Err(self.locate(p.log().err().unwrap_or(BrokerError::NotLeader {
+                    what: format!("partition {stream}/{topic}/{partition}"),
+                    leader: None,
+                    address: None,
+                })));
+            };
+            return p
+                .produce_replicated(&replica, batch, &header)
+                .await
+                .map_err(|e| self.locate(e));
+        }
         // A batch that waits for nothing is a write into the page cache: append it here
         // rather than paying a hop to the blocking pool and back, unless it needs a
         // segment roll (files and syncs), which goes to the pool like everything else.
@@ -78,6 +91,7 @@ impl Broker {
             fetch.min_bytes as usize,
         )
         .await
+        .map_err(|e| self.locate(e))
     }
 
     /// The first offset, the end, or the first offset at or after a timestamp (a scan:
@@ -90,13 +104,16 @@ impl Broker {
         spec: pb::OffsetSpec,
         timestamp_us: i64,
     ) -> Result<u64, BrokerError> {
-        let log = self.partition(stream, topic, partition)?.log()?;
+        let p = self.partition(stream, topic, partition)?;
+        let log = p.log().map_err(|e| self.locate(e))?;
+        // A replica answers within what is committed.
+        let end = p.visible_end()?;
         Ok(match spec {
             pb::OffsetSpec::First => log.log_start(),
-            pb::OffsetSpec::End => log.next_offset(),
+            pb::OffsetSpec::End => end,
             pb::OffsetSpec::Timestamp => log
                 .offset_for_timestamp(timestamp_us)?
-                .unwrap_or_else(|| log.next_offset()),
+                .map_or(end, |o| o.min(end)),
             pb::OffsetSpec::Unspecified => {
                 return Err(BrokerError::InvalidRequest("offset spec is missing".into()));
             }
@@ -138,8 +155,7 @@ impl Broker {
     pub(crate) fn check_storable(&self, key: &OffsetKey, offset: u64) -> Result<(), BrokerError> {
         let end = self
             .partition(&key.stream, &key.topic, key.partition)?
-            .log()?
-            .next_offset();
+            .visible_end()?;
         if offset > end {
             return Err(rill_storage::StorageError::OffsetBeyondEnd {
                 requested: offset,
@@ -156,6 +172,16 @@ impl Broker {
         key: OffsetKey,
         offset: u64,
     ) -> Result<(), BrokerError> {
+        if self.is_clustered() {
+            // The end a cluster node knows is a replica's watermark, if it holds one:
+            // a stored offset is checked against it where it can be.
+            if let Ok(p) = self.partition(&key.stream, &key.topic, key.partition)
+                && p.replica().is_some()
+            {
+                self.check_storable(&key, offset)?;
+            }
+            return self.cluster_store_offset(offset_name(key), offset).await;
+        }
         self.check_storable(&key, offset)?;
         let broker = Arc::clone(self);
         tokio::task::spawn_blocking(move || broker.offsets.store(key, offset))
@@ -172,6 +198,9 @@ impl Broker {
         consumer: &str,
     ) -> Result<Option<u64>, BrokerError> {
         let key = self.offset_key(stream, topic, partition, consumer)?;
+        if self.is_clustered() {
+            return Ok(self.cluster_offset(&offset_name(key)));
+        }
         Ok(self.offsets.get(&key))
     }
 
@@ -185,6 +214,9 @@ impl Broker {
     ) -> Result<bool, BrokerError> {
         self.check_running()?;
         let key = self.offset_key(stream, topic, partition, consumer)?;
+        if self.is_clustered() {
+            return self.cluster_delete_offset(offset_name(key)).await;
+        }
         let broker = Arc::clone(self);
         tokio::task::spawn_blocking(move || broker.offsets.delete(key))
             .await
@@ -193,10 +225,23 @@ impl Broker {
 
     /// Stored offsets of a topic: (partition, consumer, offset).
     pub fn stored_offsets(&self, stream: &str, topic: &str) -> Vec<(u32, String, u64)> {
+        if self.is_clustered() {
+            return self.cluster_topic_offsets(stream, topic);
+        }
         self.offsets
             .for_topic(stream, topic)
             .into_iter()
             .map(|(k, o)| (k.partition, k.consumer, o))
             .collect()
+    }
+}
+
+/// A stored offset's key as the cluster names it.
+fn offset_name(key: OffsetKey) -> crate::cluster::OffsetName {
+    crate::cluster::OffsetName {
+        stream: key.stream,
+        topic: key.topic,
+        partition: key.partition,
+        consumer: key.consumer,
     }
 }

@@ -151,6 +151,26 @@ pub enum BrokerError {
     /// A background task failed unexpectedly (a bug).
     #[error("internal error: {0}")]
     Internal(String),
+    /// In a cluster: this node does not lead what the request is for.
+    #[error("this node does not lead {what}{}", match (leader, address) {
+        (Some(l), Some(a)) => format!("; node {l} at {a} does"),
+        (Some(l), None) => format!("; node {l} does"),
+        _ => "; no leader is known yet".to_owned(),
+    })]
+    NotLeader {
+        /// What: a partition, or the metadata group.
+        what: String,
+        /// The leader's node id, if known.
+        leader: Option<u64>,
+        /// The leader's client address, if known.
+        address: Option<String>,
+    },
+    /// In a cluster: the group did not answer in time (no majority, or an election).
+    #[error("the cluster did not answer in time: {0}")]
+    ClusterTimeout(String),
+    /// In a cluster: a request this version serves on a single node only.
+    #[error("{0} is not supported in a cluster yet")]
+    NotInCluster(&'static str),
 }
 
 impl BrokerError {
@@ -180,6 +200,9 @@ impl BrokerError {
             },
             Self::ShuttingDown => ErrorCode::ShuttingDown,
             Self::Catalog { .. } | Self::Internal(_) => ErrorCode::Internal,
+            Self::NotLeader { .. } => ErrorCode::NotLeader,
+            Self::ClusterTimeout(_) => ErrorCode::Timeout,
+            Self::NotInCluster(_) => ErrorCode::InvalidRequest,
             Self::Storage(e) => match e {
                 StorageError::InvalidBatch(_) | StorageError::TrailingBytes { .. } => {
                     ErrorCode::InvalidBatch
@@ -205,6 +228,16 @@ impl BrokerError {
             Self::Storage(StorageError::OffsetBeyondEnd { next_offset, .. }) => Some(*next_offset),
             Self::Storage(StorageError::DataLoss { to, .. }) => *to,
             _ => None,
+        }
+    }
+
+    /// The leader and its client address (`NOT_LEADER`).
+    pub fn leader(&self) -> (Option<u64>, Option<String>) {
+        match self {
+            Self::NotLeader {
+                leader, address, ..
+            } => (*leader, address.clone()),
+            _ => (None, None),
         }
     }
 

@@ -29,6 +29,11 @@ impl Broker {
         request: Request,
     ) -> Result<(ResponseBody, Bytes), BrokerError> {
         let none = Bytes::new();
+        if self.is_clustered()
+            && let Some(body) = self.dispatch_clustered(&request).await?
+        {
+            return Ok((body, none));
+        }
         let body = match request.body {
             RequestBody::Hello(r) => {
                 if r.protocol_version != u32::from(PROTOCOL_VERSION) {
@@ -228,6 +233,56 @@ impl Broker {
 }
 
 impl Broker {
+    /// The requests a cluster node answers otherwise than a single node: catalog
+    /// changes go through the metadata group, consumer groups are not coordinated in a
+    /// cluster yet. `None` for the rest, which take the common path.
+    async fn dispatch_clustered(
+        self: &Arc<Self>,
+        request: &Request,
+    ) -> Result<Option<ResponseBody>, BrokerError> {
+        Ok(Some(match &request.body {
+            RequestBody::CreateStream(r) => ResponseBody::CreateStream(CreateStreamResponse {
+                created: self.cluster_create_stream(&r.name, r.if_missing).await?,
+            }),
+            RequestBody::DeleteStream(r) => {
+                self.cluster_delete_stream(&r.name).await?;
+                ResponseBody::DeleteStream(DeleteStreamResponse {})
+            }
+            RequestBody::CreateTopic(r) => {
+                let options = r.options.unwrap_or_default();
+                let (created, config) = self
+                    .cluster_create_topic(
+                        &r.stream,
+                        &r.topic,
+                        &options,
+                        r.if_missing,
+                        r.create_stream,
+                    )
+                    .await?;
+                ResponseBody::CreateTopic(CreateTopicResponse {
+                    created,
+                    options: Some(config.to_proto()),
+                })
+            }
+            RequestBody::DeleteTopic(r) => {
+                self.cluster_delete_topic(&r.stream, &r.topic).await?;
+                ResponseBody::DeleteTopic(DeleteTopicResponse {})
+            }
+            RequestBody::JoinGroup(_)
+            | RequestBody::GroupHeartbeat(_)
+            | RequestBody::LeaveGroup(_)
+            | RequestBody::CommitGroupOffset(_)
+            | RequestBody::DeleteGroupOffset(_)
+            | RequestBody::DescribeGroup(_) => {
+                return Err(BrokerError::NotInCluster("consumer-group coordination"));
+            }
+            RequestBody::RepairPartition(_) => {
+                return Err(BrokerError::NotInCluster("repairing a partition"));
+            }
+            _ => return Ok(None),
+        }))
+    }
+
     /// Runs a request's blocking work (file I/O, fsyncs) on the blocking pool, never on
     /// a runtime worker, where a slow disk would stall unrelated connections.
     async fn blocking<T: Send + 'static>(
@@ -271,10 +326,13 @@ fn partition_info(p: crate::PartitionState) -> PartitionInfo {
 
 /// The wire form of a broker error.
 pub(crate) fn error_response(e: &BrokerError) -> ErrorResponse {
+    let (leader, leader_address) = e.leader();
     ErrorResponse {
         code: e.code() as i32,
         message: e.to_string(),
         offset: e.offset(),
         range_start: e.range_start(),
+        leader,
+        leader_address,
     }
 }

@@ -11,6 +11,8 @@
 mod admin;
 mod broker;
 mod catalog;
+pub mod cluster;
+mod clustered;
 mod data;
 mod error;
 mod group;

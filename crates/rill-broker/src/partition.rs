@@ -1,5 +1,7 @@
 //! One partition in the broker: its log (which can be reopened after a failure), its
-//! idempotent-producer table and the signal that wakes long polls.
+//! idempotent-producer table and the signal that wakes long polls. In a cluster, a
+//! partition is a replica served through the cluster's seam ([`ReplicaLog`]), or held
+//! on other nodes (docs/REPLICATION.md §11.1).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -11,6 +13,7 @@ use rill_storage::{LogConfig, LogEnv, LogRead, PartitionLog, StorageError};
 use tokio::sync::watch;
 
 use crate::BrokerError;
+use crate::cluster::{Placement, ReplicaLog};
 use crate::producer::{Check, ProducerTable, RecentBatch};
 
 /// Segments scanned at open to rebuild producer state: a retry that crosses a restart
@@ -40,6 +43,29 @@ enum State {
     /// The log could not be opened at all (its files are unreadable): nothing is
     /// served until a reopen succeeds.
     Unavailable(String),
+    /// A cluster's partition with a replica on this node.
+    Replicated(Arc<dyn ReplicaLog>),
+    /// A cluster's partition whose replicas are other nodes.
+    Elsewhere(Vec<u64>),
+}
+
+/// A batch recorded in a replicated partition's producer table before its offsets
+/// are known (they are stamped as the leader's log appends it).
+const PENDING: u64 = u64::MAX;
+/// How long a produce waits for its batch (or the original of a retry) to commit.
+const COMMIT_WAIT: Duration = Duration::from_secs(30);
+
+/// The outcome of a proposal, for the retries that wait on it.
+type Outcome = Option<Result<(u64, u64, i64), Arc<BrokerError>>>;
+
+/// A replicated partition's idempotent-producer state: valid for one leadership term.
+#[derive(Debug)]
+struct Replicated {
+    /// The term the table was built for; `None` until the first produce of a term.
+    term: Option<u64>,
+    table: ProducerTable,
+    /// Proposals not yet committed, by (producer id, base sequence).
+    pending: std::collections::HashMap<(u64, u32), watch::Receiver<Outcome>>,
 }
 
 /// Options a partition's producer table and log are opened with.
@@ -68,6 +94,10 @@ pub(crate) struct Partition {
     appended: watch::Sender<u64>,
     /// When the next automatic reopen may be tried, and the back-off after it.
     heal: parking_lot::Mutex<(Instant, Duration)>,
+    /// A replica's producer table (for this leadership term) and the signal that a
+    /// batch was proposed.
+    replicated: tokio::sync::Mutex<Replicated>,
+    proposed: tokio::sync::Notify,
 }
 
 impl Partition {
@@ -91,7 +121,7 @@ impl Partition {
         };
         let next = match &state {
             State::Open(log) => log.next_offset(),
-            State::Unavailable(_) => 0,
+            _ => 0,
         };
         if let State::Open(log) = &state
             && let Some(reason) = log.failure()
@@ -99,6 +129,23 @@ impl Partition {
             tracing::error!(partition = %format_name(&name), reason, "partition opened failed: it serves what is intact and refuses appends");
         }
         let (appended, _) = watch::channel(next);
+        Self::with_state(name, dir, options, env, state, producers, appended)
+    }
+
+    fn with_state(
+        name: (String, String, u32),
+        dir: &Path,
+        options: PartitionOptions,
+        env: &LogEnv,
+        state: State,
+        producers: ProducerTable,
+        appended: watch::Sender<u64>,
+    ) -> Self {
+        let replicated = Replicated {
+            term: None,
+            table: ProducerTable::with_recent(options.producers_max, options.recent_batches),
+            pending: std::collections::HashMap::new(),
+        };
         Self {
             name,
             dir: dir.to_path_buf(),
@@ -109,19 +156,91 @@ impl Partition {
             sequenced: Condvar::new(),
             appended,
             heal: parking_lot::Mutex::new((Instant::now() + HEAL_BACKOFF, HEAL_BACKOFF)),
+            replicated: tokio::sync::Mutex::new(replicated),
+            proposed: tokio::sync::Notify::new(),
         }
     }
 
-    /// The open log, or why there is none.
+    /// A cluster's partition: its replica on this node, or a note of where it is.
+    pub(crate) fn clustered(
+        name: (String, String, u32),
+        placement: &Placement,
+        options: PartitionOptions,
+        env: &LogEnv,
+    ) -> Self {
+        let (state, next) = match &placement.local {
+            Some(replica) => (
+                State::Replicated(Arc::clone(replica)),
+                replica.high_watermark(),
+            ),
+            None => (State::Elsewhere(placement.replicas.clone()), 0),
+        };
+        let producers = ProducerTable::with_recent(options.producers_max, options.recent_batches);
+        let (appended, _) = watch::channel(next);
+        Self::with_state(
+            name,
+            Path::new(""),
+            options,
+            env,
+            state,
+            producers,
+            appended,
+        )
+    }
+
+    /// The replica, for a cluster's partition with one here.
+    pub(crate) fn replica(&self) -> Option<Arc<dyn ReplicaLog>> {
+        match &*self.state.read() {
+            State::Replicated(r) => Some(Arc::clone(r)),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a cluster's partition (replicated here or held elsewhere).
+    pub(crate) fn is_clustered(&self) -> bool {
+        matches!(
+            &*self.state.read(),
+            State::Replicated(_) | State::Elsewhere(_)
+        )
+    }
+
+    fn not_leader(&self, leader: Option<u64>) -> BrokerError {
+        BrokerError::NotLeader {
+            what: format!("partition {}", format_name(&self.name)),
+            leader,
+            address: None,
+        }
+    }
+
+    /// The open log, or why there is none. For a replica, its local log: reads of it
+    /// must stay below the high watermark ([`Partition::fetch`] and the offset lookups
+    /// do).
     pub(crate) fn log(&self) -> Result<Arc<PartitionLog>, BrokerError> {
         match &*self.state.read() {
             State::Open(log) => Ok(Arc::clone(log)),
+            State::Replicated(r) => Ok(r.log()),
+            State::Elsewhere(replicas) => Err(BrokerError::NotLeader {
+                what: format!(
+                    "partition {} (no replica of it runs on this node now; its replicas are nodes {replicas:?})",
+                    format_name(&self.name)
+                ),
+                leader: None,
+                address: None,
+            }),
             State::Unavailable(reason) => Err(BrokerError::PartitionUnavailable {
                 stream: self.name.0.clone(),
                 topic: self.name.1.clone(),
                 partition: self.name.2,
                 reason: reason.clone(),
             }),
+        }
+    }
+
+    /// The end readers may see: the log's next offset, or a replica's high watermark.
+    pub(crate) fn visible_end(&self) -> Result<u64, BrokerError> {
+        match &*self.state.read() {
+            State::Replicated(r) => Ok(r.high_watermark()),
+            _ => Ok(self.log()?.next_offset()),
         }
     }
 
@@ -134,6 +253,8 @@ impl Partition {
                     .then(|| "producer table in doubt after a panic; reopen it".to_owned())
             }),
             State::Unavailable(reason) => Some(format!("cannot be opened: {reason}")),
+            State::Replicated(r) => r.log().failure(),
+            State::Elsewhere(_) => None,
         }
     }
 
@@ -277,6 +398,11 @@ impl Partition {
         max_wait: Duration,
         min_bytes: usize,
     ) -> Result<LogRead, BrokerError> {
+        if let Some(replica) = self.replica() {
+            return self
+                .fetch_replicated(&replica, offset, max_bytes, max_wait, min_bytes)
+                .await;
+        }
         let deadline = tokio::time::Instant::now() + max_wait;
         let mut waiter = self.appended.subscribe();
         let mut read = read_blocking(self.log()?, offset, max_bytes).await?;
@@ -310,6 +436,8 @@ impl Partition {
         match &*self.state.read() {
             State::Open(log) => log.poisoned().is_some() || self.producers.is_poisoned(),
             State::Unavailable(_) => true,
+            // The cluster heals its replicas.
+            State::Replicated(_) | State::Elsewhere(_) => false,
         }
     }
 
@@ -354,6 +482,7 @@ impl Partition {
     }
 
     pub(crate) fn close(&self) -> Result<(), BrokerError> {
+        // A cluster's replicas are closed by the cluster node.
         if let State::Open(log) = &*self.state.read() {
             log.close()?;
             // Wake long polls so they answer now.
@@ -361,6 +490,261 @@ impl Partition {
         }
         Ok(())
     }
+}
+
+impl Partition {
+    /// Reads committed batches from `offset` (served by the leader only), waiting up to
+    /// `max_wait` for `min_bytes` as the high watermark moves.
+    async fn fetch_replicated(
+        &self,
+        replica: &Arc<dyn ReplicaLog>,
+        offset: u64,
+        max_bytes: usize,
+        max_wait: Duration,
+        min_bytes: usize,
+    ) -> Result<LogRead, BrokerError> {
+        if replica.leading().is_none() {
+            return Err(self.not_leader(replica.leader()));
+        }
+        let deadline = tokio::time::Instant::now() + max_wait;
+        let mut waiter = replica.watch_high_watermark();
+        loop {
+            let hwm = *waiter.borrow_and_update();
+            let read = read_committed(replica.log(), offset, max_bytes, hwm).await?;
+            if read.bytes.len() >= min_bytes.max(1) || max_wait.is_zero() {
+                return Ok(read);
+            }
+            match tokio::time::timeout_at(deadline, waiter.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => {
+                    let hwm = replica.high_watermark();
+                    return read_committed(replica.log(), offset, max_bytes, hwm).await;
+                }
+            }
+        }
+    }
+
+    /// Appends a batch through the partition's group (the leader only): returns once a
+    /// majority holds it. An idempotent batch is checked against the table of this
+    /// leadership term, recorded as it is proposed (docs/REPLICATION.md §11.1).
+    pub(crate) async fn produce_replicated(
+        &self,
+        replica: &Arc<dyn ReplicaLog>,
+        batch: bytes::Bytes,
+        header: &BatchHeader,
+    ) -> Result<Produced, BrokerError> {
+        let log = replica.log();
+        log.check(&batch)?;
+        let Some(producer) = header.producer else {
+            if replica.leading().is_none() {
+                return Err(self.not_leader(replica.leader()));
+            }
+            let commit = replica.propose(batch).await?;
+            let (base_offset, last_offset, timestamp_us) = commit.await?;
+            return Ok(Produced {
+                base_offset,
+                last_offset,
+                timestamp_us,
+                duplicate: false,
+            });
+        };
+        let count = header.record_count;
+        let deadline = Instant::now() + self.options.sequence_wait;
+        loop {
+            let mut st = self.replicated.lock().await;
+            let Some(term) = replica.leading() else {
+                return Err(self.not_leader(replica.leader()));
+            };
+            if st.term != Some(term) {
+                // A new term: every batch in this leader's log will commit; the table
+                // starts from them (synced, so the headers are readable).
+                let scan = Arc::clone(&log);
+                let headers = tokio::task::spawn_blocking(move || {
+                    scan.sync()?;
+                    scan.recent_batch_headers(PRODUCER_SCAN_SEGMENTS)
+                })
+                .await
+                .map_err(|e| BrokerError::Internal(format!("producer scan failed: {e}")))??;
+                st.table = ProducerTable::with_recent(
+                    self.options.producers_max,
+                    self.options.recent_batches,
+                );
+                st.table.rebuild(&headers);
+                st.pending.clear();
+                st.term = Some(term);
+            }
+            match st.table.check(producer, count)? {
+                Check::Append => {
+                    let commit = replica.propose(batch).await?;
+                    st.table.record(
+                        producer,
+                        RecentBatch {
+                            base_sequence: producer.base_sequence,
+                            count,
+                            base_offset: PENDING,
+                            timestamp_us: 0,
+                            ticket: rill_storage::DurableTicket::DURABLE,
+                        },
+                    );
+                    let (tx, rx) = watch::channel::<Outcome>(None);
+                    st.pending
+                        .insert((producer.id, producer.base_sequence), rx.clone());
+                    drop(st);
+                    self.proposed.notify_waiters();
+                    let outcome = tokio::time::timeout(COMMIT_WAIT, commit)
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(BrokerError::ClusterTimeout(format!(
+                                "a batch of {} was not committed within {COMMIT_WAIT:?}",
+                                format_name(&self.name)
+                            )))
+                        });
+                    let mut st = self.replicated.lock().await;
+                    st.pending.remove(&(producer.id, producer.base_sequence));
+                    match &outcome {
+                        Ok((base, _, ts)) if st.term == Some(term) => {
+                            st.table
+                                .resolve(producer.id, producer.base_sequence, *base, *ts);
+                        }
+                        Ok(_) => {}
+                        // Whether it is in the log is not known here: the next produce
+                        // rebuilds the table from the log.
+                        Err(_) => st.term = None,
+                    }
+                    drop(st);
+                    let shared = outcome.map_err(Arc::new);
+                    let _ = tx.send(Some(shared.clone()));
+                    return produced(shared, false);
+                }
+                Check::Duplicate(recent) if recent.base_offset == PENDING => {
+                    let rx = st
+                        .pending
+                        .get(&(producer.id, producer.base_sequence))
+                        .cloned();
+                    drop(st);
+                    let Some(mut rx) = rx else {
+                        // Resolved meanwhile: decide again.
+                        continue;
+                    };
+                    let waited =
+                        tokio::time::timeout(COMMIT_WAIT, rx.wait_for(Option::is_some)).await;
+                    return match waited {
+                        Ok(Ok(outcome)) => produced(outcome.clone().expect("some"), true),
+                        _ => Err(BrokerError::ClusterTimeout(format!(
+                            "the first copy of a retried batch of {} was not committed in time",
+                            format_name(&self.name)
+                        ))),
+                    };
+                }
+                Check::Duplicate(recent) => {
+                    drop(st);
+                    let last = recent.base_offset + u64::from(recent.count) - 1;
+                    let mut hwm = replica.watch_high_watermark();
+                    let committed =
+                        tokio::time::timeout(COMMIT_WAIT, hwm.wait_for(|&w| w > last)).await;
+                    if !matches!(committed, Ok(Ok(_))) {
+                        return Err(BrokerError::ClusterTimeout(format!(
+                            "a retried batch of {} was not committed in time",
+                            format_name(&self.name)
+                        )));
+                    }
+                    return Ok(Produced {
+                        base_offset: recent.base_offset,
+                        last_offset: last,
+                        timestamp_us: recent.timestamp_us,
+                        duplicate: true,
+                    });
+                }
+                Check::Wait { known } => {
+                    let notified = self.proposed.notified();
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(if known {
+                            BrokerError::OutOfOrderSequence {
+                                producer_id: producer.id,
+                                expected: st.table.next_sequence(producer.id).unwrap_or(0),
+                                got: producer.base_sequence,
+                            }
+                        } else {
+                            BrokerError::UnknownProducerId {
+                                producer_id: producer.id,
+                                epoch: producer.epoch,
+                                sequence: producer.base_sequence,
+                            }
+                        });
+                    }
+                    drop(st);
+                    let _ = tokio::time::timeout(deadline - now, notified).await;
+                }
+            }
+        }
+    }
+}
+
+/// A produce's answer from a proposal's outcome.
+fn produced(
+    outcome: Result<(u64, u64, i64), Arc<BrokerError>>,
+    duplicate: bool,
+) -> Result<Produced, BrokerError> {
+    match outcome {
+        Ok((base_offset, last_offset, timestamp_us)) => Ok(Produced {
+            base_offset,
+            last_offset,
+            timestamp_us,
+            duplicate,
+        }),
+        Err(e) => Err(match &*e {
+            BrokerError::NotLeader {
+                what,
+                leader,
+                address,
+            } => BrokerError::NotLeader {
+                what: what.clone(),
+                leader: *leader,
+                address: address.clone(),
+            },
+            other => BrokerError::ClusterTimeout(other.to_string()),
+        }),
+    }
+}
+
+/// Reads from a replica's log below the high watermark `hwm` (whole batches only).
+async fn read_committed(
+    log: Arc<PartitionLog>,
+    offset: u64,
+    max_bytes: usize,
+    hwm: u64,
+) -> Result<LogRead, BrokerError> {
+    if offset >= hwm {
+        if offset > hwm {
+            return Err(StorageError::OffsetBeyondEnd {
+                requested: offset,
+                next_offset: hwm,
+            }
+            .into());
+        }
+        return Ok(LogRead {
+            bytes: Vec::new(),
+            next_offset: offset,
+            log_start: log.log_start(),
+            log_end: hwm,
+        });
+    }
+    let mut read = read_blocking(log, offset, max_bytes).await?;
+    let mut keep = 0;
+    let mut next = offset;
+    for batch in read.batches() {
+        let batch = batch.map_err(StorageError::from)?;
+        if batch.next_offset() > hwm {
+            break;
+        }
+        keep += batch.as_bytes().len();
+        next = batch.next_offset();
+    }
+    read.bytes.truncate(keep);
+    read.next_offset = next;
+    read.log_end = hwm;
+    Ok(read)
 }
 
 /// Opens a partition's log and rebuilds its producer table.

@@ -165,6 +165,26 @@ impl ProducerTable {
         state.recent.push_back(batch);
     }
 
+    /// Sets where a batch recorded before its offsets were known was appended (a
+    /// replicated partition records a batch as it proposes it).
+    pub(crate) fn resolve(
+        &mut self,
+        producer_id: u64,
+        base_sequence: u32,
+        base_offset: u64,
+        timestamp_us: i64,
+    ) {
+        if let Some(state) = self.producers.peek_mut(&producer_id)
+            && let Some(recent) = state
+                .recent
+                .iter_mut()
+                .find(|r| r.base_sequence == base_sequence)
+        {
+            recent.base_offset = base_offset;
+            recent.timestamp_us = timestamp_us;
+        }
+    }
+
     /// Rebuilds the table from stored batch headers, oldest first (after a restart).
     pub(crate) fn rebuild(&mut self, headers: &[BatchHeader]) {
         for header in headers {

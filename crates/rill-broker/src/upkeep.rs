@@ -18,6 +18,10 @@ impl Broker {
         self.check_running()?;
         let mut first_error = None;
         for (stream, topic, partition, p) in self.all_partitions() {
+            // A replica's retention goes through its group (docs/REPLICATION.md §7.5).
+            if p.is_clustered() {
+                continue;
+            }
             let Ok(log) = p.log() else { continue };
             if let Err(e) = log.apply_retention() {
                 tracing::error!(stream, topic, partition, error = %e, "retention failed");

@@ -48,6 +48,9 @@ pub(crate) enum TopicCommand {
         /// Largest record in bytes.
         #[arg(long)]
         max_record_bytes: Option<u32>,
+        /// In a cluster: replicas of each partition (default min(3, nodes)).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        replicas: Option<u32>,
     },
     /// List topics, of one stream or all.
     List {
@@ -169,6 +172,7 @@ pub(crate) async fn topic(command: TopicCommand, target: &Target) -> anyhow::Res
             durability,
             segment_bytes,
             max_record_bytes,
+            replicas,
         } => {
             let handle = target::topic(&client, &topic)?;
             let options = TopicOptions {
@@ -178,6 +182,7 @@ pub(crate) async fn topic(command: TopicCommand, target: &Target) -> anyhow::Res
                 segment_bytes,
                 durability,
                 max_record_bytes,
+                replicas,
             };
             let o = handle
                 .create_with(&options, true)

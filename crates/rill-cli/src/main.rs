@@ -119,12 +119,13 @@ fn one_line(e: &anyhow::Error) -> String {
     parts.join(": ").replace('\n', " ")
 }
 
-/// Logs go to stderr; `RILL_LOG` sets the filter (default `info` for the server,
+/// Logs go to stderr; `RILL_LOG` sets the filter (default `info` for the server, with
+/// the Raft library's own logs at `warn` — it narrates every vote at `info` —, and
 /// `warn` for other commands). Colored only on a terminal, so files and pipes get plain
 /// `key=value` text.
 fn init_logging(server: bool) {
     use std::io::IsTerminal as _;
-    let default = if server { "info" } else { "warn" };
+    let default = if server { "info,openraft=warn" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("RILL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()

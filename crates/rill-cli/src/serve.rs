@@ -23,6 +23,41 @@ pub(crate) struct ServeArgs {
     /// A TOML file with settings (flags and RILL_* variables override it) [env RILL_CONFIG]
     #[arg(long, env = "RILL_CONFIG")]
     config: Option<PathBuf>,
+    /// In a cluster: this node's id, one of --peers [env RILL_NODE_ID]
+    #[arg(long, env = "RILL_NODE_ID")]
+    node_id: Option<u64>,
+    /// In a cluster: every node's node-to-node address, this one's included, as
+    /// 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT [env RILL_PEERS]
+    #[arg(long, env = "RILL_PEERS")]
+    peers: Option<String>,
+}
+
+/// `--peers`: node ids and their node-to-node addresses.
+pub(crate) fn parse_peers(text: &str) -> anyhow::Result<std::collections::BTreeMap<u64, String>> {
+    let mut peers = std::collections::BTreeMap::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (id, addr) = item
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--peers: {item:?} is not ID=HOST:PORT"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| anyhow::anyhow!("--peers: the node id {id:?} is not a number"))?;
+        let addr = addr.trim();
+        let (host, port) = addr
+            .rsplit_once(':')
+            .ok_or_else(|| anyhow::anyhow!("--peers: {addr:?} has no :PORT"))?;
+        if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+            anyhow::bail!("--peers: {addr:?} is not HOST:PORT with a port 1-65535");
+        }
+        if peers.insert(id, addr.to_owned()).is_some() {
+            anyhow::bail!("--peers: node {id} is named twice");
+        }
+    }
+    if peers.is_empty() {
+        anyhow::bail!("--peers names no node");
+    }
+    Ok(peers)
 }
 
 /// Settings from the TOML file; every field is optional.
@@ -30,6 +65,9 @@ pub(crate) struct ServeArgs {
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     data: Option<PathBuf>,
+    node_id: Option<u64>,
+    /// As `--peers`: "1=HOST:PORT,2=HOST:PORT,…".
+    peers: Option<String>,
     listen: Option<SocketAddr>,
     http: Option<SocketAddr>,
     max_connections: Option<usize>,
@@ -287,15 +325,37 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
         // room for the files of topics created later.
         server_config.files_reserved = broker_config.open_files_max + FILES_FOR_NEW_TOPICS;
     }
-    let broker = Arc::new(
-        tokio::task::spawn_blocking(move || Broker::open(broker_config))
-            .await?
-            .with_context(|| format!("cannot open data directory {}", data.display()))?,
-    );
+    let node_id = args.node_id.or(file.node_id);
+    let peers = args.peers.clone().or_else(|| file.peers.clone());
+    let cluster = match (node_id, peers) {
+        (None, None) => None,
+        (Some(id), Some(peers)) => {
+            Some(start_node(id, &parse_peers(&peers)?, &data, &broker_config).await?)
+        }
+        (Some(_), None) => {
+            anyhow::bail!("--node-id needs --peers (every node's node-to-node address)")
+        }
+        (None, Some(_)) => anyhow::bail!("--peers needs --node-id (this node's id among them)"),
+    };
+    let broker = match &cluster {
+        None => Arc::new(
+            tokio::task::spawn_blocking(move || Broker::open(broker_config))
+                .await?
+                .with_context(|| format!("cannot open data directory {}", data.display()))?,
+        ),
+        Some(node) => Broker::open_clustered(
+            broker_config,
+            Arc::new(rill_cluster::serving::NodeCluster::new(node.clone())),
+        )
+        .with_context(|| format!("cannot open data directory {}", data.display()))?,
+    };
     let upkeep = tokio::spawn(Arc::clone(&broker).run_upkeep());
     let server = Server::bind(server_config, Arc::clone(&broker))
         .await
         .context("cannot start the server")?;
+    if let Some(node) = &cluster {
+        node.register_client(server.local_addr().to_string());
+    }
     tracing::info!(
         listen = %server.local_addr(),
         http = ?server.http_addr(),
@@ -310,11 +370,72 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
     );
     server.run(shutdown).await.context("server failed")?;
     upkeep.abort();
+    if let Some(node) = &cluster {
+        node.shutdown().await;
+    }
     tokio::task::spawn_blocking(move || broker.shutdown())
         .await?
         .context("flushing data at shutdown")?;
     tracing::info!("rill stopped");
     Ok(())
+}
+
+/// Starts this process's cluster node: binds its node-to-node listener on its
+/// `--peers` address and joins the metadata group.
+async fn start_node(
+    id: u64,
+    peers: &std::collections::BTreeMap<u64, String>,
+    data: &Path,
+    broker_config: &BrokerConfig,
+) -> anyhow::Result<rill_cluster::node::ClusterNode> {
+    let own = peers.get(&id).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--node-id {id} is not one of the nodes of --peers ({})",
+            peers
+                .keys()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })?;
+    let listener = tokio::net::TcpListener::bind(own)
+        .await
+        .with_context(|| format!("cannot listen for peers on {own}"))?;
+    let max_batch_bytes = broker_config.max_batch_bytes;
+    let ahead = broker_config.max_timestamp_ahead;
+    let log_config: rill_cluster::node::LogConfigFn = Arc::new(move |options: &[u8]| {
+        let topic: rill_broker::TopicConfig = serde_json::from_slice(options).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "a topic's options do not decode: using the defaults");
+            rill_broker::TopicConfig::with_partitions(1, rill_storage::Durability::Always)
+        });
+        let mut log = topic.log_config(max_batch_bytes);
+        log.timestamp_ahead_max = ahead;
+        log
+    });
+    let env = rill_storage::LogEnv::new(
+        Arc::clone(&broker_config.io),
+        Arc::new(rill_storage::SystemClock),
+    )
+    .with_files(Arc::new(rill_storage::FileCache::new(
+        broker_config.open_files_max,
+    )));
+    let config = rill_cluster::node::NodeConfig {
+        id,
+        peers: peers.clone(),
+        data_dir: data.to_path_buf(),
+        timing: rill_cluster::node::default_timing(),
+        env,
+        log_config,
+    };
+    let node = rill_cluster::node::ClusterNode::start(config, listener)
+        .await
+        .context("cannot start the cluster node")?;
+    tracing::info!(node = id, peers = ?peers, "cluster node started");
+    eprintln!(
+        "rill node {id} of a cluster of {} (peers on {own})",
+        peers.len()
+    );
+    Ok(node)
 }
 
 /// Resolves on SIGTERM or SIGINT. The handlers are installed now, not when it is first
@@ -372,6 +493,8 @@ mod tests {
             listen: None,
             http: None,
             config: None,
+            node_id: None,
+            peers: None,
         }
     }
 
@@ -398,6 +521,28 @@ mod tests {
         apply_env(&mut file, env).unwrap();
         let config = server_config(&args(), &file).unwrap();
         assert_eq!(config.idle_timeout, Some(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn peers_parse_and_bad_ones_are_refused_with_the_reason() {
+        let peers = parse_peers("1=127.0.0.1:7301, 2=host-b:7302,3=[::1]:7303").unwrap();
+        assert_eq!(peers.len(), 3);
+        assert_eq!(peers[&2], "host-b:7302");
+        assert_eq!(peers[&3], "[::1]:7303");
+        for (bad, says) in [
+            ("", "names no node"),
+            ("1=a:1,1=b:2", "named twice"),
+            ("x=a:1", "not a number"),
+            ("1=a", "no :PORT"),
+            ("1=a:0", "port 1-65535"),
+            ("1=:5", "port 1-65535"),
+            ("1a:5", "ID=HOST:PORT"),
+        ] {
+            let e = parse_peers(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
+        let file: FileConfig = toml::from_str("node_id = 2\npeers = \"1=a:1,2=b:2\"\n").unwrap();
+        assert_eq!(file.node_id, Some(2));
     }
 
     #[test]

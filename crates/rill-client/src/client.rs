@@ -16,7 +16,7 @@ use rill_proto::{Request, RequestBody, Response, ResponseBody};
 
 #[cfg(feature = "embedded")]
 use crate::transport::Embedded;
-use crate::transport::{CallError, Tcp, TcpOptions, Transport};
+use crate::transport::{CallError, TcpOptions, Transport};
 use crate::{ClientError, Topic};
 
 /// Default server: `rill://127.0.0.1:7171`.
@@ -167,9 +167,9 @@ impl ClientBuilder {
     /// Connects to a server at `rill://HOST:PORT`. The connection is made by the first
     /// request (and re-made after it breaks); this checks the URL and reachability.
     pub async fn connect(self, url: &str) -> Result<Client, ClientError> {
-        let addr = parse_url(url)?;
-        let transport = Tcp::new(
-            addr,
+        let addrs = parse_urls(url)?;
+        let transport = crate::routed::Routed::new(
+            addrs,
             TcpOptions {
                 connect_timeout: self.connect_timeout,
                 max_frame_bytes: self.max_frame_bytes,
@@ -219,6 +219,38 @@ impl ClientBuilder {
 }
 
 /// Parses `rill://HOST:PORT` (or a bare `HOST:PORT`).
+/// Checks a URL that may name several nodes of a cluster, `rill://HOST:PORT,HOST:PORT`,
+/// and returns their `HOST:PORT`s (at least one, none twice).
+pub fn parse_urls(url: &str) -> Result<Vec<String>, ClientError> {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, url),
+    };
+    let mut out: Vec<String> = Vec::new();
+    for part in rest.trim_end_matches('/').split(',') {
+        let one = match scheme {
+            Some(s) => format!("{s}://{}", part.trim()),
+            None => part.trim().to_owned(),
+        };
+        let addr = parse_url(&one).map_err(|e| match e {
+            ClientError::InvalidUrl { reason, .. } => ClientError::InvalidUrl {
+                url: url.to_owned(),
+                reason,
+            },
+            other => other,
+        })?;
+        if out.contains(&addr) {
+            return Err(ClientError::InvalidUrl {
+                url: url.to_owned(),
+                reason: "an address is named twice",
+            });
+        }
+        out.push(addr);
+    }
+    Ok(out)
+}
+
+/// Checks a one-node URL and returns its `HOST:PORT`.
 pub fn parse_url(url: &str) -> Result<String, ClientError> {
     let bad = |reason| ClientError::InvalidUrl {
         url: url.to_owned(),

@@ -82,6 +82,9 @@ pub enum ErrorCode {
     DataLoss,
     /// `GROUP_NOT_EMPTY` (35): An admin request that needs a group without live members.
     GroupNotEmpty,
+    /// `NOT_LEADER` (36): In a cluster, this node does not lead the partition; the error
+    /// names the leader when the node knows it.
+    NotLeader,
     /// A code this version of the SDK does not know (a newer server): its number.
     Unknown(i32),
 }
@@ -126,6 +129,7 @@ impl ErrorCode {
             33 => Self::TimestampOutOfRange,
             34 => Self::DataLoss,
             35 => Self::GroupNotEmpty,
+            36 => Self::NotLeader,
             other => Self::Unknown(other),
         }
     }
@@ -169,6 +173,7 @@ impl ErrorCode {
             Self::TimestampOutOfRange => 33,
             Self::DataLoss => 34,
             Self::GroupNotEmpty => 35,
+            Self::NotLeader => 36,
             Self::Unknown(code) => code,
         }
     }
@@ -212,17 +217,19 @@ impl ErrorCode {
             Self::TimestampOutOfRange => "TIMESTAMP_OUT_OF_RANGE",
             Self::DataLoss => "DATA_LOSS",
             Self::GroupNotEmpty => "GROUP_NOT_EMPTY",
+            Self::NotLeader => "NOT_LEADER",
             Self::Unknown(_) => "UNKNOWN",
         }
     }
 
-    /// Whether the same request may succeed later (PROTOCOL.md §5: codes 20–24 and 27);
+    /// Whether the same request may succeed later (PROTOCOL.md §5: codes 20–24, 27 and 36);
     /// the client retries these with back-off.
     pub fn is_transient(self) -> bool {
         matches!(
             self,
             Self::Timeout
                 | Self::NotOwner
+                | Self::NotLeader
                 | Self::Rebalancing
                 | Self::Migrating
                 | Self::Busy

@@ -51,6 +51,7 @@ mod message;
 mod producer;
 pub mod raw;
 mod reader;
+mod routed;
 mod routing;
 mod topic;
 mod transport;
@@ -60,7 +61,9 @@ pub use apache_avro::Schema as AvroSchema;
 #[cfg(feature = "avro")]
 pub use avro::Avro;
 pub use batching::{Batching, BatchingBuilder};
-pub use client::{Client, ClientBuilder, DEFAULT_URL, RetryPolicy, StreamHandle, parse_url};
+pub use client::{
+    Client, ClientBuilder, DEFAULT_URL, RetryPolicy, StreamHandle, parse_url, parse_urls,
+};
 pub use code::ErrorCode;
 pub use codec::{Codec, Json, MsgPack};
 pub use commit::CommitPolicy;

@@ -36,6 +36,8 @@ pub struct TopicOptions {
     pub durability: Option<Durability>,
     /// Largest record (default 1 MiB).
     pub max_record_bytes: Option<u32>,
+    /// In a cluster: replicas of each partition (default min(3, nodes)).
+    pub replicas: Option<u32>,
 }
 
 impl TopicOptions {
@@ -62,6 +64,7 @@ impl TopicOptions {
             durability: durability as i32,
             durability_interval_ms: interval,
             max_record_bytes: self.max_record_bytes,
+            replicas: self.replicas,
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod meta;
 pub mod node;
 pub mod partition;
 pub mod peer;
+pub mod serving;
 pub mod store;
 
 pub use meta::{MetaCommand, MetaResponse, MetaState, NodeInfo, OffsetKey, TopicSpec};

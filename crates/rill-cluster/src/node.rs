@@ -23,6 +23,7 @@ use openraft::async_runtime::watch::WatchReceiver;
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{Config, EmptyNode, Raft, ServerState, SnapshotPolicy};
 use parking_lot::RwLock;
+use rill_broker::BrokerError;
 use rill_storage::{LogConfig, LogEnv, LogRead, PartitionLog, StorageError};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -36,6 +37,9 @@ use crate::peer::{
     Peers, Proposed,
 };
 use crate::store::{MetaLogStore, MetaStateMachine};
+
+/// How long a node waits for itself to apply a metadata command the leader committed.
+const APPLY_WAIT: Duration = Duration::from_secs(10);
 
 /// How long a forwarded or retried metadata command may take in all.
 const PROPOSE_DEADLINE: Duration = Duration::from_secs(10);
@@ -53,8 +57,6 @@ pub struct NodeConfig {
     pub id: u64,
     /// Every node's node-to-node address, this node's included (`--peers`).
     pub peers: BTreeMap<u64, String>,
-    /// The client address this node serves (`--listen`), registered for clients.
-    pub client_addr: String,
     /// The data directory.
     pub data_dir: PathBuf,
     /// Raft timing of every group.
@@ -70,7 +72,6 @@ impl std::fmt::Debug for NodeConfig {
         f.debug_struct("NodeConfig")
             .field("id", &self.id)
             .field("peers", &self.peers)
-            .field("client_addr", &self.client_addr)
             .field("data_dir", &self.data_dir)
             .finish_non_exhaustive()
     }
@@ -280,9 +281,13 @@ struct Inner {
     groups: Groups,
     meta: MetaRaft,
     meta_sm: MetaStateMachine,
-    replicas: RwLock<HashMap<PartitionId, Replica>>,
+    replicas: RwLock<HashMap<PartitionId, Arc<Replica>>>,
     /// Replicas being started or stopped: one reconciliation at a time.
     reconciling: tokio::sync::Mutex<()>,
+    /// The catalog as the broker mirrors it, after each reconciliation.
+    catalog: watch::Sender<Arc<rill_broker::cluster::ClusterCatalog>>,
+    /// Held while the node runs: one node per data directory.
+    lock: parking_lot::Mutex<Option<Box<dyn std::fmt::Debug + Send + Sync>>>,
 }
 
 /// A running node. Cheap to clone; [`ClusterNode::shutdown`] stops it.
@@ -307,7 +312,16 @@ impl ClusterNode {
     pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<Self, NodeError> {
         validate(&config)?;
         let io = Arc::clone(&config.env.io);
-        let meta_dir = config.data_dir.join("cluster").join("meta");
+        let cluster_dir = config.data_dir.join("cluster");
+        io.create_dir_all(&cluster_dir)?;
+        // One node per data directory (the broker's own lock is taken after).
+        let lock = io.try_lock(&cluster_dir.join("node.lock")).map_err(|e| {
+            NodeError::Config(format!(
+                "cannot lock {} (is another rill using this data directory?): {e}",
+                cluster_dir.display()
+            ))
+        })?;
+        let meta_dir = cluster_dir.join("meta");
         let log = MetaLogStore::open_with(Arc::clone(&io), &meta_dir)?;
         let meta_sm = MetaStateMachine::open_with(Arc::clone(&io), &meta_dir)?;
         let peers = Peers::new(config.peers.iter().map(|(&id, a)| (id, a.clone())));
@@ -340,6 +354,8 @@ impl ClusterNode {
                 meta_sm,
                 replicas: RwLock::new(HashMap::new()),
                 reconciling: tokio::sync::Mutex::new(()),
+                catalog: watch::channel(Arc::default()).0,
+                lock: parking_lot::Mutex::new(Some(lock)),
             }),
             tasks: Arc::default(),
         };
@@ -364,11 +380,16 @@ impl ClusterNode {
         node.tasks.lock().push(tokio::spawn(async move {
             follower.follow_metadata().await;
         }));
-        let registering = node.clone();
-        node.tasks.lock().push(tokio::spawn(async move {
-            registering.register().await;
-        }));
         Ok(node)
+    }
+
+    /// Registers the client address this node serves (`--listen`, as bound) through
+    /// the metadata group, retrying in the background until a leader commits it.
+    pub fn register_client(&self, client_addr: String) {
+        let registering = self.clone();
+        self.tasks.lock().push(tokio::spawn(async move {
+            registering.register(client_addr).await;
+        }));
     }
 
     /// This node's id.
@@ -386,8 +407,32 @@ impl ClusterNode {
         self.inner.meta.metrics().borrow_watched().current_leader
     }
 
+    /// The ids of every node of the cluster (`--peers`), sorted.
+    pub fn node_ids(&self) -> Vec<u64> {
+        self.inner.config.peers.keys().copied().collect()
+    }
+
+    /// The catalog this node applied, with its replicas, as it changes.
+    pub fn catalog(&self) -> watch::Receiver<Arc<rill_broker::cluster::ClusterCatalog>> {
+        self.inner.catalog.subscribe()
+    }
+
+    /// Waits until this node applied the metadata log up to `index` and published the
+    /// catalog after it (bounded).
+    pub async fn wait_published(&self, index: u64) -> Result<(), BrokerError> {
+        let mut catalog = self.inner.catalog.subscribe();
+        let waited =
+            tokio::time::timeout(APPLY_WAIT, catalog.wait_for(|c| c.version > index)).await;
+        match waited {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(BrokerError::ClusterTimeout(format!(
+                "the metadata group committed entry {index} but this node did not apply it within {APPLY_WAIT:?}"
+            ))),
+        }
+    }
+
     /// The replica of `id` on this node.
-    pub fn replica(&self, id: &PartitionId) -> Result<Replica, NodeError> {
+    pub fn replica(&self, id: &PartitionId) -> Result<Arc<Replica>, NodeError> {
         self.inner
             .replicas
             .read()
@@ -397,8 +442,8 @@ impl ClusterNode {
     }
 
     /// Every replica on this node.
-    pub fn replicas(&self) -> Vec<Replica> {
-        let mut all: Vec<Replica> = self.inner.replicas.read().values().cloned().collect();
+    pub fn replicas(&self) -> Vec<Arc<Replica>> {
+        let mut all: Vec<Arc<Replica>> = self.inner.replicas.read().values().cloned().collect();
         all.sort_by(|a, b| a.id.cmp(&b.id));
         all
     }
@@ -406,11 +451,19 @@ impl ClusterNode {
     /// Commits a metadata command through the leader (this node, or the leader it is
     /// forwarded to), retrying through elections until [`PROPOSE_DEADLINE`].
     pub async fn propose(&self, command: MetaCommand) -> Result<MetaResponse, NodeError> {
+        self.propose_indexed(command).await.map(|(r, _)| r)
+    }
+
+    /// Like [`ClusterNode::propose`], with the index of the committed entry.
+    pub async fn propose_indexed(
+        &self,
+        command: MetaCommand,
+    ) -> Result<(MetaResponse, u64), NodeError> {
         let started = Instant::now();
         let mut pause = RETRY_FIRST;
         loop {
             let target = match self.inner.meta.client_write(command.clone()).await {
-                Ok(done) => return Ok(done.data),
+                Ok(done) => return Ok((done.data, done.log_id.index)),
                 Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => f.leader_id,
                 Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(f))) => f.leader_id,
                 Err(e) => return Err(NodeError::Failed(e.to_string())),
@@ -418,7 +471,7 @@ impl ClusterNode {
             if let Some(leader) = target.filter(|&l| l != self.id()) {
                 let left = PROPOSE_DEADLINE.saturating_sub(started.elapsed());
                 match self.inner.peers.propose(leader, &command, left).await {
-                    Ok(Proposed::Done(response)) => return Ok(response),
+                    Ok(Proposed::Done(response, index)) => return Ok((response, index)),
                     Ok(Proposed::NotLeader(_)) => {}
                     Err(e) => {
                         tracing::debug!(leader, error = %e, "forwarding a metadata command failed");
@@ -439,7 +492,7 @@ impl ClusterNode {
             task.abort();
         }
         let _guard = self.inner.reconciling.lock().await;
-        let replicas: Vec<Replica> = self
+        let replicas: Vec<Arc<Replica>> = self
             .inner
             .replicas
             .write()
@@ -453,16 +506,17 @@ impl ClusterNode {
         if let Err(e) = self.inner.meta.shutdown().await {
             tracing::warn!(error = %e, "stopping the metadata group");
         }
+        self.inner.lock.lock().take();
     }
 
     /// Registers this node's addresses, retrying until a leader commits it.
-    async fn register(&self) {
+    async fn register(&self, client_addr: String) {
         let config = &self.inner.config;
         let command = MetaCommand::RegisterNode {
             id: config.id,
             info: NodeInfo {
                 peer: config.peers[&config.id].clone(),
-                client: config.client_addr.clone(),
+                client: client_addr,
             },
         };
         loop {
@@ -482,12 +536,28 @@ impl ClusterNode {
             if now != applied {
                 applied = now;
                 let state = self.inner.meta_sm.state().await;
+                let version = applied.map_or(0, |id| id.index + 1);
+                // Published before the replicas start too: a topic is known at once,
+                // its partitions here answering `NOT_LEADER` (which clients retry)
+                // until their replicas run.
+                self.publish(version, &state);
                 self.reconcile(&state).await;
+                self.publish(version, &state);
             }
             if metrics.changed().await.is_err() {
                 return;
             }
         }
+    }
+
+    fn publish(&self, version: u64, state: &MetaState) {
+        let view = crate::serving::catalog_view(
+            version,
+            state,
+            &self.inner.config.peers,
+            &self.inner.replicas.read(),
+        );
+        self.inner.catalog.send_replace(Arc::new(view));
     }
 
     async fn reconcile(&self, state: &MetaState) {
@@ -508,7 +578,7 @@ impl ClusterNode {
                 }
             }
         }
-        let gone: Vec<Replica> = {
+        let gone: Vec<Arc<Replica>> = {
             let mut replicas = self.inner.replicas.write();
             let ids: Vec<PartitionId> = replicas
                 .keys()
@@ -528,7 +598,7 @@ impl ClusterNode {
             }
             match self.start_replica(&id, replicas, &options).await {
                 Ok(replica) => {
-                    self.inner.replicas.write().insert(id, replica);
+                    self.inner.replicas.write().insert(id, Arc::new(replica));
                 }
                 Err(e) => {
                     tracing::error!(partition = %id, error = %e, "cannot start a replica; retried at the next metadata change");
@@ -546,6 +616,7 @@ impl ClusterNode {
         let config = &self.inner.config;
         let dir = config
             .data_dir
+            .join("cluster")
             .join("streams")
             .join(&id.stream)
             .join(&id.topic)

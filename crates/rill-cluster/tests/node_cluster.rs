@@ -27,7 +27,6 @@ fn node_config(id: u64, dir: &Path, peers: &BTreeMap<u64, SocketAddr>) -> NodeCo
     NodeConfig {
         id,
         peers: peers.iter().map(|(&i, a)| (i, a.to_string())).collect(),
-        client_addr: format!("127.0.0.1:{}", 7000 + id),
         data_dir: dir.to_path_buf(),
         timing: common::config(),
         env: LogEnv::default(),
@@ -142,6 +141,7 @@ async fn three_nodes_form_a_cluster_replicate_a_topic_and_take_a_node_back() {
         let node = ClusterNode::start(node_config(id, dirs[&id].path(), &peers), listener)
             .await
             .unwrap();
+        node.register_client(format!("127.0.0.1:{}", 7000 + id));
         nodes.insert(id, node);
     }
     until("every node registered its addresses", || async {

@@ -50,6 +50,7 @@ impl ErrorCode {
         matches!(
             self,
             Self::NotOwner
+                | Self::NotLeader
                 | Self::Rebalancing
                 | Self::Migrating
                 | Self::Timeout

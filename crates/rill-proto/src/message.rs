@@ -212,6 +212,8 @@ impl Response {
                 message: message.into(),
                 offset: None,
                 range_start: None,
+                leader: None,
+                leader_address: None,
             },
         }
     }

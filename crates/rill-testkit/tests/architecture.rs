@@ -17,9 +17,18 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("rill-server", &["rill-format", "rill-proto", "rill-broker"]),
     // The embedded transport (feature `embedded`, on by default) runs a broker in-process.
     ("rill-client", &["rill-format", "rill-proto", "rill-broker"]),
+    // `rill serve --peers` starts a cluster node (rill-cluster) with its disk
+    // (rill-storage) and opens the broker on it.
     (
         "rill-cli",
-        &["rill-client", "rill-events", "rill-server", "rill-broker"],
+        &[
+            "rill-client",
+            "rill-events",
+            "rill-server",
+            "rill-broker",
+            "rill-cluster",
+            "rill-storage",
+        ],
     ),
     ("rill", &["rill-client", "rill-events"]),
     // Typed events stand on the client only (DESIGN.md §2); the derive macros on nothing.
@@ -33,9 +42,13 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     // The peer harness drives Rill only through the `rill` binary.
     ("rill-peers", &[]),
-    // Replication (docs/REPLICATION.md): the metadata group and the partition groups'
-    // stores, on the Raft library, the storage engine and the batch format.
-    ("rill-cluster", &["rill-format", "rill-storage"]),
+    // Replication (docs/REPLICATION.md): the metadata group and the partition groups on
+    // the Raft library, the storage engine and the batch format; it implements the
+    // broker's cluster seam (§11.1).
+    (
+        "rill-cluster",
+        &["rill-broker", "rill-format", "rill-storage"],
+    ),
 ];
 
 fn metadata() -> serde_json::Value {

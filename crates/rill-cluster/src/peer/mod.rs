@@ -384,7 +384,7 @@ async fn handle(groups: &Groups, kind: u8, body: Bytes) -> Result<Vec<u8>, PeerE
             return Err(PeerError::Remote(format!("no group {}", envelope.group)));
         }
         return json(&match raft.client_write(envelope.body).await {
-            Ok(done) => Proposed::Done(done.data),
+            Ok(done) => Proposed::Done(done.data, done.log_id.index),
             Err(openraft::error::RaftError::APIError(
                 openraft::error::ClientWriteError::ForwardToLeader(f),
             )) => Proposed::NotLeader(f.leader_id),
@@ -534,8 +534,8 @@ impl std::fmt::Debug for Peers {
 /// What a node answers a forwarded metadata command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Proposed {
-    /// The leader committed and applied it.
-    Done(MetaResponse),
+    /// The leader committed and applied it, at this index of the metadata log.
+    Done(MetaResponse, u64),
     /// The node does not lead (any more); the leader it knows, if any.
     NotLeader(Option<u64>),
 }

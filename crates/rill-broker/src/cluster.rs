@@ -1,0 +1,158 @@
+//! The seam a cluster serves the broker through (docs/REPLICATION.md §11.1): the broker
+//! never imports the Raft library. `rill-cluster` implements [`Cluster`] and
+//! [`ReplicaLog`]; a broker opened with [`Broker::open_clustered`](crate::Broker::open_clustered)
+//! takes its catalog, its stored offsets and its partitions from them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rill_storage::PartitionLog;
+use tokio::sync::watch;
+
+use crate::BrokerError;
+use crate::catalog::TopicConfig;
+
+/// A boxed future of the seam.
+pub type ClusterFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, BrokerError>> + Send + 'a>>;
+
+/// A batch's commit: its base offset, last offset and append time once a majority
+/// holds it.
+pub type Commit = ClusterFuture<'static, (u64, u64, i64)>;
+
+/// A change of the catalog, proposed through the metadata group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CatalogChange {
+    /// Creates a stream.
+    CreateStream(String),
+    /// Deletes a stream, its topics and their stored offsets.
+    DeleteStream(String),
+    /// Creates a topic with its options and, per partition, its replicas.
+    CreateTopic {
+        /// The stream.
+        stream: String,
+        /// The topic.
+        topic: String,
+        /// Its options.
+        config: TopicConfig,
+        /// Replicas per partition; `None`: the cluster's default (min(3, nodes)).
+        replicas: Option<u32>,
+    },
+    /// Deletes a topic and its stored offsets.
+    DeleteTopic {
+        /// The stream.
+        stream: String,
+        /// The topic.
+        topic: String,
+    },
+}
+
+/// What the metadata group answered a catalog change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CatalogOutcome {
+    /// Done.
+    Done,
+    /// It existed already as asked.
+    Exists,
+    /// What it names does not exist.
+    NotFound(String),
+    /// It cannot be done as asked: why.
+    Conflict(String),
+}
+
+/// A stored consumer offset's key.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OffsetName {
+    /// The stream.
+    pub stream: String,
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u32,
+    /// The consumer (or group) name.
+    pub consumer: String,
+}
+
+/// A node of the cluster, as clients reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterMember {
+    /// Its id.
+    pub id: u64,
+    /// Its client address (`--listen`), once it registered.
+    pub client: Option<String>,
+}
+
+/// One partition of a topic in a cluster.
+#[derive(Clone)]
+pub struct Placement {
+    /// Its replicas (node ids).
+    pub replicas: Vec<u64>,
+    /// The replica on this node, if it is one of them.
+    pub local: Option<Arc<dyn ReplicaLog>>,
+}
+
+impl fmt::Debug for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Placement")
+            .field("replicas", &self.replicas)
+            .field("local", &self.local.is_some())
+            .finish()
+    }
+}
+
+/// A topic in a cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterTopic {
+    /// Its options.
+    pub config: TopicConfig,
+    /// Its partitions, by number.
+    pub partitions: Vec<Placement>,
+}
+
+/// The catalog and stored offsets as this node applied them.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterCatalog {
+    /// Grows with every applied change.
+    pub version: u64,
+    /// Streams by name, each with its topics by name.
+    pub streams: BTreeMap<String, BTreeMap<String, ClusterTopic>>,
+    /// Stored consumer offsets.
+    pub offsets: BTreeMap<OffsetName, u64>,
+    /// The nodes.
+    pub members: Vec<ClusterMember>,
+}
+
+/// A cluster, as the broker uses it.
+pub trait Cluster: Send + Sync + fmt::Debug + 'static {
+    /// This node's id.
+    fn node_id(&self) -> u64;
+    /// Proposes a catalog change; resolves once it is committed and applied on this node.
+    fn change_catalog(&self, change: CatalogChange) -> ClusterFuture<'_, CatalogOutcome>;
+    /// The applied catalog, as it changes.
+    fn catalog(&self) -> watch::Receiver<Arc<ClusterCatalog>>;
+    /// Stores consumer offsets; resolves once committed.
+    fn store_offsets(&self, offsets: Vec<(OffsetName, u64)>) -> ClusterFuture<'_, ()>;
+    /// Deletes a stored offset; resolves once committed, with whether there was one.
+    fn delete_offset(&self, key: OffsetName) -> ClusterFuture<'_, bool>;
+}
+
+/// A partition replica on this node, as the broker serves it.
+pub trait ReplicaLog: Send + Sync + fmt::Debug + 'static {
+    /// Enqueues a batch (unstamped, as a producer sent it) as the group's next proposal:
+    /// proposals keep the order of these calls. Resolves once enqueued, to its commit.
+    /// `NotLeader` if this replica does not lead.
+    fn propose(&self, batch: Bytes) -> ClusterFuture<'_, Commit>;
+    /// The term this replica leads in, or `None` when it does not lead.
+    fn leading(&self) -> Option<u64>;
+    /// The leader this replica knows of.
+    fn leader(&self) -> Option<u64>;
+    /// The high watermark: every offset below it is committed.
+    fn high_watermark(&self) -> u64;
+    /// Watches the high watermark.
+    fn watch_high_watermark(&self) -> watch::Receiver<u64>;
+    /// The local log (reads must stay below the high watermark).
+    fn log(&self) -> Arc<PartitionLog>;
+}

@@ -1,0 +1,334 @@
+//! The broker of a cluster node (docs/REPLICATION.md §11.1): the catalog mirrored from
+//! the cluster, catalog changes and stored offsets proposed through it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use rill_proto::pb;
+
+use crate::broker::{Stream, Topic};
+use crate::catalog::TopicConfig;
+use crate::cluster::{CatalogChange, CatalogOutcome, Cluster, ClusterCatalog, OffsetName};
+use crate::names::validate_name;
+use crate::partition::{Partition, PartitionOptions};
+use crate::{Broker, BrokerError};
+
+/// How long a request waits for the node to mirror a change it proposed.
+const MIRROR_WAIT: Duration = Duration::from_secs(10);
+
+/// Mirrors the cluster's applied catalog into the broker as it changes, until the
+/// broker is dropped.
+pub(crate) fn start_mirror(broker: &Arc<Broker>, cluster: Arc<dyn Cluster>) {
+    let weak: Weak<Broker> = Arc::downgrade(broker);
+    let mut catalog = cluster.catalog();
+    let first = Arc::clone(&catalog.borrow_and_update());
+    broker.apply_cluster_catalog(&first);
+    tokio::spawn(async move {
+        while catalog.changed().await.is_ok() {
+            let Some(broker) = weak.upgrade() else {
+                return;
+            };
+            if broker.is_shutting_down() {
+                return;
+            }
+            let view = Arc::clone(&catalog.borrow_and_update());
+            broker.apply_cluster_catalog(&view);
+        }
+    });
+}
+
+impl Broker {
+    fn cluster(&self) -> Option<&Arc<dyn Cluster>> {
+        self.cluster.as_ref()
+    }
+
+    /// Whether this broker serves a cluster node.
+    pub fn is_clustered(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// Replaces the mirrored catalog with `view`, keeping the topics that did not change
+    /// (their partitions, and the long polls waiting on them).
+    pub(crate) fn apply_cluster_catalog(&self, view: &ClusterCatalog) {
+        let mut streams = BTreeMap::new();
+        {
+            let old = self.read_streams();
+            for (name, topics) in &view.streams {
+                let mut mirrored = BTreeMap::new();
+                for (topic_name, topic) in topics {
+                    let kept = old
+                        .get(name)
+                        .and_then(|s| s.topics.get(topic_name))
+                        .filter(|t| same_topic(t, topic))
+                        .cloned();
+                    let t = kept.unwrap_or_else(|| {
+                        let mut log_config = topic.config.log_config(self.config.max_batch_bytes);
+                        log_config.timestamp_ahead_max = self.config.max_timestamp_ahead;
+                        let options = PartitionOptions {
+                            log: log_config,
+                            producers_max: self.config.producers_per_partition_max,
+                            recent_batches: self.config.producer_batches_remembered,
+                            sequence_wait: self.config.sequence_wait,
+                        };
+                        let partitions = topic
+                            .partitions
+                            .iter()
+                            .enumerate()
+                            .map(|(p, placement)| {
+                                Arc::new(Partition::clustered(
+                                    (name.clone(), topic_name.clone(), p as u32),
+                                    placement,
+                                    options.clone(),
+                                    &self.env,
+                                ))
+                            })
+                            .collect();
+                        Arc::new(Topic {
+                            created_us: 0,
+                            config: topic.config.clone(),
+                            partitions,
+                        })
+                    });
+                    mirrored.insert(topic_name.clone(), t);
+                }
+                streams.insert(
+                    name.clone(),
+                    Stream {
+                        created_us: 0,
+                        topics: mirrored,
+                    },
+                );
+            }
+        }
+        *self.write_streams() = streams;
+        *self.cluster_members.write() = view
+            .members
+            .iter()
+            .filter_map(|m| m.client.clone().map(|c| (m.id, c)))
+            .collect();
+        *self.cluster_offsets.write() = Arc::new(view.offsets.clone());
+        self.mirrored.send_replace(view.version);
+    }
+
+    /// Fills in the leader's client address of a `NOT_LEADER` error.
+    pub(crate) fn locate(&self, e: BrokerError) -> BrokerError {
+        match e {
+            BrokerError::NotLeader {
+                what,
+                leader: Some(leader),
+                address: None,
+            } => BrokerError::NotLeader {
+                what,
+                leader: Some(leader),
+                address: self.cluster_members.read().get(&leader).cloned(),
+            },
+            other => other,
+        }
+    }
+
+    /// Waits (bounded) until the mirrored catalog satisfies `done`.
+    async fn mirrored_until(
+        &self,
+        what: &str,
+        mut done: impl FnMut(&BTreeMap<String, Stream>) -> bool,
+    ) -> Result<(), BrokerError> {
+        let mut version = self.mirrored.subscribe();
+        let deadline = tokio::time::Instant::now() + MIRROR_WAIT;
+        loop {
+            if done(&self.read_streams()) {
+                return Ok(());
+            }
+            match tokio::time::timeout_at(deadline, version.changed()).await {
+                Ok(Ok(())) => {}
+                _ => {
+                    return Err(BrokerError::ClusterTimeout(format!(
+                        "{what} was committed but this node did not apply it within {MIRROR_WAIT:?}"
+                    )));
+                }
+            }
+        }
+    }
+
+    async fn change(&self, change: CatalogChange) -> Result<CatalogOutcome, BrokerError> {
+        let cluster = self
+            .cluster()
+            .ok_or_else(|| BrokerError::Internal("not a cluster node".into()))?;
+        cluster.change_catalog(change).await
+    }
+
+    /// `CreateStream` in a cluster.
+    pub(crate) async fn cluster_create_stream(
+        &self,
+        name: &str,
+        if_missing: bool,
+    ) -> Result<bool, BrokerError> {
+        validate_name("stream", name)?;
+        let outcome = self
+            .change(CatalogChange::CreateStream(name.to_owned()))
+            .await?;
+        let created = match outcome {
+            CatalogOutcome::Done => true,
+            CatalogOutcome::Exists if if_missing => false,
+            CatalogOutcome::Exists => return Err(BrokerError::StreamExists(name.to_owned())),
+            CatalogOutcome::NotFound(m) | CatalogOutcome::Conflict(m) => {
+                return Err(BrokerError::InvalidRequest(m));
+            }
+        };
+        self.mirrored_until("the stream", |s| s.contains_key(name))
+            .await?;
+        Ok(created)
+    }
+
+    /// `DeleteStream` in a cluster.
+    pub(crate) async fn cluster_delete_stream(&self, name: &str) -> Result<(), BrokerError> {
+        match self
+            .change(CatalogChange::DeleteStream(name.to_owned()))
+            .await?
+        {
+            CatalogOutcome::Done | CatalogOutcome::Exists => {}
+            CatalogOutcome::NotFound(_) => {
+                return Err(BrokerError::StreamNotFound(name.to_owned()));
+            }
+            CatalogOutcome::Conflict(m) => return Err(BrokerError::InvalidRequest(m)),
+        }
+        self.mirrored_until("the stream's deletion", |s| !s.contains_key(name))
+            .await
+    }
+
+    /// `CreateTopic` in a cluster.
+    pub(crate) async fn cluster_create_topic(
+        &self,
+        stream: &str,
+        topic: &str,
+        options: &pb::TopicOptions,
+        if_missing: bool,
+        create_stream: bool,
+    ) -> Result<(bool, TopicConfig), BrokerError> {
+        validate_name("stream", stream)?;
+        validate_name("topic", topic)?;
+        let config = TopicConfig::from_proto(options, self.config.default_durability)?;
+        if create_stream {
+            self.cluster_create_stream(stream, true).await?;
+        }
+        let outcome = self
+            .change(CatalogChange::CreateTopic {
+                stream: stream.to_owned(),
+                topic: topic.to_owned(),
+                config: config.clone(),
+                replicas: options.replicas,
+            })
+            .await?;
+        let created = match outcome {
+            CatalogOutcome::Done => true,
+            CatalogOutcome::Exists if if_missing => false,
+            CatalogOutcome::Exists => {
+                return Err(BrokerError::TopicExists {
+                    stream: stream.to_owned(),
+                    topic: topic.to_owned(),
+                    detail: String::new(),
+                });
+            }
+            CatalogOutcome::NotFound(_) => {
+                return Err(BrokerError::StreamNotFound(stream.to_owned()));
+            }
+            CatalogOutcome::Conflict(m) => {
+                return Err(BrokerError::TopicExists {
+                    stream: stream.to_owned(),
+                    topic: topic.to_owned(),
+                    detail: format!(" with other options or replicas: {m}"),
+                });
+            }
+        };
+        self.mirrored_until("the topic", |s| {
+            s.get(stream).is_some_and(|s| s.topics.contains_key(topic))
+        })
+        .await?;
+        Ok((created, config))
+    }
+
+    /// `DeleteTopic` in a cluster.
+    pub(crate) async fn cluster_delete_topic(
+        &self,
+        stream: &str,
+        topic: &str,
+    ) -> Result<(), BrokerError> {
+        let change = CatalogChange::DeleteTopic {
+            stream: stream.to_owned(),
+            topic: topic.to_owned(),
+        };
+        match self.change(change).await? {
+            CatalogOutcome::Done | CatalogOutcome::Exists => {}
+            CatalogOutcome::NotFound(_) => {
+                return Err(if self.read_streams().contains_key(stream) {
+                    BrokerError::TopicNotFound {
+                        stream: stream.to_owned(),
+                        topic: topic.to_owned(),
+                    }
+                } else {
+                    BrokerError::StreamNotFound(stream.to_owned())
+                });
+            }
+            CatalogOutcome::Conflict(m) => return Err(BrokerError::InvalidRequest(m)),
+        }
+        self.mirrored_until("the topic's deletion", |s| {
+            s.get(stream).is_none_or(|s| !s.topics.contains_key(topic))
+        })
+        .await
+    }
+
+    /// Stores an offset through the cluster.
+    pub(crate) async fn cluster_store_offset(
+        &self,
+        key: OffsetName,
+        offset: u64,
+    ) -> Result<(), BrokerError> {
+        let cluster = self
+            .cluster()
+            .ok_or_else(|| BrokerError::Internal("not a cluster node".into()))?;
+        cluster.store_offsets(vec![(key, offset)]).await
+    }
+
+    /// Deletes a stored offset through the cluster.
+    pub(crate) async fn cluster_delete_offset(&self, key: OffsetName) -> Result<bool, BrokerError> {
+        let cluster = self
+            .cluster()
+            .ok_or_else(|| BrokerError::Internal("not a cluster node".into()))?;
+        cluster.delete_offset(key).await
+    }
+
+    /// A stored offset as this node applied it.
+    pub(crate) fn cluster_offset(&self, key: &OffsetName) -> Option<u64> {
+        self.cluster_offsets.read().get(key).copied()
+    }
+
+    /// A topic's stored offsets as this node applied them.
+    pub(crate) fn cluster_topic_offsets(
+        &self,
+        stream: &str,
+        topic: &str,
+    ) -> Vec<(u32, String, u64)> {
+        self.cluster_offsets
+            .read()
+            .iter()
+            .filter(|(k, _)| k.stream == stream && k.topic == topic)
+            .map(|(k, &o)| (k.partition, k.consumer.clone(), o))
+            .collect()
+    }
+}
+
+/// Whether a mirrored topic still stands for the cluster's: same options and the same
+/// replicas behind each partition.
+fn same_topic(mirrored: &Topic, topic: &crate::cluster::ClusterTopic) -> bool {
+    mirrored.config == topic.config
+        && mirrored.partitions.len() == topic.partitions.len()
+        && mirrored
+            .partitions
+            .iter()
+            .zip(&topic.partitions)
+            .all(|(p, placement)| match (p.replica(), &placement.local) {
+                (Some(a), Some(b)) => Arc::ptr_eq(&a, b),
+                (None, None) => true,
+                _ => false,
+            })
+}

@@ -1,0 +1,362 @@
+//! Three real `rill serve --node-id --peers` processes on loopback (docs/REPLICATION.md):
+//! the CLI and the SDK over a multi-address URL create a replicated topic through any
+//! node and follow partition leaders; an idempotent keyed producer keeps writing while
+//! each node in turn is killed with SIGKILL and started again; afterwards every
+//! acknowledged record is read exactly once at its acknowledged offset, in per-key
+//! order, stored offsets survived, and the replicas' logs on disk are identical up to
+//! where the shortest ends, with at least a majority holding every acknowledged record.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{free_port, rill_bin};
+use rill_client::{Client, Message, Position};
+
+/// One node: a `rill serve` process with fixed ports; killed when dropped.
+struct Node {
+    id: u64,
+    data: PathBuf,
+    client_port: u16,
+    peers: String,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn start(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut child = Command::new(rill_bin())
+                .arg("serve")
+                .arg("--data")
+                .arg(&self.data)
+                .args(["--listen", &format!("127.0.0.1:{}", self.client_port)])
+                .args(["--http", "127.0.0.1:0"])
+                .args(["--node-id", &self.id.to_string()])
+                .args(["--peers", &self.peers])
+                .env("RILL_LOG", "warn")
+                .env_remove("RILL_SERVER")
+                .env_remove("RILL_CONFIG")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn rill serve");
+            let stderr = child.stderr.take().unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let id = self.id;
+            std::thread::spawn(move || {
+                let mut sent = false;
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if !sent && line.starts_with("rill listening on ") {
+                        let _ = tx.send(());
+                        sent = true;
+                    } else if !line.starts_with("rill node ") {
+                        eprintln!("[node {id}] {line}");
+                    }
+                }
+            });
+            if rx.recv_timeout(Duration::from_secs(30)).is_ok() {
+                self.child = Some(child);
+                return;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            assert!(Instant::now() < deadline, "node {} did not start", self.id);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn terminate(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while child.try_wait().ok().flatten().is_none() {
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn cluster(dir: &Path) -> (Vec<Node>, String) {
+    let peer_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let peers = peer_ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let nodes: Vec<Node> = (1..=3u64)
+        .map(|id| Node {
+            id,
+            data: dir.join(format!("n{id}")),
+            client_port: free_port(),
+            peers: peers.clone(),
+            child: None,
+        })
+        .collect();
+    let url = format!(
+        "rill://{}",
+        nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.client_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    (nodes, url)
+}
+
+fn rill(url: &str, args: &[&str]) -> std::process::Output {
+    Command::new(rill_bin())
+        .args(["--server", url])
+        .args(args)
+        .env("RILL_LOG", "warn")
+        .output()
+        .expect("run rill")
+}
+
+/// Every record of a partition, read through the cluster.
+async fn read_all(client: &Client, partition: u32) -> Vec<(u64, Vec<u8>, Vec<u8>)> {
+    let topic = client.stream("shop").topic("orders");
+    let mut out = Vec::new();
+    let mut at = 0;
+    loop {
+        let fetched = topic
+            .fetch(Position::new(partition, at), 1 << 20, Duration::ZERO)
+            .await
+            .expect("a fetch through the cluster");
+        if fetched.records.is_empty() {
+            return out;
+        }
+        for r in fetched.records {
+            out.push((
+                r.offset,
+                r.key.map(|k| k.to_vec()).unwrap_or_default(),
+                r.value.to_vec(),
+            ));
+        }
+        at = fetched.next_offset;
+    }
+}
+
+/// The batches of one replica's partition log on disk, as (base offset, bytes).
+fn replica_batches(data: &Path, partition: u32) -> Vec<(u64, Vec<u8>)> {
+    let dir = data
+        .join("cluster/streams/shop/orders")
+        .join(partition.to_string());
+    let config = rill_storage::LogConfig {
+        durability: rill_storage::Durability::Never,
+        ..rill_storage::LogConfig::default()
+    };
+    let log = rill_storage::PartitionLog::open(&dir, config).expect("the replica's log opens");
+    let mut out = Vec::new();
+    let mut at = log.log_start();
+    while at < log.next_offset() {
+        let read = log.read(at, 1 << 20).unwrap();
+        for b in read.batches() {
+            let b = b.unwrap();
+            out.push((b.base_offset(), b.as_bytes().to_vec()));
+        }
+        at = read.next_offset;
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_replicate_follow_leaders_and_survive_kill9_of_each_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut nodes, url) = cluster(dir.path());
+    for n in &mut nodes {
+        n.start();
+    }
+    // The CLI over the multi-address URL: a topic replicated on all three.
+    let out = rill(
+        &url,
+        &[
+            "topic",
+            "create",
+            "shop/orders",
+            "--partitions",
+            "2",
+            "--replicas",
+            "3",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = rill(&url, &["topic", "describe", "shop/orders"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("partitions\t2"));
+
+    let client = Client::connect(&url).await.unwrap();
+    let topic = client.stream("shop").topic("orders");
+
+    let producer = topic
+        .producer()
+        .retries(30, Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    // Acknowledged records: (partition, offset) → (key, value).
+    let mut acked: BTreeMap<(u32, u64), (String, String)> = BTreeMap::new();
+    let mut seq = 0u64;
+    let mut send = async |acked: &mut BTreeMap<(u32, u64), (String, String)>, n: u64| {
+        for _ in 0..n {
+            seq += 1;
+            let key = format!("k{}", seq % 7);
+            let value = format!("v{seq}");
+            match producer
+                .send(Message::new(value.clone()).with_key(key.clone()))
+                .await
+            {
+                Ok(Some(p)) => {
+                    assert!(
+                        acked
+                            .insert((p.partition, p.offset), (key, value))
+                            .is_none(),
+                        "two records acknowledged at one offset"
+                    );
+                }
+                Ok(None) => unreachable!("a direct-mode producer returns positions"),
+                Err(e) => eprintln!("send failed (not acknowledged): {e}"),
+            }
+        }
+    };
+    send(&mut acked, 50).await;
+    // Each node in turn: killed while the producer goes on, then started again.
+    for node in &mut nodes {
+        node.kill9();
+        send(&mut acked, 40).await;
+        node.start();
+        send(&mut acked, 20).await;
+    }
+    assert!(
+        acked.len() >= 150,
+        "most sends were acknowledged: {}",
+        acked.len()
+    );
+    // Stored offsets go through the metadata group: stored through one node, read
+    // through another, kept while a node is killed.
+    topic.store_offset("c1", Position::new(0, 3)).await.unwrap();
+    nodes[0].kill9();
+    let other = Client::connect(&format!("rill://127.0.0.1:{}", nodes[1].client_port))
+        .await
+        .unwrap();
+    // Another node applies it within a heartbeat or so (a stale read there is an older
+    // offset: records read again, never skipped).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let stored = other
+            .stream("shop")
+            .topic("orders")
+            .stored_offset("c1", 0)
+            .await
+            .unwrap();
+        if stored == Some(3) {
+            break;
+        }
+        assert!(stored.is_none(), "only the stored offset or none: {stored:?}");
+        assert!(Instant::now() < deadline, "the stored offset is read on another node");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    other.close().await.unwrap();
+    nodes[0].start();
+
+    // Every acknowledged record exactly once at its offset; per-key order.
+    let mut seen_keys: BTreeMap<String, u64> = BTreeMap::new();
+    for p in 0..2u32 {
+        let records = read_all(&client, p).await;
+        let mut offsets: Vec<u64> = records.iter().map(|r| r.0).collect();
+        offsets.dedup();
+        assert_eq!(offsets.len(), records.len(), "no offset read twice");
+        let by_offset: BTreeMap<u64, (Vec<u8>, Vec<u8>)> = records
+            .iter()
+            .map(|(o, k, v)| (*o, (k.clone(), v.clone())))
+            .collect();
+        let mut values_seen = std::collections::BTreeSet::new();
+        for (_, v) in by_offset.values() {
+            assert!(
+                values_seen.insert(v.clone()),
+                "a value stored twice: {}",
+                String::from_utf8_lossy(v)
+            );
+        }
+        for ((partition, offset), (key, value)) in acked.range((p, 0)..(p + 1, 0)) {
+            let (k, v) = by_offset
+                .get(offset)
+                .unwrap_or_else(|| panic!("acknowledged record {partition}/{offset} is missing"));
+            assert_eq!(
+                (k.as_slice(), v.as_slice()),
+                (key.as_bytes(), value.as_bytes())
+            );
+        }
+        for (k, v) in by_offset.values() {
+            let key = String::from_utf8_lossy(k).into_owned();
+            let n: u64 = String::from_utf8_lossy(v)[1..].parse().unwrap();
+            if let Some(prev) = seen_keys.insert(key.clone(), n) {
+                assert!(prev < n, "key {key}: v{n} after v{prev}");
+            }
+        }
+    }
+    client.close().await.unwrap();
+
+    // Stopped cleanly after a moment to catch up: the replicas agree on disk.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for n in &mut nodes {
+        n.terminate();
+    }
+    for p in 0..2u32 {
+        let logs: Vec<Vec<(u64, Vec<u8>)>> =
+            nodes.iter().map(|n| replica_batches(&n.data, p)).collect();
+        let shortest = logs.iter().map(Vec::len).min().unwrap();
+        for l in &logs {
+            assert!(
+                l[..shortest] == logs[0][..shortest],
+                "replicas of partition {p} differ"
+            );
+        }
+        let acked_end = acked
+            .range((p, 0)..(p + 1, 0))
+            .map(|((_, o), _)| o + 1)
+            .max()
+            .unwrap_or(0);
+        let holding = logs
+            .iter()
+            .filter(|l| {
+                l.last().is_some_and(|(b, bytes)| {
+                    b + u64::from(rill_format::BatchView::parse(bytes).unwrap().record_count())
+                        >= acked_end
+                })
+            })
+            .count();
+        assert!(
+            holding >= 2,
+            "a majority holds every acknowledged record of partition {p}"
+        );
+    }
+}

@@ -1,0 +1,193 @@
+//! The TCP transport of a client that may talk to a cluster (docs/REPLICATION.md §8):
+//! one connection per node it has reached, the leader of each partition it has learnt,
+//! and a home node for everything else.
+//!
+//! A request for a partition (`Produce`, `Fetch`, `ResolveOffset`) goes to the node the
+//! client last learnt leads it, else home. A `NOT_LEADER` answer that names the leader's
+//! address sends the request there at once (and remembers it), for at most
+//! [`HOPS_MAX`] hops; one that names none, or a node that cannot be reached, moves home
+//! to the next address of the URL and tries there after a 50 ms pause, once per address;
+//! then the caller gets the last answer (`NOT_LEADER` is transient: the client's own
+//! retry budget, with its back-off, goes on from there, so an election is waited out). A request whose
+//! connection broke after it was sent is not resent here: the caller decides, as
+//! always (an idempotent produce is retried, a plain one is indeterminate); the next
+//! request starts from another node. With one node, nothing of this costs more than a
+//! lookup.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use rill_proto::{ErrorCode, Request, RequestBody, Response};
+
+use crate::transport::{CallError, Tcp, TcpOptions, Transport};
+
+/// Redirects to a named leader one request follows at most.
+pub(crate) const HOPS_MAX: usize = 5;
+/// The pause before a request is tried on the next address.
+const PAUSE: Duration = Duration::from_millis(50);
+/// Nodes a client keeps connections to at most (the URL's and the leaders it learnt).
+const LINKS_MAX: usize = 64;
+
+type PartitionKey = (String, String, u32);
+
+#[derive(Debug)]
+struct State {
+    /// Connections by address.
+    links: HashMap<String, Arc<Tcp>>,
+    /// Partition → its leader's address, as last learnt.
+    leaders: HashMap<PartitionKey, String>,
+    /// Index into `seeds` of the home node.
+    home: usize,
+}
+
+/// A client's transport over one or several nodes.
+#[derive(Debug)]
+pub(crate) struct Routed {
+    seeds: Vec<String>,
+    options: TcpOptions,
+    state: Mutex<State>,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+fn partition_of(body: &RequestBody) -> Option<PartitionKey> {
+    match body {
+        RequestBody::Produce(r) => Some((r.stream.clone(), r.topic.clone(), r.partition)),
+        RequestBody::Fetch(r) => Some((r.stream.clone(), r.topic.clone(), r.partition)),
+        RequestBody::ResolveOffset(r) => Some((r.stream.clone(), r.topic.clone(), r.partition)),
+        _ => None,
+    }
+}
+
+impl Routed {
+    /// A transport that starts at the first of `seeds` (at least one).
+    pub(crate) fn new(seeds: Vec<String>, options: TcpOptions) -> Self {
+        assert!(!seeds.is_empty(), "a URL names at least one node");
+        Self {
+            seeds,
+            options,
+            state: Mutex::new(State {
+                links: HashMap::new(),
+                leaders: HashMap::new(),
+                home: 0,
+            }),
+            closed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn link(&self, addr: &str) -> Arc<Tcp> {
+        let mut st = self.state.lock();
+        if let Some(link) = st.links.get(addr) {
+            return Arc::clone(link);
+        }
+        if st.links.len() >= LINKS_MAX {
+            // Forget a learnt leader's connection that is no home (it reconnects when
+            // needed).
+            let seeds = &self.seeds;
+            if let Some(old) = st.links.keys().find(|a| !seeds.contains(a)).cloned() {
+                st.links.remove(&old);
+            }
+        }
+        let link = Arc::new(Tcp::new(
+            addr.to_owned(),
+            TcpOptions {
+                connect_timeout: self.options.connect_timeout,
+                max_frame_bytes: self.options.max_frame_bytes,
+            },
+        ));
+        st.links.insert(addr.to_owned(), Arc::clone(&link));
+        link
+    }
+
+    /// Where a request goes first.
+    fn target(&self, key: Option<&PartitionKey>) -> String {
+        let st = self.state.lock();
+        key.and_then(|k| st.leaders.get(k).cloned())
+            .unwrap_or_else(|| self.seeds[st.home].clone())
+    }
+
+    /// Moves home past `failed` (if it is home) and forgets it as a leader.
+    fn avoid(&self, failed: &str, key: Option<&PartitionKey>) -> String {
+        let mut st = self.state.lock();
+        if let Some(k) = key {
+            st.leaders.remove(k);
+        }
+        st.leaders.retain(|_, a| a != failed);
+        if self.seeds[st.home] == failed || key.is_some() {
+            st.home = (st.home + 1) % self.seeds.len();
+        }
+        self.seeds[st.home].clone()
+    }
+
+    fn learn(&self, key: &PartitionKey, addr: &str) {
+        self.state
+            .lock()
+            .leaders
+            .insert(key.clone(), addr.to_owned());
+    }
+}
+
+impl Transport for Routed {
+    fn call(&self, request: Request) -> BoxFuture<'_, Result<Response, CallError>> {
+        Box::pin(async move {
+            if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+                return Err(CallError::NotSent("the client was closed".into()));
+            }
+            let key = partition_of(&request.body);
+            let mut target = self.target(key.as_ref());
+            let (mut hops, mut moves) = (0, 0);
+            loop {
+                let outcome = self.link(&target).call(request.clone()).await;
+                let may_move = moves + 1 < self.seeds.len().max(2);
+                match outcome {
+                    Ok(Response::Err { ref error, .. })
+                        if error.code == ErrorCode::NotLeader as i32 =>
+                    {
+                        match (&key, &error.leader_address) {
+                            (Some(k), Some(addr)) if *addr != target && hops < HOPS_MAX => {
+                                hops += 1;
+                                self.learn(k, addr);
+                                target = addr.clone();
+                                continue;
+                            }
+                            _ if may_move => {
+                                moves += 1;
+                                target = self.avoid(&target, key.as_ref());
+                            }
+                            _ => return outcome,
+                        }
+                    }
+                    Err(CallError::NotSent(_)) if may_move && self.seeds.len() > 1 => {
+                        // That node is down or unreachable: another one.
+                        moves += 1;
+                        target = self.avoid(&target, key.as_ref());
+                    }
+                    Err(CallError::Lost(e)) => {
+                        self.avoid(&target, key.as_ref());
+                        return Err(CallError::Lost(e));
+                    }
+                    other => return other,
+                }
+                tokio::time::sleep(PAUSE).await;
+            }
+        })
+    }
+
+    fn peer(&self) -> String {
+        self.seeds.join(",")
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), crate::ClientError>> {
+        Box::pin(async move {
+            self.closed
+                .store(true, std::sync::atomic::Ordering::Release);
+            let links: Vec<Arc<Tcp>> = self.state.lock().links.values().cloned().collect();
+            for link in links {
+                link.close().await?;
+            }
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,326 @@
+//! A cluster node as the broker's seam (docs/REPLICATION.md §11.1): [`NodeCluster`]
+//! implements `rill_broker::cluster::Cluster` over a [`ClusterNode`], and a [`Replica`]
+//! is a `ReplicaLog`. The catalog the broker mirrors is the applied metadata, with the
+//! replicas the node runs, published after each reconciliation.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use openraft::ServerState;
+use openraft::async_runtime::watch::WatchReceiver;
+use openraft::error::ClientWriteError;
+use openraft::impls::ProgressResponder;
+use rill_broker::BrokerError;
+use rill_broker::TopicConfig;
+use rill_broker::cluster::{
+    CatalogChange, CatalogOutcome, Cluster, ClusterCatalog, ClusterFuture, ClusterMember,
+    ClusterTopic, Commit, OffsetName, Placement, ReplicaLog,
+};
+use rill_storage::PartitionLog;
+use tokio::sync::watch;
+
+use crate::meta::{MetaCommand, MetaResponse, MetaState, OffsetKey, TopicSpec};
+use crate::node::{ClusterNode, NodeError, Replica};
+use crate::partition::{PartitionCommand, PartitionResponse};
+use crate::peer::PartitionId;
+
+/// The broker's view of a cluster node.
+#[derive(Debug, Clone)]
+pub struct NodeCluster {
+    node: ClusterNode,
+}
+
+impl NodeCluster {
+    /// The seam over `node`.
+    pub fn new(node: ClusterNode) -> Self {
+        Self { node }
+    }
+
+    /// The node.
+    pub fn node(&self) -> &ClusterNode {
+        &self.node
+    }
+}
+
+fn cluster_error(e: NodeError) -> BrokerError {
+    match e {
+        NodeError::NotLeader { leader } => BrokerError::NotLeader {
+            what: "the metadata group".into(),
+            leader,
+            address: None,
+        },
+        NodeError::Timeout(d) => {
+            BrokerError::ClusterTimeout(format!("the metadata group did not commit within {d:?}"))
+        }
+        other => BrokerError::ClusterTimeout(other.to_string()),
+    }
+}
+
+fn outcome(response: MetaResponse) -> CatalogOutcome {
+    match response {
+        MetaResponse::Exists => CatalogOutcome::Exists,
+        MetaResponse::NotFound(m) => CatalogOutcome::NotFound(m),
+        MetaResponse::Conflict(m) => CatalogOutcome::Conflict(m),
+        _ => CatalogOutcome::Done,
+    }
+}
+
+/// The replicas of partition `p` of a topic with `replicas` replicas on `nodes` (sorted
+/// ids): round-robin from the partition's number, the same on whichever node places it.
+pub fn place(nodes: &[u64], partitions: u32, replicas: u32) -> Vec<Vec<u64>> {
+    let n = nodes.len();
+    (0..partitions as usize)
+        .map(|p| (0..replicas as usize).map(|i| nodes[(p + i) % n]).collect())
+        .collect()
+}
+
+impl Cluster for NodeCluster {
+    fn node_id(&self) -> u64 {
+        self.node.id()
+    }
+
+    fn change_catalog(&self, change: CatalogChange) -> ClusterFuture<'_, CatalogOutcome> {
+        Box::pin(async move {
+            let command = match change {
+                CatalogChange::CreateStream(name) => MetaCommand::CreateStream { name },
+                CatalogChange::DeleteStream(name) => MetaCommand::DeleteStream { name },
+                CatalogChange::DeleteTopic { stream, topic } => {
+                    MetaCommand::DeleteTopic { stream, topic }
+                }
+                CatalogChange::CreateTopic {
+                    stream,
+                    topic,
+                    config,
+                    replicas,
+                } => {
+                    let nodes = self.node.node_ids();
+                    let n = u32::try_from(nodes.len()).unwrap_or(u32::MAX);
+                    let replicas = replicas.unwrap_or(n.min(3));
+                    if !(1..=n).contains(&replicas) {
+                        return Err(BrokerError::InvalidConfig(format!(
+                            "replicas {replicas} must be between 1 and the cluster's {n} nodes"
+                        )));
+                    }
+                    let options = serde_json::to_vec(&config)
+                        .map_err(|e| BrokerError::Internal(e.to_string()))?;
+                    MetaCommand::CreateTopic {
+                        stream,
+                        topic,
+                        spec: TopicSpec {
+                            replicas: place(&nodes, config.partitions, replicas),
+                            options,
+                        },
+                    }
+                }
+            };
+            let (response, index) = self
+                .node
+                .propose_indexed(command)
+                .await
+                .map_err(cluster_error)?;
+            // Answer once this node applied it too (and started its replicas).
+            self.node.wait_published(index).await?;
+            Ok(outcome(response))
+        })
+    }
+
+    fn catalog(&self) -> watch::Receiver<Arc<ClusterCatalog>> {
+        self.node.catalog()
+    }
+
+    fn store_offsets(&self, offsets: Vec<(OffsetName, u64)>) -> ClusterFuture<'_, ()> {
+        Box::pin(async move {
+            let offsets = offsets
+                .into_iter()
+                .map(|(k, o)| (offset_key(k), o))
+                .collect();
+            let (response, index) = self
+                .node
+                .propose_indexed(MetaCommand::StoreOffsets { offsets })
+                .await
+                .map_err(cluster_error)?;
+            match response {
+                MetaResponse::Stored { refused } if !refused.is_empty() => {
+                    Err(BrokerError::InvalidRequest(
+                        "the topic or partition of the offset no longer exists".into(),
+                    ))
+                }
+                _ => self.node.wait_published(index).await,
+            }
+        })
+    }
+
+    fn delete_offset(&self, key: OffsetName) -> ClusterFuture<'_, bool> {
+        Box::pin(async move {
+            let (response, index) = self
+                .node
+                .propose_indexed(MetaCommand::DeleteOffset {
+                    key: offset_key(key),
+                })
+                .await
+                .map_err(cluster_error)?;
+            self.node.wait_published(index).await?;
+            Ok(matches!(response, MetaResponse::Deleted(true)))
+        })
+    }
+}
+
+fn offset_key(k: OffsetName) -> OffsetKey {
+    OffsetKey {
+        stream: k.stream,
+        topic: k.topic,
+        partition: k.partition,
+        consumer: k.consumer,
+    }
+}
+
+/// The catalog the broker mirrors: the applied metadata with this node's replicas.
+pub(crate) fn catalog_view(
+    version: u64,
+    state: &MetaState,
+    peers: &BTreeMap<u64, String>,
+    replicas: &std::collections::HashMap<PartitionId, Arc<Replica>>,
+) -> ClusterCatalog {
+    let mut streams = BTreeMap::new();
+    for (stream, topics) in &state.streams {
+        let mut view = BTreeMap::new();
+        for (topic, spec) in topics {
+            let config: TopicConfig = match serde_json::from_slice(&spec.options) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!(stream, topic, error = %e, "a topic's options do not decode: not served");
+                    continue;
+                }
+            };
+            let partitions = spec
+                .replicas
+                .iter()
+                .enumerate()
+                .map(|(p, set)| {
+                    let id = PartitionId {
+                        stream: stream.clone(),
+                        topic: topic.clone(),
+                        partition: p as u32,
+                    };
+                    Placement {
+                        replicas: set.clone(),
+                        local: replicas
+                            .get(&id)
+                            .map(|r| Arc::clone(r) as Arc<dyn ReplicaLog>),
+                    }
+                })
+                .collect();
+            view.insert(topic.clone(), ClusterTopic { config, partitions });
+        }
+        streams.insert(stream.clone(), view);
+    }
+    let members = peers
+        .keys()
+        .map(|&id| ClusterMember {
+            id,
+            client: state.nodes.get(&id).map(|n| n.client.clone()),
+        })
+        .collect();
+    let offsets = state
+        .offsets
+        .iter()
+        .map(|(k, &o)| {
+            (
+                OffsetName {
+                    stream: k.stream.clone(),
+                    topic: k.topic.clone(),
+                    partition: k.partition,
+                    consumer: k.consumer.clone(),
+                },
+                o,
+            )
+        })
+        .collect();
+    ClusterCatalog {
+        version,
+        streams,
+        offsets,
+        members,
+    }
+}
+
+impl ReplicaLog for Replica {
+    fn propose(&self, batch: Bytes) -> ClusterFuture<'_, Commit> {
+        Box::pin(async move {
+            let (responder, _committed, answer) = ProgressResponder::new();
+            self.raft()
+                .client_write_ff(PartitionCommand::Propose(batch), Some(responder))
+                .await
+                .map_err(|e| BrokerError::ClusterTimeout(e.to_string()))?;
+            let id = self.id().clone();
+            let commit: Commit = Box::pin(async move {
+                let what = format!("partition {id}");
+                match answer.await {
+                    Ok(Ok(done)) => match done.data {
+                        PartitionResponse::Appended {
+                            base_offset,
+                            last_offset,
+                            timestamp_us,
+                        } => Ok((base_offset, last_offset, timestamp_us)),
+                        PartitionResponse::Done => Err(BrokerError::Internal(
+                            "a batch committed without offsets".into(),
+                        )),
+                    },
+                    Ok(Err(
+                        ClientWriteError::ForwardToLeader(f)
+                        | ClientWriteError::LogEntryDiscarded(f),
+                    )) => Err(BrokerError::NotLeader {
+                        what,
+                        leader: f.leader_id,
+                        address: None,
+                    }),
+                    Ok(Err(e)) => Err(BrokerError::ClusterTimeout(e.to_string())),
+                    Err(_) => Err(BrokerError::NotLeader {
+                        what,
+                        leader: None,
+                        address: None,
+                    }),
+                }
+            });
+            Ok(commit)
+        })
+    }
+
+    fn leading(&self) -> Option<u64> {
+        let metrics = self.raft().metrics();
+        let m = metrics.borrow_watched();
+        (m.state == ServerState::Leader).then_some(m.current_term)
+    }
+
+    fn leader(&self) -> Option<u64> {
+        Replica::leader(self)
+    }
+
+    fn high_watermark(&self) -> u64 {
+        Replica::high_watermark(self)
+    }
+
+    fn watch_high_watermark(&self) -> watch::Receiver<u64> {
+        Replica::watch_high_watermark(self)
+    }
+
+    fn log(&self) -> Arc<PartitionLog> {
+        Replica::log(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_spreads_partitions_round_robin_and_is_the_same_everywhere() {
+        let nodes = [1, 2, 3];
+        assert_eq!(
+            place(&nodes, 4, 3),
+            vec![vec![1, 2, 3], vec![2, 3, 1], vec![3, 1, 2], vec![1, 2, 3]]
+        );
+        assert_eq!(place(&nodes, 3, 1), vec![vec![1], vec![2], vec![3]]);
+    }
+}
