@@ -125,6 +125,47 @@ pub struct ClusterCatalog {
     pub members: Vec<ClusterMember>,
 }
 
+/// A node in [`ClusterStatus`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// Its id.
+    pub id: u64,
+    /// Its node-to-node address.
+    pub peer: String,
+    /// Its client address, once registered.
+    pub client: Option<String>,
+    /// Whether it answered just now.
+    pub up: bool,
+}
+
+/// A partition in [`ClusterStatus`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionStatus {
+    /// The stream.
+    pub stream: String,
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u32,
+    /// Its leader, if one is known.
+    pub leader: Option<u64>,
+    /// Its replicas.
+    pub replicas: Vec<u64>,
+    /// Per follower the leader heard from: records behind the high watermark.
+    pub lag: BTreeMap<u64, u64>,
+    /// The leader's high watermark (0 while no leader answered).
+    pub high_watermark: u64,
+}
+
+/// The nodes of a cluster and its partitions' replication.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClusterStatus {
+    /// The nodes, by id.
+    pub nodes: Vec<NodeStatus>,
+    /// Every partition of every topic.
+    pub partitions: Vec<PartitionStatus>,
+}
+
 /// A cluster, as the broker uses it.
 pub trait Cluster: Send + Sync + fmt::Debug + 'static {
     /// This node's id.
@@ -137,6 +178,8 @@ pub trait Cluster: Send + Sync + fmt::Debug + 'static {
     fn store_offsets(&self, offsets: Vec<(OffsetName, u64)>) -> ClusterFuture<'_, ()>;
     /// Deletes a stored offset; resolves once committed, with whether there was one.
     fn delete_offset(&self, key: OffsetName) -> ClusterFuture<'_, bool>;
+    /// The nodes and the partitions' replication, as the nodes report them now.
+    fn status(&self) -> ClusterFuture<'_, ClusterStatus>;
 }
 
 /// A partition replica on this node, as the broker serves it.

@@ -222,6 +222,11 @@ impl Broker {
                     partition: Some(partition_info(state)),
                 })
             }
+            RequestBody::ClusterStatus(_) => {
+                return Err(BrokerError::InvalidRequest(
+                    "this server is a single node, not a cluster".into(),
+                ));
+            }
             RequestBody::DeleteOffset(r) => ResponseBody::DeleteOffset(DeleteOffsetResponse {
                 deleted: self
                     .delete_offset(&r.stream, &r.topic, r.partition, &r.consumer)
@@ -278,6 +283,38 @@ impl Broker {
             }
             RequestBody::RepairPartition(_) => {
                 return Err(BrokerError::NotInCluster("repairing a partition"));
+            }
+            RequestBody::ClusterStatus(_) => {
+                let cluster = self
+                    .cluster
+                    .as_ref()
+                    .ok_or_else(|| BrokerError::Internal("not a cluster node".into()))?;
+                let status = cluster.status().await?;
+                ResponseBody::ClusterStatus(ClusterStatusResponse {
+                    nodes: status
+                        .nodes
+                        .into_iter()
+                        .map(|n| ClusterNodeStatus {
+                            id: n.id,
+                            peer: n.peer,
+                            client: n.client.unwrap_or_default(),
+                            up: n.up,
+                        })
+                        .collect(),
+                    partitions: status
+                        .partitions
+                        .into_iter()
+                        .map(|p| ClusterPartitionStatus {
+                            stream: p.stream,
+                            topic: p.topic,
+                            partition: p.partition,
+                            leader: p.leader,
+                            replicas: p.replicas,
+                            lag: p.lag.into_iter().collect(),
+                            high_watermark: p.high_watermark,
+                        })
+                        .collect(),
+                })
             }
             _ => return Ok(None),
         }))

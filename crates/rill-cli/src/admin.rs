@@ -84,6 +84,93 @@ pub(crate) enum TopicCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub(crate) enum ClusterCommand {
+    /// Nodes (up or not) and, per partition, its leader, replicas and followers' lag.
+    Status {
+        /// One JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub(crate) async fn cluster(command: ClusterCommand, target: &Target) -> anyhow::Result<()> {
+    let client = target.client().await?;
+    match command {
+        ClusterCommand::Status { json } => {
+            let status = client
+                .cluster_status()
+                .await
+                .context("cannot read the cluster's status")?;
+            if json {
+                let nodes: Vec<serde_json::Value> = status
+                    .nodes
+                    .iter()
+                    .map(|n| {
+                        serde_json::json!({
+                            "id": n.id, "peer": n.peer, "client": n.client, "up": n.up,
+                        })
+                    })
+                    .collect();
+                let partitions: Vec<serde_json::Value> = status
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let lag: serde_json::Map<String, serde_json::Value> = p
+                            .lag
+                            .iter()
+                            .map(|(n, l)| (n.to_string(), serde_json::json!(l)))
+                            .collect();
+                        serde_json::json!({
+                            "stream": p.stream, "topic": p.topic, "partition": p.partition,
+                            "leader": p.leader, "replicas": p.replicas, "lag": lag,
+                            "high_watermark": p.high_watermark,
+                        })
+                    })
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::json!({ "nodes": nodes, "partitions": partitions })
+                );
+            } else {
+                println!("node\tpeer\tclient\tup");
+                for n in &status.nodes {
+                    println!(
+                        "{}\t{}\t{}\t{}",
+                        n.id,
+                        n.peer,
+                        n.client.as_deref().unwrap_or("-"),
+                        if n.up { "up" } else { "down" }
+                    );
+                }
+                println!("partition\tleader\treplicas\thigh_watermark\tlag");
+                for p in &status.partitions {
+                    let lag: Vec<String> = p.lag.iter().map(|(n, l)| format!("{n}:{l}")).collect();
+                    println!(
+                        "{}/{}/{}\t{}\t{}\t{}\t{}",
+                        p.stream,
+                        p.topic,
+                        p.partition,
+                        p.leader.map_or("-".to_owned(), |l| l.to_string()),
+                        p.replicas
+                            .iter()
+                            .map(u64::to_string)
+                            .collect::<Vec<_>>()
+                            .join(","),
+                        p.high_watermark,
+                        if lag.is_empty() {
+                            "-".to_owned()
+                        } else {
+                            lag.join(",")
+                        }
+                    );
+                }
+            }
+        }
+    }
+    target::finish(&client).await
+}
+
+#[derive(Debug, Subcommand)]
 pub(crate) enum GroupCommand {
     /// Members, assignment, stored offsets and lag per partition.
     Describe {

@@ -59,6 +59,9 @@ enum Command {
     /// Inspect consumer groups.
     #[command(subcommand)]
     Group(admin::GroupCommand),
+    /// A cluster's nodes and replication.
+    #[command(subcommand)]
+    Cluster(admin::ClusterCommand),
     /// Dead letters of typed-events consumers.
     #[command(subcommand)]
     Events(events::EventsCommand),
@@ -100,6 +103,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Stream(c) => admin::stream(c, &target).await,
         Command::Topic(c) => admin::topic(c, &target).await,
         Command::Group(c) => admin::group(c, &target).await,
+        Command::Cluster(c) => admin::cluster(c, &target).await,
         Command::Events(c) => events::run(c, &target).await,
         Command::Produce(args) => produce::run(args, &target).await,
         Command::Consume(args) => consume::run(args, &target).await,

@@ -3,7 +3,8 @@
 //! node and follow partition leaders; an idempotent keyed producer keeps writing while
 //! each node in turn is killed with SIGKILL and started again; afterwards every
 //! acknowledged record is read exactly once at its acknowledged offset, in per-key
-//! order, stored offsets survived, and the replicas' logs on disk are identical up to
+//! order, stored offsets survived, `rill cluster status --json` saw every node up and
+//! each killed one down, and the replicas' logs on disk are identical up to
 //! where the shortest ends, with at least a majority holding every acknowledged record.
 
 mod common;
@@ -138,6 +139,32 @@ fn rill(url: &str, args: &[&str]) -> std::process::Output {
         .expect("run rill")
 }
 
+/// `rill cluster status --json`, asked until `done` holds (at most 20 s).
+fn wait_status(url: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = rill(url, &["cluster", "status", "--json"]);
+        if out.status.success() {
+            let status: serde_json::Value =
+                serde_json::from_slice(&out.stdout).expect("cluster status prints JSON");
+            if done(&status) {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cluster status never became {status}"
+            );
+        } else {
+            assert!(
+                Instant::now() < deadline,
+                "cluster status failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Every record of a partition, read through the cluster.
 async fn read_all(client: &Client, partition: u32) -> Vec<(u64, Vec<u8>, Vec<u8>)> {
     let topic = client.stream("shop").topic("orders");
@@ -212,6 +239,21 @@ async fn three_processes_replicate_follow_leaders_and_survive_kill9_of_each_node
     );
     let out = rill(&url, &["topic", "describe", "shop/orders"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("partitions\t2"));
+    // `rill cluster status --json`: every node up, every partition led, on all three.
+    let status = wait_status(&url, |s| {
+        s["nodes"]
+            .as_array()
+            .is_some_and(|n| n.len() == 3 && n.iter().all(|n| n["up"] == true))
+            && s["partitions"]
+                .as_array()
+                .is_some_and(|p| p.len() == 2 && p.iter().all(|p| p["leader"].is_u64()))
+    });
+    for p in status["partitions"].as_array().unwrap() {
+        assert_eq!(p["stream"], "shop");
+        assert_eq!(p["replicas"].as_array().unwrap().len(), 3);
+        assert!(p["lag"].is_object());
+    }
+    assert!(status["nodes"][0]["client"].is_string());
 
     let client = Client::connect(&url).await.unwrap();
     let topic = client.stream("shop").topic("orders");
@@ -251,6 +293,13 @@ async fn three_processes_replicate_follow_leaders_and_survive_kill9_of_each_node
     // Each node in turn: killed while the producer goes on, then started again.
     for node in &mut nodes {
         node.kill9();
+        let killed = node.id;
+        // The others see it down.
+        wait_status(&url, |s| {
+            s["nodes"]
+                .as_array()
+                .is_some_and(|n| n.iter().any(|n| n["id"] == killed && n["up"] == false))
+        });
         send(&mut acked, 40).await;
         node.start();
         send(&mut acked, 20).await;
@@ -280,8 +329,14 @@ async fn three_processes_replicate_follow_leaders_and_survive_kill9_of_each_node
         if stored == Some(3) {
             break;
         }
-        assert!(stored.is_none(), "only the stored offset or none: {stored:?}");
-        assert!(Instant::now() < deadline, "the stored offset is read on another node");
+        assert!(
+            stored.is_none(),
+            "only the stored offset or none: {stored:?}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the stored offset is read on another node"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     other.close().await.unwrap();

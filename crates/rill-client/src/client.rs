@@ -529,6 +529,24 @@ impl Client {
         Ok(())
     }
 
+    /// In a cluster: its nodes, and per partition its leader, replicas and how far
+    /// behind each follower is (any node answers; a single server answers
+    /// `INVALID_REQUEST`).
+    pub async fn cluster_status(&self) -> Result<crate::ClusterStatus, ClientError> {
+        match self
+            .call(
+                RequestBody::ClusterStatus(ClusterStatusRequest {}),
+                Bytes::new(),
+                Retry::Safe,
+            )
+            .await?
+            .0
+        {
+            ResponseBody::ClusterStatus(r) => Ok(r.into()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Streams with their topic counts.
     pub async fn list_streams(&self) -> Result<Vec<crate::StreamInfo>, ClientError> {
         match self

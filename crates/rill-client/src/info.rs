@@ -278,3 +278,78 @@ impl From<pb::DescribeGroupResponse> for GroupDescription {
         }
     }
 }
+
+/// A node of a cluster, in [`ClusterStatus`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterNodeInfo {
+    /// Its id.
+    pub id: u64,
+    /// Its node-to-node address.
+    pub peer: String,
+    /// Its client address, once it registered.
+    pub client: Option<String>,
+    /// Whether it answered the node that was asked, just now.
+    pub up: bool,
+}
+
+/// A partition's replication, in [`ClusterStatus`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterPartitionInfo {
+    /// Its stream.
+    pub stream: String,
+    /// Its topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u32,
+    /// Its leader; `None` while none is known.
+    pub leader: Option<u64>,
+    /// Its replicas (node ids).
+    pub replicas: Vec<u64>,
+    /// Per follower the leader heard from: records it is behind.
+    pub lag: std::collections::BTreeMap<u64, u64>,
+    /// The leader's high watermark.
+    pub high_watermark: u64,
+}
+
+/// The nodes of a cluster and its partitions' replication
+/// ([`Client::cluster_status`](crate::Client::cluster_status)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterStatus {
+    /// The nodes, by id.
+    pub nodes: Vec<ClusterNodeInfo>,
+    /// Every partition of every topic.
+    pub partitions: Vec<ClusterPartitionInfo>,
+}
+
+impl From<pb::ClusterStatusResponse> for ClusterStatus {
+    fn from(r: pb::ClusterStatusResponse) -> Self {
+        Self {
+            nodes: r
+                .nodes
+                .into_iter()
+                .map(|n| ClusterNodeInfo {
+                    id: n.id,
+                    peer: n.peer,
+                    client: (!n.client.is_empty()).then_some(n.client),
+                    up: n.up,
+                })
+                .collect(),
+            partitions: r
+                .partitions
+                .into_iter()
+                .map(|p| ClusterPartitionInfo {
+                    stream: p.stream,
+                    topic: p.topic,
+                    partition: p.partition,
+                    leader: p.leader,
+                    replicas: p.replicas,
+                    lag: p.lag.into_iter().collect(),
+                    high_watermark: p.high_watermark,
+                })
+                .collect(),
+        }
+    }
+}

@@ -74,8 +74,9 @@ pub use group::{
     RebalanceCallback,
 };
 pub use info::{
-    DamagedRange, GroupDescription, GroupMember, GroupPartition, PartitionInfo, StreamInfo,
-    TopicConfig, TopicDescription, TopicInfo,
+    ClusterNodeInfo, ClusterPartitionInfo, ClusterStatus, DamagedRange, GroupDescription,
+    GroupMember, GroupPartition, PartitionInfo, StreamInfo, TopicConfig, TopicDescription,
+    TopicInfo,
 };
 pub use message::{Message, Position, Record, Value};
 pub use producer::{Background, Backpressure, Producer, ProducerBuilder, Sharding};

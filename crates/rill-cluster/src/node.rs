@@ -281,7 +281,7 @@ struct Inner {
     groups: Groups,
     meta: MetaRaft,
     meta_sm: MetaStateMachine,
-    replicas: RwLock<HashMap<PartitionId, Arc<Replica>>>,
+    replicas: Arc<RwLock<HashMap<PartitionId, Arc<Replica>>>>,
     /// Replicas being started or stopped: one reconciliation at a time.
     reconciling: tokio::sync::Mutex<()>,
     /// The catalog as the broker mirrors it, after each reconciliation.
@@ -345,6 +345,12 @@ impl ClusterNode {
         }
         let groups = Groups::new();
         groups.set_meta(meta.clone());
+        let replicas: Arc<RwLock<HashMap<PartitionId, Arc<Replica>>>> = Arc::default();
+        {
+            let replicas = Arc::clone(&replicas);
+            let id = config.id;
+            groups.set_reporter(Arc::new(move || local_report(id, &replicas.read())));
+        }
         let node = Self {
             inner: Arc::new(Inner {
                 config,
@@ -352,7 +358,7 @@ impl ClusterNode {
                 groups: groups.clone(),
                 meta: meta.clone(),
                 meta_sm,
-                replicas: RwLock::new(HashMap::new()),
+                replicas,
                 reconciling: tokio::sync::Mutex::new(()),
                 catalog: watch::channel(Arc::default()).0,
                 lock: parking_lot::Mutex::new(Some(lock)),
@@ -509,6 +515,73 @@ impl ClusterNode {
         self.inner.lock.lock().take();
     }
 
+    /// The nodes and every partition's replication, as the nodes report them now: each
+    /// other node is asked (at most 1 s) for the replicas it runs.
+    pub async fn status(&self) -> rill_broker::cluster::ClusterStatus {
+        use rill_broker::cluster::{ClusterStatus, NodeStatus, PartitionStatus};
+        let me = self.id();
+        let mut reports = vec![local_report(me, &self.inner.replicas.read())];
+        let others: Vec<u64> = self.node_ids().into_iter().filter(|&n| n != me).collect();
+        let asks = others.iter().map(|&n| {
+            let peers = self.inner.peers.clone();
+            async move { (n, peers.report(n, STATUS_WAIT).await) }
+        });
+        let mut up = BTreeSet::from([me]);
+        for (n, answer) in futures::future::join_all(asks).await {
+            match answer {
+                Ok(report) => {
+                    up.insert(n);
+                    reports.push(report);
+                }
+                Err(e) => tracing::debug!(node = n, error = %e, "no status from a node"),
+            }
+        }
+        let state = self.metadata().await;
+        let nodes = self
+            .inner
+            .config
+            .peers
+            .iter()
+            .map(|(&id, peer)| NodeStatus {
+                id,
+                peer: peer.clone(),
+                client: state.nodes.get(&id).map(|n| n.client.clone()),
+                up: up.contains(&id),
+            })
+            .collect();
+        let mut partitions = Vec::new();
+        for (stream, topics) in &state.streams {
+            for (topic, spec) in topics {
+                for (p, replicas) in spec.replicas.iter().enumerate() {
+                    let id = PartitionId {
+                        stream: stream.clone(),
+                        topic: topic.clone(),
+                        partition: p as u32,
+                    };
+                    let seen: Vec<&crate::peer::ReplicaReport> = reports
+                        .iter()
+                        .flat_map(|r| r.replicas.iter())
+                        .filter(|r| r.partition == id)
+                        .collect();
+                    let leading = seen.iter().find(|r| r.leading);
+                    let leader = leading
+                        .and_then(|r| r.leader)
+                        .or_else(|| seen.iter().find_map(|r| r.leader));
+                    partitions.push(PartitionStatus {
+                        stream: stream.clone(),
+                        topic: topic.clone(),
+                        partition: p as u32,
+                        leader,
+                        replicas: replicas.clone(),
+                        lag: leading.map(|r| r.lag.clone()).unwrap_or_default(),
+                        high_watermark: leading.map_or(0, |r| r.high_watermark),
+                    });
+                }
+            }
+        }
+        ClusterStatus { nodes, partitions }
+    }
+
     /// Registers this node's addresses, retrying until a leader commits it.
     async fn register(&self, client_addr: String) {
         let config = &self.inner.config;
@@ -649,6 +722,47 @@ impl ClusterNode {
             store,
             replicas,
         })
+    }
+}
+
+/// How long a node waits for another's status report.
+const STATUS_WAIT: Duration = Duration::from_secs(1);
+
+/// The replicas this node runs, for another node's status request.
+fn local_report(
+    node: u64,
+    replicas: &HashMap<PartitionId, Arc<Replica>>,
+) -> crate::peer::LocalReport {
+    let mut out: Vec<crate::peer::ReplicaReport> = replicas
+        .values()
+        .map(|r| {
+            let metrics = r.raft.metrics().borrow_watched().clone();
+            let leading = metrics.state == ServerState::Leader;
+            let hwm = r.high_watermark();
+            let lag = match (&metrics.replication, leading) {
+                (Some(matched), true) => matched
+                    .iter()
+                    .filter(|(n, _)| **n != node)
+                    .filter_map(|(n, id)| {
+                        id.as_ref()
+                            .map(|id| (*n, hwm.saturating_sub(r.store.next_offset_at(id.index))))
+                    })
+                    .collect(),
+                _ => BTreeMap::new(),
+            };
+            crate::peer::ReplicaReport {
+                partition: r.id.clone(),
+                leader: metrics.current_leader,
+                leading,
+                high_watermark: hwm,
+                lag,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.partition.cmp(&b.partition));
+    crate::peer::LocalReport {
+        node,
+        replicas: out,
     }
 }
 

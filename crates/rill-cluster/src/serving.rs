@@ -151,6 +151,10 @@ impl Cluster for NodeCluster {
         })
     }
 
+    fn status(&self) -> ClusterFuture<'_, rill_broker::cluster::ClusterStatus> {
+        Box::pin(async move { Ok(self.node.status().await) })
+    }
+
     fn delete_offset(&self, key: OffsetName) -> ClusterFuture<'_, bool> {
         Box::pin(async move {
             let (response, index) = self

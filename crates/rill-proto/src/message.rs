@@ -123,6 +123,7 @@ protocol! {
     20 => DescribeGroup(DescribeGroupRequest, DescribeGroupResponse),
     21 => RepairPartition(RepairPartitionRequest, RepairPartitionResponse),
     22 => DeleteGroupOffset(DeleteGroupOffsetRequest, DeleteGroupOffsetResponse),
+    23 => ClusterStatus(ClusterStatusRequest, ClusterStatusResponse),
 }
 
 /// A request: its control message and its payload (the batch of a `Produce`).

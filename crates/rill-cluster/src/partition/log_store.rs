@@ -340,6 +340,28 @@ impl PartitionLogStore {
             .collect()
     }
 
+    /// The offset after the batches of the entries up to `index` (the end of what a
+    /// replica that holds them holds).
+    pub fn next_offset_at(&self, index: u64) -> u64 {
+        let log_start = self.log().log_start();
+        let state = self.shared.state.lock();
+        state
+            .entries
+            .iter()
+            .rev()
+            .filter(|p| p.pointer.index() <= index)
+            .find_map(|p| p.pointer.offsets())
+            .map(|(_, next)| next)
+            .or_else(|| {
+                state
+                    .purged
+                    .as_ref()
+                    .filter(|p| p.log_id.index <= index)
+                    .map(|p| p.next_offset)
+            })
+            .unwrap_or(log_start)
+    }
+
     /// The offset after the last batch of the log, as the pointers say.
     pub fn next_offset(&self) -> u64 {
         let log_start = self.log().log_start();

@@ -5,7 +5,8 @@
 //! body. The metadata group's requests are kinds 1 (append), 2 (vote), 3 (full
 //! snapshot), 4 (a command proposed through a node that does not lead, forwarded to the
 //! leader: answered with the command's response, or with who leads), their bodies JSON
-//! wrapped with the group's name; a partition group's are
+//! wrapped with the group's name; kind 10 asks a node for the replicas it runs (its
+//! [`LocalReport`], for `ClusterStatus`); a partition group's are
 //! kinds 5–9 ([`partition`]: batches travel as raw bytes after a JSON head). A response
 //! has its request's kind with bit 7 set, or kind `0xff` with an error text. Bounds: a
 //! frame of at most [`FRAME_MAX`] bytes (a bigger length closes the connection), at
@@ -54,6 +55,7 @@ const KIND_APPEND: u8 = 1;
 const KIND_VOTE: u8 = 2;
 const KIND_SNAPSHOT: u8 = 3;
 const KIND_PROPOSE: u8 = 4;
+const KIND_STATUS: u8 = 10;
 const RESPONSE: u8 = 0x80;
 const KIND_ERROR: u8 = 0xff;
 
@@ -221,6 +223,34 @@ pub type MetaRaft = Raft<MetaTypes, MetaStateMachine>;
 pub struct Groups {
     meta: Arc<parking_lot::RwLock<Option<MetaRaft>>>,
     partitions: Arc<parking_lot::RwLock<HashMap<PartitionId, Arc<PartitionGroup>>>>,
+    reporter: Arc<parking_lot::RwLock<Option<Reporter>>>,
+}
+
+/// What a node answers a status request with.
+pub type Reporter = Arc<dyn Fn() -> LocalReport + Send + Sync>;
+
+/// The replicas one node runs, as it reports them to another (for `ClusterStatus`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalReport {
+    /// The reporting node.
+    pub node: u64,
+    /// Its replicas.
+    pub replicas: Vec<ReplicaReport>,
+}
+
+/// One replica in a [`LocalReport`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaReport {
+    /// The partition.
+    pub partition: PartitionId,
+    /// The leader this replica knows of.
+    pub leader: Option<u64>,
+    /// Whether this replica leads now.
+    pub leading: bool,
+    /// Its high watermark.
+    pub high_watermark: u64,
+    /// When leading: per follower it heard from, records behind the high watermark.
+    pub lag: std::collections::BTreeMap<u64, u64>,
 }
 
 impl std::fmt::Debug for Groups {
@@ -241,6 +271,11 @@ impl Groups {
     /// Serves the metadata group through `raft`.
     pub fn set_meta(&self, raft: MetaRaft) {
         *self.meta.write() = Some(raft);
+    }
+
+    /// Answers status requests with `reporter`.
+    pub fn set_reporter(&self, reporter: Reporter) {
+        *self.reporter.write() = Some(reporter);
     }
 
     /// Serves a partition group.
@@ -376,6 +411,13 @@ impl Drop for AbortOnDrop {
 async fn handle(groups: &Groups, kind: u8, body: Bytes) -> Result<Vec<u8>, PeerError> {
     if partition::is_partition_kind(kind) {
         return partition::handle(groups, kind, body).await;
+    }
+    if kind == KIND_STATUS {
+        let reporter = groups.reporter.read().clone();
+        return match reporter {
+            Some(report) => json(&report()),
+            None => Err(PeerError::Remote("this node reports no status".into())),
+        };
     }
     let raft = groups.meta()?;
     if kind == KIND_PROPOSE {
@@ -555,6 +597,14 @@ impl Peers {
         };
         let answer = self
             .call(target, KIND_PROPOSE, json(&envelope)?, limit)
+            .await?;
+        from_json(&answer)
+    }
+
+    /// Asks node `target` for the replicas it runs, waiting at most `limit`.
+    pub async fn report(&self, target: u64, limit: Duration) -> Result<LocalReport, PeerError> {
+        let answer = self
+            .call(target, KIND_STATUS, b"{}".to_vec(), limit)
             .await?;
         from_json(&answer)
     }
