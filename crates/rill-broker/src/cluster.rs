@@ -166,6 +166,47 @@ pub struct ClusterStatus {
     pub partitions: Vec<PartitionStatus>,
 }
 
+/// One replica on this node, for `/metrics`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaHealth {
+    /// The stream.
+    pub stream: String,
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u32,
+    /// Whether this replica leads now.
+    pub leading: bool,
+    /// The leader it knows of.
+    pub leader: Option<u64>,
+    /// Its current term.
+    pub term: u64,
+    /// Its high watermark.
+    pub high_watermark: u64,
+    /// Times it saw the leader change since the node started.
+    pub leader_changes: u64,
+    /// When leading: per follower, records behind.
+    pub lag: BTreeMap<u64, u64>,
+}
+
+/// This node's view of the cluster, for `/health` and `/metrics`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClusterHealth {
+    /// This node's id.
+    pub node_id: u64,
+    /// Whether this node is in a quorum of the metadata group now: it leads it and a
+    /// majority acknowledged it within the last second, or it follows a leader.
+    pub in_quorum: bool,
+    /// The metadata group's leader (the controller), as this node knows it.
+    pub controller: Option<u64>,
+    /// The metadata group's current term here.
+    pub term: u64,
+    /// Times this node saw the controller change since it started.
+    pub controller_changes: u64,
+    /// The replicas on this node.
+    pub replicas: Vec<ReplicaHealth>,
+}
+
 /// A cluster, as the broker uses it.
 pub trait Cluster: Send + Sync + fmt::Debug + 'static {
     /// This node's id.
@@ -180,6 +221,8 @@ pub trait Cluster: Send + Sync + fmt::Debug + 'static {
     fn delete_offset(&self, key: OffsetName) -> ClusterFuture<'_, bool>;
     /// The nodes and the partitions' replication, as the nodes report them now.
     fn status(&self) -> ClusterFuture<'_, ClusterStatus>;
+    /// This node's view, at once (for `/health` and `/metrics`).
+    fn health(&self) -> ClusterHealth;
 }
 
 /// A partition replica on this node, as the broker serves it.

@@ -48,6 +48,11 @@ impl Broker {
         self.cluster.is_some()
     }
 
+    /// In a cluster: this node's view of it (for `/health` and `/metrics`).
+    pub fn cluster_health(&self) -> Option<crate::cluster::ClusterHealth> {
+        self.cluster.as_ref().map(|c| c.health())
+    }
+
     /// Replaces the mirrored catalog with `view`, keeping the topics that did not change
     /// (their partitions, and the long polls waiting on them).
     pub(crate) fn apply_cluster_catalog(&self, view: &ClusterCatalog) {

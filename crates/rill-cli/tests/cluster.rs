@@ -25,6 +25,8 @@ struct Node {
     client_port: u16,
     peers: String,
     child: Option<Child>,
+    /// The HTTP admin address of the running process.
+    http: String,
 }
 
 impl Node {
@@ -53,15 +55,21 @@ impl Node {
                 let mut sent = false;
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                     if !sent && line.starts_with("rill listening on ") {
-                        let _ = tx.send(());
+                        // "rill listening on ADDR (http ADDR)"
+                        let http = line
+                            .split_once("(http ")
+                            .map(|(_, h)| h.trim_end_matches(')').to_owned())
+                            .unwrap_or_default();
+                        let _ = tx.send(http);
                         sent = true;
                     } else if !line.starts_with("rill node ") {
                         eprintln!("[node {id}] {line}");
                     }
                 }
             });
-            if rx.recv_timeout(Duration::from_secs(30)).is_ok() {
+            if let Ok(http) = rx.recv_timeout(Duration::from_secs(30)) {
                 self.child = Some(child);
+                self.http = http;
                 return;
             }
             let _ = child.kill();
@@ -117,6 +125,7 @@ fn cluster(dir: &Path) -> (Vec<Node>, String) {
             client_port: free_port(),
             peers: peers.clone(),
             child: None,
+            http: String::new(),
         })
         .collect();
     let url = format!(
@@ -379,12 +388,34 @@ async fn three_processes_replicate_follow_leaders_and_survive_kill9_of_each_node
         }
     }
     client.close().await.unwrap();
+    assert!(common::http_get(&nodes[0].http, "/health").starts_with("HTTP/1.1 200"));
+    let metrics = common::http_get(&nodes[0].http, "/metrics");
+    assert!(metrics.contains("rill_cluster_in_quorum 1"), "{metrics}");
+    assert!(
+        metrics.contains(
+            "rill_replica_high_watermark{stream=\"shop\",topic=\"orders\",partition=\"0\"}"
+        )
+    );
 
     // Stopped cleanly after a moment to catch up: the replicas agree on disk.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    for n in &mut nodes {
-        n.terminate();
+    nodes[1].terminate();
+    nodes[2].terminate();
+    // Alone, the last node is out of quorum, and says so.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let health = common::http_get(&nodes[0].http, "/health");
+        if health.starts_with("HTTP/1.1 503") {
+            assert!(health.contains("not in a quorum"), "{health}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a lone node still reports healthy: {health}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
+    nodes[0].terminate();
     for p in 0..2u32 {
         let logs: Vec<Vec<(u64, Vec<u8>)>> =
             nodes.iter().map(|n| replica_batches(&n.data, p)).collect();

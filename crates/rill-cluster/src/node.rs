@@ -143,6 +143,32 @@ pub struct Replica {
     sm: PartitionStateMachine,
     store: PartitionLogStore,
     replicas: Vec<u64>,
+    /// Leader changes this replica saw (for `/metrics`).
+    leader_changes: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Counts the leader changes a group's metrics show until the group stops.
+fn count_leader_changes<C, SM>(
+    raft: &Raft<C, SM>,
+    changes: Arc<std::sync::atomic::AtomicU64>,
+) -> tokio::task::JoinHandle<()>
+where
+    C: openraft::RaftTypeConfig<NodeId = u64, Node = EmptyNode>,
+    SM: openraft::storage::RaftStateMachine<C>,
+{
+    let mut metrics = raft.metrics();
+    tokio::spawn(async move {
+        let mut leader = metrics.borrow_watched().current_leader;
+        while metrics.changed().await.is_ok() {
+            let now = metrics.borrow_watched().current_leader;
+            if now != leader {
+                leader = now;
+                if now.is_some() {
+                    changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+    })
 }
 
 impl std::fmt::Debug for Replica {
@@ -288,6 +314,8 @@ struct Inner {
     catalog: watch::Sender<Arc<rill_broker::cluster::ClusterCatalog>>,
     /// Held while the node runs: one node per data directory.
     lock: parking_lot::Mutex<Option<Box<dyn std::fmt::Debug + Send + Sync>>>,
+    /// Controller changes this node saw.
+    controller_changes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A running node. Cheap to clone; [`ClusterNode::shutdown`] stops it.
@@ -362,6 +390,7 @@ impl ClusterNode {
                 reconciling: tokio::sync::Mutex::new(()),
                 catalog: watch::channel(Arc::default()).0,
                 lock: parking_lot::Mutex::new(Some(lock)),
+                controller_changes: Arc::default(),
             }),
             tasks: Arc::default(),
         };
@@ -386,6 +415,8 @@ impl ClusterNode {
         node.tasks.lock().push(tokio::spawn(async move {
             follower.follow_metadata().await;
         }));
+        let counting = count_leader_changes(&meta, Arc::clone(&node.inner.controller_changes));
+        node.tasks.lock().push(counting);
         Ok(node)
     }
 
@@ -455,7 +486,7 @@ impl ClusterNode {
     }
 
     /// Commits a metadata command through the leader (this node, or the leader it is
-    /// forwarded to), retrying through elections until [`PROPOSE_DEADLINE`].
+    /// forwarded to), retrying through elections for at most 10 s.
     pub async fn propose(&self, command: MetaCommand) -> Result<MetaResponse, NodeError> {
         self.propose_indexed(command).await.map(|(r, _)| r)
     }
@@ -580,6 +611,52 @@ impl ClusterNode {
             }
         }
         ClusterStatus { nodes, partitions }
+    }
+
+    /// This node's view of the cluster, for `/health` and `/metrics`.
+    pub fn health(&self) -> rill_broker::cluster::ClusterHealth {
+        use rill_broker::cluster::{ClusterHealth, ReplicaHealth};
+        let m = self.inner.meta.metrics().borrow_watched().clone();
+        let in_quorum = match m.state {
+            ServerState::Leader => m
+                .last_quorum_acked
+                .as_ref()
+                .is_some_and(|at| openraft::Instant::elapsed(&**at) < Duration::from_secs(1)),
+            _ => m.current_leader.is_some(),
+        };
+        let report = local_report(self.id(), &self.inner.replicas.read());
+        let replicas = self.inner.replicas.read();
+        let replicas = report
+            .replicas
+            .into_iter()
+            .map(|r| {
+                let replica = replicas.get(&r.partition);
+                ReplicaHealth {
+                    term: replica.map_or(0, |x| x.raft.metrics().borrow_watched().current_term),
+                    leader_changes: replica.map_or(0, |x| {
+                        x.leader_changes.load(std::sync::atomic::Ordering::Relaxed)
+                    }),
+                    stream: r.partition.stream,
+                    topic: r.partition.topic,
+                    partition: r.partition.partition,
+                    leading: r.leading,
+                    leader: r.leader,
+                    high_watermark: r.high_watermark,
+                    lag: r.lag,
+                }
+            })
+            .collect();
+        ClusterHealth {
+            node_id: self.id(),
+            in_quorum,
+            controller: m.current_leader,
+            term: m.current_term,
+            controller_changes: self
+                .inner
+                .controller_changes
+                .load(std::sync::atomic::Ordering::Relaxed),
+            replicas,
+        }
     }
 
     /// Registers this node's addresses, retrying until a leader commits it.
@@ -715,12 +792,16 @@ impl ClusterNode {
             replicas.iter().map(|&r| (r, EmptyNode {})).collect();
         initialize(&raft, members, &format!("the group of {id}")).await?;
         tracing::info!(partition = %id, ?replicas, "started a replica");
+        let leader_changes = Arc::default();
+        // Ends when the replica stops (its metrics close).
+        drop(count_leader_changes(&raft, Arc::clone(&leader_changes)));
         Ok(Replica {
             id: id.clone(),
             raft,
             sm,
             store,
             replicas,
+            leader_changes,
         })
     }
 }

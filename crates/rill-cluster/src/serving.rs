@@ -151,6 +151,10 @@ impl Cluster for NodeCluster {
         })
     }
 
+    fn health(&self) -> rill_broker::cluster::ClusterHealth {
+        self.node.health()
+    }
+
     fn status(&self) -> ClusterFuture<'_, rill_broker::cluster::ClusterStatus> {
         Box::pin(async move { Ok(self.node.status().await) })
     }

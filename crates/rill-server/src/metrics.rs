@@ -268,11 +268,28 @@ impl Metrics {
     /// What `/health` reports when something refuses appends: `degraded`, then one line
     /// per failed partition (`stream/topic/partition: reason`). `None` while healthy.
     pub fn health_problems(&self) -> Option<String> {
-        let failed = self.broker.get()?.failed_partitions();
-        if failed.is_empty() {
+        let broker = self.broker.get()?;
+        let failed = broker.failed_partitions();
+        let out_of_quorum = broker.cluster_health().filter(|h| !h.in_quorum);
+        if failed.is_empty() && out_of_quorum.is_none() {
             return None;
         }
-        let mut out = format!("degraded: {} partition(s) refuse appends\n", failed.len());
+        let mut out = String::new();
+        if let Some(h) = out_of_quorum {
+            let _ = writeln!(
+                out,
+                "degraded: node {} is not in a quorum of the metadata group (no leader it hears from)",
+                h.node_id
+            );
+        }
+        if failed.is_empty() {
+            return Some(out);
+        }
+        let _ = writeln!(
+            out,
+            "degraded: {} partition(s) refuse appends",
+            failed.len()
+        );
         for f in failed {
             let _ = writeln!(
                 out,
@@ -325,6 +342,9 @@ impl Metrics {
             render_group_lag(&mut out, broker);
             render_member_reports(&mut out, broker);
             render_partition_health(&mut out, broker);
+            if let Some(health) = broker.cluster_health() {
+                render_cluster(&mut out, &health);
+            }
         }
         out
     }
@@ -592,6 +612,100 @@ fn render_member_reports(out: &mut String, broker: &rill_broker::Broker) {
             escape(&r.name)
         );
         line(out, "rill_group_member_metric", &labels, r.value);
+    }
+}
+
+/// A cluster node's view: the metadata group and each replica (docs/REPLICATION.md §10).
+fn render_cluster(out: &mut String, h: &rill_broker::cluster::ClusterHealth) {
+    header(
+        out,
+        "rill_cluster_node_id",
+        "gauge",
+        "This node's id (--node-id).",
+    );
+    line(out, "rill_cluster_node_id", "", h.node_id);
+    header(
+        out,
+        "rill_cluster_in_quorum",
+        "gauge",
+        "1 while this node is in a quorum of the metadata group (it leads with a majority acknowledging, or follows a leader).",
+    );
+    line(out, "rill_cluster_in_quorum", "", u8::from(h.in_quorum));
+    header(
+        out,
+        "rill_cluster_controller",
+        "gauge",
+        "The metadata group's leader as this node knows it (absent while none is known).",
+    );
+    if let Some(c) = h.controller {
+        line(out, "rill_cluster_controller", "", c);
+    }
+    header(
+        out,
+        "rill_cluster_term",
+        "gauge",
+        "The metadata group's current term here.",
+    );
+    line(out, "rill_cluster_term", "", h.term);
+    header(
+        out,
+        "rill_cluster_controller_changes_total",
+        "counter",
+        "Times this node saw a new leader of the metadata group.",
+    );
+    line(
+        out,
+        "rill_cluster_controller_changes_total",
+        "",
+        h.controller_changes,
+    );
+    for (name, kind, help) in [
+        (
+            "rill_replica_leading",
+            "gauge",
+            "1 while this node's replica of the partition leads its group.",
+        ),
+        (
+            "rill_replica_term",
+            "gauge",
+            "The partition group's current term on this replica.",
+        ),
+        (
+            "rill_replica_high_watermark",
+            "gauge",
+            "The replica's high watermark: offsets below it are committed.",
+        ),
+        (
+            "rill_replica_leader_changes_total",
+            "counter",
+            "Times this replica saw a new leader of its group.",
+        ),
+        (
+            "rill_replica_follower_lag",
+            "gauge",
+            "On the leader: records a follower is behind the high watermark.",
+        ),
+    ] {
+        header(out, name, kind, help);
+        for r in &h.replicas {
+            let labels = format!(
+                "stream=\"{}\",topic=\"{}\",partition=\"{}\"",
+                escape(&r.stream),
+                escape(&r.topic),
+                r.partition
+            );
+            match name {
+                "rill_replica_leading" => line(out, name, &labels, u8::from(r.leading)),
+                "rill_replica_term" => line(out, name, &labels, r.term),
+                "rill_replica_high_watermark" => line(out, name, &labels, r.high_watermark),
+                "rill_replica_leader_changes_total" => line(out, name, &labels, r.leader_changes),
+                _ => {
+                    for (follower, lag) in &r.lag {
+                        line(out, name, &format!("{labels},follower=\"{follower}\""), lag);
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! A partition's Raft group (docs/REPLICATION.md §5–7): the partition log is the Raft
 //! log. Each data entry is one record batch, stored once, in the partition's segments
 //! (rill-storage's [`PartitionLog`](rill_storage::PartitionLog)); next to them, a
-//! `raft/` directory holds the vote and one small pointer per entry ([`pointer`]).
+//! `raft/` directory holds the vote and one small pointer per entry ([`mod@pointer`]).
 //!
 //! - [`PartitionLogStore`] is the library's log store over the segments and pointers.
 //!   A leader's own proposal ([`PartitionCommand::Propose`]) is stamped with its offsets
