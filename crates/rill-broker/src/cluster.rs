@@ -223,6 +223,10 @@ pub trait Cluster: Send + Sync + fmt::Debug + 'static {
     fn status(&self) -> ClusterFuture<'_, ClusterStatus>;
     /// This node's view, at once (for `/health` and `/metrics`).
     fn health(&self) -> ClusterHealth;
+    /// Whether this node's applied catalog is current: it hears from the metadata
+    /// group's leader and applied everything it knows committed. A node that just
+    /// started, or is cut off, is not: a name it does not know may exist.
+    fn catalog_current(&self) -> bool;
 }
 
 /// A partition replica on this node, as the broker serves it.

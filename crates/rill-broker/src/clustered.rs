@@ -81,6 +81,16 @@ impl Broker {
                             .iter()
                             .enumerate()
                             .map(|(p, placement)| {
+                                if let Some(replica) = &placement.local
+                                    && matches!(
+                                        topic.config.durability,
+                                        rill_storage::Durability::Interval(_)
+                                    )
+                                {
+                                    // Its timer syncs the replica's log, as a single
+                                    // node's (a log an install replaced is not).
+                                    self.flusher.register(&replica.log());
+                                }
                                 Arc::new(Partition::clustered(
                                     (name.clone(), topic_name.clone(), p as u32),
                                     placement,
@@ -114,6 +124,30 @@ impl Broker {
             .collect();
         *self.cluster_offsets.write() = Arc::new(view.offsets.clone());
         self.mirrored.send_replace(view.version);
+    }
+
+    /// In a cluster, a name this node does not know may exist if its catalog is behind
+    /// (it just started, or is cut off): then the answer is `NOT_LEADER` (transient, the
+    /// client tries another node), not a final `*_NOT_FOUND`.
+    pub(crate) fn unless_behind(&self, e: BrokerError) -> BrokerError {
+        let Some(cluster) = self.cluster() else {
+            return e;
+        };
+        let not_found = matches!(
+            e,
+            BrokerError::StreamNotFound(_)
+                | BrokerError::TopicNotFound { .. }
+                | BrokerError::PartitionNotFound { .. }
+        );
+        let mirrored = *self.mirrored.borrow() >= cluster.catalog().borrow().version;
+        if not_found && !(mirrored && cluster.catalog_current()) {
+            return BrokerError::NotLeader {
+                what: format!("the catalog (this node is catching up: {e})"),
+                leader: None,
+                address: None,
+            };
+        }
+        e
     }
 
     /// Fills in the leader's client address of a `NOT_LEADER` error.

@@ -15,7 +15,11 @@ impl Broker {
     /// response with a code.
     pub async fn handle(self: &Arc<Self>, request: Request) -> Response {
         let kind = request.body.kind() as u16;
-        match self.dispatch(request).await {
+        match self
+            .dispatch(request)
+            .await
+            .map_err(|e| self.unless_behind(e))
+        {
             Ok((body, payload)) => Response::Ok { body, payload },
             Err(e) => Response::Err {
                 kind,

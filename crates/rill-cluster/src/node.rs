@@ -613,6 +613,21 @@ impl ClusterNode {
         ClusterStatus { nodes, partitions }
     }
 
+    /// Whether this node's applied metadata is current: it knows the metadata group's
+    /// leader, learnt the commit point from it, applied every entry up to it, and
+    /// published the catalog after.
+    pub fn metadata_current(&self) -> bool {
+        let m = self.inner.meta.metrics().borrow_watched().clone();
+        let applied = m.last_applied.map(|l| l.index);
+        // Learnt from the leader (it is not stored): a node that just started does not
+        // know it until the leader's first append reaches it.
+        let Some(committed) = m.cluster_committed.as_ref().map(|c| c.index) else {
+            return false;
+        };
+        let published = self.inner.catalog.borrow().version;
+        m.current_leader.is_some() && applied >= Some(committed) && published > committed
+    }
+
     /// This node's view of the cluster, for `/health` and `/metrics`.
     pub fn health(&self) -> rill_broker::cluster::ClusterHealth {
         use rill_broker::cluster::{ClusterHealth, ReplicaHealth};

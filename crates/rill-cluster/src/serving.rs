@@ -151,6 +151,10 @@ impl Cluster for NodeCluster {
         })
     }
 
+    fn catalog_current(&self) -> bool {
+        self.node.metadata_current()
+    }
+
     fn health(&self) -> rill_broker::cluster::ClusterHealth {
         self.node.health()
     }
