@@ -302,7 +302,14 @@ impl ReplicaLog for Replica {
     fn leading(&self) -> Option<u64> {
         let metrics = self.raft().metrics();
         let m = metrics.borrow_watched();
-        (m.state == ServerState::Leader).then_some(m.current_term)
+        // A new leader serves once it applied an entry of its own term (its blank one):
+        // before, its high watermark may still be what it had as a follower, or 0 after
+        // a restart, and a reader would take that for the end of the log.
+        let ready = m
+            .last_applied
+            .as_ref()
+            .is_some_and(|applied| applied.leader_id.term == m.current_term);
+        (m.state == ServerState::Leader && ready).then_some(m.current_term)
     }
 
     fn leader(&self) -> Option<u64> {
