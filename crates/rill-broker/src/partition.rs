@@ -730,7 +730,17 @@ async fn read_committed(
             log_end: hwm,
         });
     }
+    if offset >= log.next_offset() {
+        // Committed (a majority holds it) but not yet synced here, so not yet visible
+        // in this log: wait for the sync under way (the group commit of the appends)
+        // rather than answer as if the log ended here.
+        let syncing = Arc::clone(&log);
+        tokio::task::spawn_blocking(move || syncing.sync())
+            .await
+            .map_err(|e| BrokerError::Internal(format!("sync task failed: {e}")))??;
+    }
     let mut read = read_blocking(log, offset, max_bytes).await?;
+    read.log_end = hwm;
     let mut keep = 0;
     let mut next = offset;
     for batch in read.batches() {

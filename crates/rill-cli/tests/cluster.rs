@@ -179,13 +179,23 @@ async fn read_all(client: &Client, partition: u32) -> Vec<(u64, Vec<u8>, Vec<u8>
     let topic = client.stream("shop").topic("orders");
     let mut out = Vec::new();
     let mut at = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
+        assert!(
+            Instant::now() < deadline,
+            "partition {partition} read to its end in time"
+        );
         let fetched = topic
             .fetch(Position::new(partition, at), 1 << 20, Duration::ZERO)
             .await
             .expect("a fetch through the cluster");
         if fetched.records.is_empty() {
-            return out;
+            // The end is the committed end the leader reports, not an empty answer.
+            if fetched.next_offset >= fetched.log_end {
+                return out;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
         }
         for r in fetched.records {
             out.push((
