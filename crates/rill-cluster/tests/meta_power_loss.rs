@@ -14,8 +14,9 @@
 //! `RILL_SEED=<n>` replays one seed; `RILL_SEEDS=<a>..<b>` runs a range (default
 //! `0..300`). A failing seed prints its operations and the disk's trace.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -27,18 +28,6 @@ use rill_storage::Io;
 use rill_storage::sim::{SimIo, SimRng};
 
 const DIR: &str = "/data/meta";
-
-fn seeds() -> Range<u64> {
-    if let Ok(s) = std::env::var("RILL_SEED") {
-        let seed: u64 = s.parse().expect("RILL_SEED is a number");
-        return seed..seed + 1;
-    }
-    if let Ok(s) = std::env::var("RILL_SEEDS") {
-        let (a, b) = s.split_once("..").expect("RILL_SEEDS is <a>..<b>");
-        return a.parse().expect("a number")..b.parse().expect("a number");
-    }
-    0..300
-}
 
 type Log = BTreeMap<u64, u64>;
 type Vote = openraft::impls::Vote<openraft::impls::leader_id_adv::LeaderId<u64, u64>>;
@@ -229,7 +218,7 @@ async fn run(seed: u64) -> Result<(), String> {
 #[tokio::test]
 async fn acknowledged_entries_and_votes_survive_every_crash_point_and_nothing_else_appears() {
     let mut failures = Vec::new();
-    let seeds = seeds();
+    let seeds = common::seeds(0..300);
     let count = seeds.end - seeds.start;
     for seed in seeds {
         if let Err(report) = run(seed).await {

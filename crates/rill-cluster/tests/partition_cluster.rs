@@ -25,7 +25,7 @@ use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
-use openraft::{Config, EmptyNode, Raft, RaftNetworkV2, SnapshotPolicy};
+use openraft::{EmptyNode, Raft, RaftNetworkV2};
 use parking_lot::Mutex;
 use rill_cluster::partition::{
     PartitionCommand, PartitionLogStore, PartitionResponse, PartitionSnapshot,
@@ -35,23 +35,6 @@ use rill_format::{BatchBuilder, BatchView, NewRecord};
 use rill_storage::{Durability, LogConfig, LogEnv, PartitionLog};
 
 type PartitionRaft = Raft<PartitionTypes, PartitionStateMachine>;
-
-/// The Raft timing of the tests, with snapshots and purges left to the caller: a
-/// partition's retention decides them (docs/REPLICATION.md §7.5).
-fn config() -> Arc<Config> {
-    Arc::new(
-        Config {
-            heartbeat_interval: 100,
-            election_timeout_min: 500,
-            election_timeout_max: 1000,
-            snapshot_policy: SnapshotPolicy::Never,
-            max_in_snapshot_log_to_keep: 0,
-            ..Config::default()
-        }
-        .validate()
-        .expect("a valid config"),
-    )
-}
 
 #[derive(Clone)]
 struct Node {
@@ -181,9 +164,15 @@ async fn start(router: &Router, id: u64, dir: &Path) -> PartitionRaft {
         from: id,
         router: router.clone(),
     };
-    let raft = Raft::new(id, config_for_test(), factory, store.clone(), sm.clone())
-        .await
-        .expect("the replica starts");
+    let raft = Raft::new(
+        id,
+        common::partition_config(),
+        factory,
+        store.clone(),
+        sm.clone(),
+    )
+    .await
+    .expect("the replica starts");
     router.nodes.lock().insert(
         id,
         Node {
@@ -193,10 +182,6 @@ async fn start(router: &Router, id: u64, dir: &Path) -> PartitionRaft {
         },
     );
     raft
-}
-
-fn config_for_test() -> Arc<Config> {
-    config()
 }
 
 /// The leader, as the given nodes see it, once they agree and it is one of them.

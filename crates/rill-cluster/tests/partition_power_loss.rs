@@ -16,8 +16,9 @@
 //! `RILL_SEED=<n>` replays one seed; `RILL_SEEDS=<a>..<b>` runs a range (default
 //! `0..200`). A failing seed prints its operations and the disk's trace.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -32,18 +33,6 @@ use rill_storage::sim::{SimIo, SimRng};
 use rill_storage::{Durability, Io, LogConfig, LogEnv, ManualClock};
 
 const DIR: &str = "/data/s/t/0";
-
-fn seeds() -> Range<u64> {
-    if let Ok(s) = std::env::var("RILL_SEED") {
-        let seed: u64 = s.parse().expect("RILL_SEED is a number");
-        return seed..seed + 1;
-    }
-    if let Ok(s) = std::env::var("RILL_SEEDS") {
-        let (a, b) = s.split_once("..").expect("RILL_SEEDS is <a>..<b>");
-        return a.parse().expect("a number")..b.parse().expect("a number");
-    }
-    0..200
-}
 
 /// An entry as the model knows it: its term and, for a data entry, its batch's tag and
 /// record count.
@@ -317,7 +306,7 @@ async fn run(seed: u64) -> Result<(), String> {
 async fn acknowledged_entries_and_their_batches_survive_every_crash_point_and_nothing_else_appears()
 {
     let mut failures = Vec::new();
-    let seeds = seeds();
+    let seeds = common::seeds(0..200);
     let count = seeds.end - seeds.start;
     for seed in seeds {
         if let Err(report) = run(seed).await {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::until;
 use openraft::async_runtime::watch::WatchReceiver;
-use openraft::{Config, EmptyNode, Raft, SnapshotPolicy};
+use openraft::{EmptyNode, Raft};
 use rill_cluster::partition::{
     PartitionCommand, PartitionLogStore, PartitionResponse, PartitionStateMachine,
 };
@@ -24,24 +24,8 @@ use rill_cluster::peer::{
 };
 use rill_format::{BatchBuilder, BatchView, NewRecord};
 use rill_storage::{Durability, LogConfig, LogEnv, PartitionLog};
-use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-fn config() -> Arc<Config> {
-    Arc::new(
-        Config {
-            heartbeat_interval: 100,
-            election_timeout_min: 500,
-            election_timeout_max: 1000,
-            snapshot_policy: SnapshotPolicy::Never,
-            max_in_snapshot_log_to_keep: 0,
-            ..Config::default()
-        }
-        .validate()
-        .unwrap(),
-    )
-}
 
 fn group() -> PartitionId {
     PartitionId {
@@ -75,9 +59,15 @@ async fn start(
         Peers::new(peers.iter().map(|(&id, addr)| (id, addr.to_string()))),
         group(),
     );
-    let raft = Raft::new(id, config(), network, store.clone(), sm.clone())
-        .await
-        .unwrap();
+    let raft = Raft::new(
+        id,
+        common::partition_config(),
+        network,
+        store.clone(),
+        sm.clone(),
+    )
+    .await
+    .unwrap();
     let groups = Groups::new();
     groups.add_partition(PartitionGroup::new(group(), raft.clone(), store.clone()));
     let serving = tokio::spawn(rill_cluster::peer::serve(listener, groups));
