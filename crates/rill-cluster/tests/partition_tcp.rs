@@ -291,6 +291,16 @@ async fn bad_partition_frames_get_an_error_and_the_node_goes_on() {
     let node = start(1, dir.path(), listener, &BTreeMap::from([(1, addr)])).await;
     let members: BTreeMap<u64, EmptyNode> = BTreeMap::from([(1, EmptyNode {})]);
     node.raft.initialize(members).await.unwrap();
+    // It leads before the bad frames come (some name a leader of a later term), so the
+    // write after them shows none of them deposed it.
+    let start = Instant::now();
+    while node.raft.current_leader().await != Some(1) {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the node never led"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let group = r#"{"stream":"shop","topic":"orders","partition":0}"#;
     let vote = r#"{"leader_id":{"term":9,"node_id":2},"committed":true}"#;
     let append = |entries: &str| {
