@@ -219,6 +219,9 @@ pub trait Cluster: Send + Sync + fmt::Debug + 'static {
     fn store_offsets(&self, offsets: Vec<(OffsetName, u64)>) -> ClusterFuture<'_, ()>;
     /// Deletes a stored offset; resolves once committed, with whether there was one.
     fn delete_offset(&self, key: OffsetName) -> ClusterFuture<'_, bool>;
+    /// The metadata group's read index: once the catalog applied on this node reaches
+    /// it (its version is above it), a read of it is linearizable.
+    fn read_index(&self) -> ClusterFuture<'_, u64>;
     /// The nodes and the partitions' replication, as the nodes report them now.
     fn status(&self) -> ClusterFuture<'_, ClusterStatus>;
     /// This node's view, at once (for `/health` and `/metrics`).

@@ -336,6 +336,25 @@ impl Broker {
         cluster.delete_offset(key).await
     }
 
+    /// Waits until this node's mirror of the catalog reflects every metadata entry
+    /// committed before the call (the leader's read index), so what is read of it next
+    /// is linearizable: a stored offset read after another node acknowledged a store is
+    /// never an older one.
+    pub(crate) async fn cluster_linearize(&self) -> Result<(), BrokerError> {
+        let cluster = self
+            .cluster()
+            .ok_or_else(|| BrokerError::Internal("not a cluster node".into()))?;
+        let index = cluster.read_index().await?;
+        let mut version = self.mirrored.subscribe();
+        match tokio::time::timeout(MIRROR_WAIT, version.wait_for(|v| *v > index)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(BrokerError::ClusterTimeout(format!(
+                "this node did not apply the metadata up to the leader's read index {index} \
+                 within {MIRROR_WAIT:?}"
+            ))),
+        }
+    }
+
     /// A stored offset as this node applied it.
     pub(crate) fn cluster_offset(&self, key: &OffsetName) -> Option<u64> {
         self.cluster_offsets.read().get(key).copied()

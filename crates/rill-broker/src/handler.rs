@@ -172,9 +172,15 @@ impl Broker {
                     .await?;
                 ResponseBody::StoreOffset(StoreOffsetResponse {})
             }
-            RequestBody::GetOffset(r) => ResponseBody::GetOffset(GetOffsetResponse {
-                offset: self.get_offset(&r.stream, &r.topic, r.partition, &r.consumer)?,
-            }),
+            RequestBody::GetOffset(r) => {
+                if self.is_clustered() {
+                    // Not this node's view, which may be behind: the cluster's.
+                    self.cluster_linearize().await?;
+                }
+                ResponseBody::GetOffset(GetOffsetResponse {
+                    offset: self.get_offset(&r.stream, &r.topic, r.partition, &r.consumer)?,
+                })
+            }
             RequestBody::JoinGroup(r) => {
                 let timeout = r
                     .session_timeout_ms

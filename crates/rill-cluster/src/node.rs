@@ -34,7 +34,7 @@ use crate::partition::{
 };
 use crate::peer::{
     Groups, MetaNetwork, MetaRaft, PartitionGroup, PartitionId, PartitionNetwork, PartitionRaft,
-    Peers, Proposed,
+    Peers, Proposed, ReadIndex,
 };
 use crate::store::{MetaLogStore, MetaStateMachine};
 
@@ -512,6 +512,41 @@ impl ClusterNode {
                     Ok(Proposed::NotLeader(_)) => {}
                     Err(e) => {
                         tracing::debug!(leader, error = %e, "forwarding a metadata command failed");
+                    }
+                }
+            }
+            if started.elapsed() + pause > PROPOSE_DEADLINE {
+                return Err(NodeError::Timeout(PROPOSE_DEADLINE));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(RETRY_MAX);
+        }
+    }
+
+    /// The metadata group's read index: an index of its log such that a read of the
+    /// state applied up to it is linearizable (it reflects every entry committed before
+    /// this call began). Asked of the leader (this node, or the one it knows), which
+    /// confirms its leadership with a quorum first; retried through elections for at
+    /// most 10 s.
+    pub async fn read_index(&self) -> Result<u64, NodeError> {
+        let started = Instant::now();
+        let mut pause = RETRY_FIRST;
+        loop {
+            let target = match crate::peer::read_index(&self.inner.meta).await {
+                Ok(ReadIndex::At(index)) => return Ok(index),
+                Ok(ReadIndex::NotLeader(leader)) => leader,
+                Err(e) => {
+                    tracing::debug!(error = %e, "the metadata group's read index");
+                    None
+                }
+            };
+            if let Some(leader) = target.filter(|&l| l != self.id()) {
+                let left = PROPOSE_DEADLINE.saturating_sub(started.elapsed());
+                match self.inner.peers.read_index(leader, left).await {
+                    Ok(ReadIndex::At(index)) => return Ok(index),
+                    Ok(ReadIndex::NotLeader(_)) => {}
+                    Err(e) => {
+                        tracing::debug!(leader, error = %e, "asking the leader for its read index");
                     }
                 }
             }

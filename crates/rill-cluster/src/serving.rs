@@ -163,6 +163,10 @@ impl Cluster for NodeCluster {
         Box::pin(async move { Ok(self.node.status().await) })
     }
 
+    fn read_index(&self) -> ClusterFuture<'_, u64> {
+        Box::pin(async move { self.node.read_index().await.map_err(cluster_error) })
+    }
+
     fn delete_offset(&self, key: OffsetName) -> ClusterFuture<'_, bool> {
         Box::pin(async move {
             let (response, index) = self

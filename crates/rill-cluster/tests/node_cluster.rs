@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::until;
-use rill_cluster::meta::{MetaCommand, TopicSpec};
+use rill_cluster::meta::{MetaCommand, OffsetKey, TopicSpec};
 use rill_cluster::node::{ClusterNode, NodeConfig, NodeError};
 use rill_cluster::peer::PartitionId;
 use rill_format::{BatchBuilder, BatchView, NewRecord};
@@ -175,6 +175,33 @@ async fn three_nodes_form_a_cluster_replicate_a_topic_and_take_a_node_back() {
         })
         .await
         .unwrap();
+    // An offset stored through one node: every node's read index (the leader's,
+    // confirmed with a quorum) is at or past the entry that stored it, so a read that
+    // waits for it sees the offset.
+    let (_, stored_at) = follower
+        .propose_indexed(MetaCommand::StoreOffsets {
+            offsets: vec![(
+                OffsetKey {
+                    stream: "shop".into(),
+                    topic: "orders".into(),
+                    partition: 0,
+                    consumer: "c".into(),
+                },
+                7,
+            )],
+        })
+        .await
+        .unwrap();
+    for node in nodes.values() {
+        let index = node.read_index().await.unwrap();
+        assert!(
+            index >= stored_at,
+            "node {}: {index} < {stored_at}",
+            node.id()
+        );
+        node.wait_published(index).await.unwrap();
+        assert!(node.catalog().borrow().version > stored_at);
+    }
     until("every node holds both replicas", || async {
         nodes
             .values()

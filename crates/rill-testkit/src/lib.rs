@@ -1,15 +1,64 @@
 //! Test-only helpers for Rill: child processes that a test kills with SIGKILL, and
 //! the deterministic record contents they write so a parent can verify them; and the
 //! [`soak`], which kills a real `rill serve` under load many times and checks the
-//! history.
+//! history; and the [`nemesis`], which does the same to a cluster under a seeded
+//! schedule of kills, pauses and network partitions.
 //!
 //! Architecture Invariant: nothing outside tests depends on this crate (only
 //! dev-dependencies; checked by `tests/architecture.rs`).
 
 #![deny(missing_docs, unreachable_pub)]
 
+pub mod nemesis;
 pub mod proxy;
 pub mod soak;
+
+/// The `rill` binary a tool named `tool` (`soak`, `nemesis`) runs: `given` if it is a
+/// file, else the `rill` next to the tool's own executable; or the message saying how
+/// to build it.
+pub fn rill_binary(
+    given: Option<std::path::PathBuf>,
+    tool: &str,
+) -> Result<std::path::PathBuf, String> {
+    if let Some(path) = given {
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!(
+                "{tool}: no rill binary at {} (--rill / RILL_BIN)",
+                path.display()
+            ))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("{tool}: where am I? {e}"))?;
+    let dir = exe.parent().unwrap_or(exe.as_path());
+    let path = dir.join("rill");
+    if path.is_file() {
+        return Ok(path);
+    }
+    // In a cargo target directory (it holds CACHEDIR.TAG), this directory is named
+    // after the profile the tool was built with.
+    let in_target_dir = dir
+        .parent()
+        .is_some_and(|t| t.join("CACHEDIR.TAG").is_file());
+    let profile = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|_| in_target_dir);
+    let build = match profile {
+        Some("debug") => "cargo build -p rill-cli".to_owned(),
+        Some("release") => "cargo build --release -p rill-cli".to_owned(),
+        Some(other) => format!("cargo build --profile {other} -p rill-cli"),
+        None => format!("cargo build -p rill-cli   (with the {tool}'s profile, e.g. --release)"),
+    };
+    Err(format!(
+        "{tool}: no rill binary at {}\n\
+         build it first, with the same profile and target directory as the {tool}:\n    \
+         {build}\n\
+         or pass its path with --rill PATH (or RILL_BIN=PATH)",
+        path.display()
+    ))
+}
 
 /// The value of record `index` of batch `seq` appended by writer `thread`.
 ///

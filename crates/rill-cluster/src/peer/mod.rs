@@ -56,6 +56,7 @@ const KIND_VOTE: u8 = 2;
 const KIND_SNAPSHOT: u8 = 3;
 const KIND_PROPOSE: u8 = 4;
 const KIND_STATUS: u8 = 10;
+const KIND_READ_INDEX: u8 = 11;
 const RESPONSE: u8 = 0x80;
 const KIND_ERROR: u8 = 0xff;
 
@@ -420,6 +421,13 @@ async fn handle(groups: &Groups, kind: u8, body: Bytes) -> Result<Vec<u8>, PeerE
         };
     }
     let raft = groups.meta()?;
+    if kind == KIND_READ_INDEX {
+        let envelope: Envelope<ReadIndexAsk> = from_json(&body)?;
+        if envelope.group != META_GROUP {
+            return Err(PeerError::Remote(format!("no group {}", envelope.group)));
+        }
+        return json(&read_index(&raft).await?);
+    }
     if kind == KIND_PROPOSE {
         let envelope: Envelope<MetaCommand> = from_json(&body)?;
         if envelope.group != META_GROUP {
@@ -582,7 +590,49 @@ pub enum Proposed {
     NotLeader(Option<u64>),
 }
 
+/// The body of a read-index request (nothing yet: the envelope names the group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadIndexAsk {}
+
+/// What the metadata group's leader answers a read-index request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadIndex {
+    /// It leads, a quorum confirmed it just now, and a read that reflects every entry up
+    /// to this index of the metadata log is linearizable.
+    At(u64),
+    /// The node does not lead (any more); the leader it knows, if any.
+    NotLeader(Option<u64>),
+}
+
+/// The read index of the metadata group on this node, if it leads (the ReadIndex
+/// protocol: the leader confirms its leadership with a quorum first).
+pub(crate) async fn read_index(raft: &MetaRaft) -> Result<ReadIndex, PeerError> {
+    match raft
+        .get_read_linearizer(openraft::raft::ReadPolicy::ReadIndex)
+        .await
+    {
+        Ok(linearizer) => Ok(ReadIndex::At(linearizer.read_log_id().index())),
+        Err(openraft::error::RaftError::APIError(
+            openraft::error::LinearizableReadError::ForwardToLeader(f),
+        )) => Ok(ReadIndex::NotLeader(f.leader_id)),
+        Err(e) => Err(PeerError::Remote(e.to_string())),
+    }
+}
+
 impl Peers {
+    /// Asks node `target` (the leader, as far as the caller knows) for the metadata
+    /// group's read index, waiting at most `limit`.
+    pub async fn read_index(&self, target: u64, limit: Duration) -> Result<ReadIndex, PeerError> {
+        let envelope = Envelope {
+            group: META_GROUP.to_owned(),
+            body: ReadIndexAsk {},
+        };
+        let answer = self
+            .call(target, KIND_READ_INDEX, json(&envelope)?, limit)
+            .await?;
+        from_json(&answer)
+    }
+
     /// Forwards a metadata command to node `target` (the leader, as far as the caller
     /// knows), waiting at most `limit`.
     pub async fn propose(

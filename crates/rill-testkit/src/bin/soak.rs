@@ -75,53 +75,11 @@ fn parse_policy(name: &str) -> Result<CommitPolicy, String> {
     })
 }
 
-/// Where the `rill` binary is, or the message saying how to get it.
-fn rill_binary(given: Option<PathBuf>) -> Result<PathBuf, String> {
-    if let Some(path) = given {
-        return if path.is_file() {
-            Ok(path)
-        } else {
-            Err(format!(
-                "soak: no rill binary at {} (--rill / RILL_BIN)",
-                path.display()
-            ))
-        };
-    }
-    let exe = std::env::current_exe().map_err(|e| format!("soak: where am I? {e}"))?;
-    let dir = exe.parent().unwrap_or(exe.as_path());
-    let path = dir.join("rill");
-    if path.is_file() {
-        return Ok(path);
-    }
-    // In a cargo target directory (it holds CACHEDIR.TAG), this directory is named
-    // after the profile the soak was built with.
-    let in_target_dir = dir
-        .parent()
-        .is_some_and(|t| t.join("CACHEDIR.TAG").is_file());
-    let profile = dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .filter(|_| in_target_dir);
-    let build = match profile {
-        Some("debug") => "cargo build -p rill-cli".to_owned(),
-        Some("release") => "cargo build --release -p rill-cli".to_owned(),
-        Some(other) => format!("cargo build --profile {other} -p rill-cli"),
-        None => "cargo build -p rill-cli   (with the soak's profile, e.g. --release)".to_owned(),
-    };
-    Err(format!(
-        "soak: no rill binary at {}\n\
-         build it first, with the same profile and target directory as the soak:\n    \
-         {build}\n\
-         or pass its path with --rill PATH (or RILL_BIN=PATH)",
-        path.display()
-    ))
-}
-
 // The summary line is the tool's output; everything else goes to stderr.
 #[allow(clippy::print_stdout)]
 fn main() -> ExitCode {
     let args = Args::parse();
-    let rill = match rill_binary(args.rill) {
+    let rill = match rill_testkit::rill_binary(args.rill, "soak") {
         Ok(path) => path,
         Err(message) => {
             eprintln!("{message}");

@@ -42,7 +42,7 @@ pub(crate) struct Shared {
     pub(crate) deliveries: Mutex<Deliveries>,
     pub(crate) offsets: Mutex<OffsetWatch>,
     /// Held across one offsets reading, so readings never overlap.
-    reading: tokio::sync::Mutex<()>,
+    pub(crate) reading: tokio::sync::Mutex<()>,
     /// Set to stop the producer after its current send.
     stop_producing: AtomicBool,
     pub(crate) commits_acked: AtomicU64,

@@ -28,10 +28,10 @@
 //! keeps its data directory, with the run's history (`<data>.events.log`) and the
 //! server's log (`<data>.server.log`) beside it.
 
-mod check;
-mod events;
-mod load;
-mod server;
+pub(crate) mod check;
+pub(crate) mod events;
+pub(crate) mod load;
+pub(crate) mod server;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -51,8 +51,8 @@ use load::{Shared, lock};
 use server::Server;
 
 /// The stream and topic the soak writes.
-const STREAM: &str = "soak";
-const TOPIC: &str = "t";
+pub(crate) const STREAM: &str = "soak";
+pub(crate) const TOPIC: &str = "t";
 /// Members at most.
 const MEMBERS_MAX: u32 = 8;
 /// How long the end of the run waits for the producer's last send.
@@ -211,7 +211,7 @@ pub enum SoakError {
     Stalled(String),
 }
 
-fn client_err(what: impl Into<String>) -> impl FnOnce(ClientError) -> SoakError {
+pub(crate) fn client_err(what: impl Into<String>) -> impl FnOnce(ClientError) -> SoakError {
     let what = what.into();
     move |source| SoakError::Client { what, source }
 }
@@ -635,7 +635,7 @@ async fn reading_after(topic: &Topic, shared: &Shared, when: &str) -> Result<(),
 
 /// Waits until the group has handed out every stored record, or has handed out nothing
 /// new for `DRAIN_STALL_TIMEOUT`; returns a note if it gave up.
-async fn drain(topic: &Topic, shared: &Shared) -> Result<Option<String>, SoakError> {
+pub(crate) async fn drain(topic: &Topic, shared: &Shared) -> Result<Option<String>, SoakError> {
     let ends: Vec<(u32, u64)> = topic
         .describe()
         .await
@@ -670,7 +670,7 @@ async fn drain(topic: &Topic, shared: &Shared) -> Result<Option<String>, SoakErr
 }
 
 /// Every stored record, read from the start of each partition with a cursor reader.
-async fn read_back(topic: &Topic) -> Result<Vec<Stored>, SoakError> {
+pub(crate) async fn read_back(topic: &Topic) -> Result<Vec<Stored>, SoakError> {
     let mut reader = topic.records("soak-verify");
     let mut stored = Vec::new();
     while let Some(record) = reader.next().await {

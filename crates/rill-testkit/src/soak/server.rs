@@ -27,7 +27,12 @@ pub(crate) struct Server {
     data: PathBuf,
     log: PathBuf,
     port: u16,
+    /// Arguments after `serve`'s own (`--node-id`, `--peers` of a cluster node).
+    extra: Vec<String>,
+    /// Its name in what is shown on stderr (`server`, `node 2`).
+    name: String,
     starts: u32,
+    paused: bool,
 }
 
 impl Server {
@@ -39,16 +44,62 @@ impl Server {
         log: &Path,
         port: u16,
     ) -> Result<Self, SoakError> {
-        let mut server = Self {
+        let mut server = Self::new(rill, data, log, port, Vec::new(), "server");
+        server.start_again()?;
+        Ok(server)
+    }
+
+    /// A server not started yet (see [`Server::start_again`]) that runs `rill serve`
+    /// with `extra` after its data and addresses; `name` labels what it shows.
+    pub(crate) fn new(
+        rill: &Path,
+        data: &Path,
+        log: &Path,
+        port: u16,
+        extra: Vec<String>,
+        name: &str,
+    ) -> Self {
+        Self {
             child: None,
             rill: rill.to_path_buf(),
             data: data.to_path_buf(),
             log: log.to_path_buf(),
             port,
+            extra,
+            name: name.to_owned(),
             starts: 0,
-        };
-        server.start_again()?;
-        Ok(server)
+            paused: false,
+        }
+    }
+
+    /// Whether the process runs (it may be paused).
+    pub(crate) fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Whether the process is stopped with SIGSTOP.
+    pub(crate) fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// SIGSTOP: the process stays, and does nothing (a long GC pause, a VM migration).
+    pub(crate) fn pause(&mut self) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .args(["-STOP", &child.id().to_string()])
+                .status();
+            self.paused = true;
+        }
+    }
+
+    /// SIGCONT after [`Server::pause`].
+    pub(crate) fn resume(&mut self) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .args(["-CONT", &child.id().to_string()])
+                .status();
+        }
+        self.paused = false;
     }
 
     /// The client URL.
@@ -68,7 +119,10 @@ impl Server {
                     return Ok(started.elapsed());
                 }
                 Err(reason) if started.elapsed() < START_DEADLINE => {
-                    eprintln!("[soak] rill serve did not start ({reason}); retrying");
+                    eprintln!(
+                        "[{}] rill serve did not start ({reason}); retrying",
+                        self.name
+                    );
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 Err(reason) => {
@@ -97,13 +151,16 @@ impl Server {
             // The admin endpoint cannot be turned off; a port of the OS's choosing keeps
             // it out of the way.
             .args(["--http", "127.0.0.1:0"])
-            .env("RILL_LOG", "info")
+            .args(&self.extra)
+            .env("RILL_LOG", "info,openraft=warn")
             .env("NO_COLOR", "1")
             .env_remove("RILL_CONFIG")
             .env_remove("RILL_DATA")
             .env_remove("RILL_LISTEN")
             .env_remove("RILL_HTTP")
             .env_remove("RILL_DEFAULT_DURABILITY")
+            .env_remove("RILL_NODE_ID")
+            .env_remove("RILL_PEERS")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -111,6 +168,7 @@ impl Server {
             .map_err(|e| format!("cannot run {}: {e}", self.rill.display()))?;
         let stderr = child.stderr.take().expect("stderr is piped");
         let (tx, rx) = mpsc::channel();
+        let name = self.name.clone();
         std::thread::spawn(move || {
             let mut listening = Some(tx);
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -121,7 +179,7 @@ impl Server {
                 {
                     let _ = tx.send(());
                 } else if line.contains("ERROR") {
-                    eprintln!("[server] {line}");
+                    eprintln!("[{name}] {line}");
                 }
             }
         });
@@ -137,9 +195,10 @@ impl Server {
 
     /// SIGKILL, and wait until the process is gone (and its data-directory lock).
     pub(crate) fn kill9(&mut self) {
+        self.paused = false;
         if let Some(mut child) = self.child.take() {
             // `kill` is SIGKILL on Unix; the server is one process (its threads die
-            // with it).
+            // with it), and a stopped one dies too.
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -148,6 +207,9 @@ impl Server {
     /// SIGTERM, and wait for the clean exit it promises; returns the exit code (`None`:
     /// it did not exit in time and was killed, or died of a signal).
     pub(crate) fn terminate(&mut self) -> Option<i32> {
+        if self.paused {
+            self.resume();
+        }
         let mut child = self.child.take()?;
         let pid = child.id().to_string();
         let _ = Command::new("kill").args(["-TERM", &pid]).status();
