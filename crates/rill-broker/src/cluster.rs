@@ -219,6 +219,15 @@ pub trait Cluster: Send + Sync + fmt::Debug + 'static {
     fn store_offsets(&self, offsets: Vec<(OffsetName, u64)>) -> ClusterFuture<'_, ()>;
     /// Deletes a stored offset; resolves once committed, with whether there was one.
     fn delete_offset(&self, key: OffsetName) -> ClusterFuture<'_, bool>;
+    /// The term in which this node coordinates consumer groups (it leads the metadata
+    /// group and applied an entry of its term); `NOT_LEADER` naming the leader otherwise.
+    fn coordinator_term(&self) -> Result<u64, BrokerError>;
+    /// Stores consumer offsets only if this node leads the metadata group (never
+    /// forwarded); resolves once committed, with the entry's index.
+    fn store_offsets_here(&self, offsets: Vec<(OffsetName, u64)>) -> ClusterFuture<'_, u64>;
+    /// Deletes a stored offset only if this node leads the metadata group; resolves
+    /// once committed, with whether there was one and the entry's index.
+    fn delete_offset_here(&self, key: OffsetName) -> ClusterFuture<'_, (bool, u64)>;
     /// The metadata group's read index: once the catalog applied on this node reaches
     /// it (its version is above it), a read of it is linearizable.
     fn read_index(&self) -> ClusterFuture<'_, u64>;

@@ -328,6 +328,73 @@ impl Broker {
         cluster.store_offsets(vec![(key, offset)]).await
     }
 
+    /// Stores a group offset through the metadata group, from its leader only (this
+    /// node: the coordinator), and waits until this node's mirror has it, so the next
+    /// group request reads it.
+    pub(crate) async fn cluster_store_offset_here(
+        &self,
+        key: OffsetName,
+        offset: u64,
+    ) -> Result<(), BrokerError> {
+        let cluster = self
+            .cluster()
+            .ok_or_else(|| BrokerError::Internal("not a cluster node".into()))?;
+        let index = cluster
+            .store_offsets_here(vec![(key, offset)])
+            .await
+            .map_err(|e| self.locate(e))?;
+        self.mirrored_past(index).await
+    }
+
+    /// Deletes a group offset as [`Broker::cluster_store_offset_here`] stores one.
+    pub(crate) async fn cluster_delete_offset_here(
+        &self,
+        key: OffsetName,
+    ) -> Result<bool, BrokerError> {
+        let cluster = self
+            .cluster()
+            .ok_or_else(|| BrokerError::Internal("not a cluster node".into()))?;
+        let (existed, index) = cluster
+            .delete_offset_here(key)
+            .await
+            .map_err(|e| self.locate(e))?;
+        self.mirrored_past(index).await?;
+        Ok(existed)
+    }
+
+    /// A consumer-group request on a cluster node (docs/REPLICATION.md §11.1): only the
+    /// coordinator, the metadata group's leader, answers (`NOT_LEADER` naming it
+    /// otherwise). Returns the guard of `Groups::order`, held for the whole request.
+    /// The first request of a new tenure forgets the groups of earlier ones and waits
+    /// until the mirror has every offset committed before (the read index).
+    pub(crate) async fn cluster_coordinate(
+        &self,
+    ) -> Result<tokio::sync::MutexGuard<'_, ()>, BrokerError> {
+        let cluster = self
+            .cluster()
+            .ok_or_else(|| BrokerError::Internal("not a cluster node".into()))?;
+        let guard = self.groups.order.lock().await;
+        let term = cluster.coordinator_term().map_err(|e| self.locate(e))?;
+        if self.groups.term() != Some(term) {
+            self.cluster_linearize().await?;
+            self.groups.start_term(term);
+            tracing::info!(term, "coordinating the consumer groups");
+        }
+        Ok(guard)
+    }
+
+    /// Waits (bounded) until the mirror has applied the metadata entry `index`.
+    async fn mirrored_past(&self, index: u64) -> Result<(), BrokerError> {
+        let mut version = self.mirrored.subscribe();
+        match tokio::time::timeout(MIRROR_WAIT, version.wait_for(|v| *v > index)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(BrokerError::ClusterTimeout(format!(
+                "the metadata group committed entry {index} but this node did not apply it \
+                 within {MIRROR_WAIT:?}"
+            ))),
+        }
+    }
+
     /// Deletes a stored offset through the cluster.
     pub(crate) async fn cluster_delete_offset(&self, key: OffsetName) -> Result<bool, BrokerError> {
         let cluster = self
@@ -344,15 +411,8 @@ impl Broker {
         let cluster = self
             .cluster()
             .ok_or_else(|| BrokerError::Internal("not a cluster node".into()))?;
-        let index = cluster.read_index().await?;
-        let mut version = self.mirrored.subscribe();
-        match tokio::time::timeout(MIRROR_WAIT, version.wait_for(|v| *v > index)).await {
-            Ok(Ok(_)) => Ok(()),
-            _ => Err(BrokerError::ClusterTimeout(format!(
-                "this node did not apply the metadata up to the leader's read index {index} \
-                 within {MIRROR_WAIT:?}"
-            ))),
-        }
+        let index = cluster.read_index().await.map_err(|e| self.locate(e))?;
+        self.mirrored_past(index).await
     }
 
     /// A stored offset as this node applied it.

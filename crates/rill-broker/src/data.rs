@@ -173,10 +173,11 @@ impl Broker {
         offset: u64,
     ) -> Result<(), BrokerError> {
         if self.is_clustered() {
-            // The end a cluster node knows is a replica's watermark, if it holds one:
-            // a stored offset is checked against it where it can be.
+            // The end a cluster node knows for sure is the watermark of a replica it
+            // leads (a follower's lags the leader's, and a consumer reads from the
+            // leader): a stored offset is checked against it where it can be.
             if let Ok(p) = self.partition(&key.stream, &key.topic, key.partition)
-                && p.replica().is_some()
+                && p.replica().is_some_and(|r| r.leading().is_some())
             {
                 self.check_storable(&key, offset)?;
             }
@@ -237,7 +238,7 @@ impl Broker {
 }
 
 /// A stored offset's key as the cluster names it.
-fn offset_name(key: OffsetKey) -> crate::cluster::OffsetName {
+pub(crate) fn offset_name(key: OffsetKey) -> crate::cluster::OffsetName {
     crate::cluster::OffsetName {
         stream: key.stream,
         topic: key.topic,

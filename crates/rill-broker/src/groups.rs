@@ -27,6 +27,14 @@ type GroupKey = (String, String, String);
 #[derive(Debug, Default)]
 pub(crate) struct Groups {
     groups: Mutex<HashMap<GroupKey, Coordinator>>,
+    /// On a cluster node: the metadata group's term in which it coordinates the groups
+    /// it holds (`None`: it holds none). Groups of an earlier tenure are stale: between
+    /// two, another node coordinated.
+    term: Mutex<Option<u64>>,
+    /// On a cluster node: held across each group request, commits included (their
+    /// check and their commit in the metadata group), so commits are committed in the
+    /// order ownership changed, as the single node's lock orders them in its log.
+    pub(crate) order: tokio::sync::Mutex<()>,
 }
 
 impl Groups {
@@ -54,6 +62,19 @@ impl Groups {
 
     fn keys(&self) -> Vec<GroupKey> {
         self.lock().keys().cloned().collect()
+    }
+
+    /// The term whose groups this node holds (cluster nodes only).
+    pub(crate) fn term(&self) -> Option<u64> {
+        *self.term.lock()
+    }
+
+    /// Starts coordinating in `term`: every group of an earlier tenure is forgotten
+    /// (its members get `NOT_MEMBER` and join again).
+    pub(crate) fn start_term(&self, term: u64) {
+        let mut groups = self.lock();
+        groups.clear();
+        *self.term.lock() = Some(term);
     }
 
     /// Forgets the groups of a deleted topic.
@@ -91,10 +112,18 @@ impl Broker {
         let (stream, topic, group) = key;
         c.is_some_and(|c| c.members().next().is_some())
             || (0..partitions).any(|p| {
-                self.offsets
-                    .get(&group_offset_key(stream, topic, group, p))
+                self.stored_group_offset(&group_offset_key(stream, topic, group, p))
                     .is_some()
             })
+    }
+
+    /// A group's stored offset: on a cluster node, as its mirror of the metadata has
+    /// it (group requests wait for it to be current first, `cluster_coordinate`).
+    fn stored_group_offset(&self, key: &OffsetKey) -> Option<u64> {
+        if self.is_clustered() {
+            return self.cluster_offset(&crate::data::offset_name(key.clone()));
+        }
+        self.offsets.get(key)
     }
 
     fn assignment(
@@ -114,7 +143,7 @@ impl Broker {
                 .iter()
                 .map(|&p| PartitionOffset {
                     partition: p,
-                    offset: self.offsets.get(&group_offset_key(stream, topic, group, p)),
+                    offset: self.stored_group_offset(&group_offset_key(stream, topic, group, p)),
                 })
                 .collect(),
             owned: view.owned.into_iter().collect(),
@@ -258,6 +287,27 @@ impl Broker {
         let key: GroupKey = (stream.to_owned(), topic.to_owned(), group.to_owned());
         let offset_key = group_offset_key(stream, topic, group, partition);
         let member = member.to_owned();
+        if self.is_clustered() {
+            // Under `Groups::order` (taken by the request's dispatch with
+            // `cluster_coordinate`): the check, then the commit, before any other group
+            // request of this node moves the partition.
+            {
+                let groups = self.groups.lock();
+                let c = groups
+                    .get(&key)
+                    .ok_or_else(|| GroupError::NotMember(member.clone()))?;
+                c.check_commit(&member, generation, partition)?;
+            }
+            // Checked where this node leads the partition, as named consumers' are.
+            if let Ok(p) = self.partition(stream, topic, partition)
+                && p.replica().is_some_and(|r| r.leading().is_some())
+            {
+                self.check_storable(&offset_key, offset)?;
+            }
+            return self
+                .cluster_store_offset_here(crate::data::offset_name(offset_key), offset)
+                .await;
+        }
         let broker = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
             let pending = {
@@ -307,34 +357,23 @@ impl Broker {
         let key: GroupKey = (stream.to_owned(), topic.to_owned(), group.to_owned());
         let offset_key = group_offset_key(stream, topic, group, partition);
         let member = member.to_owned();
+        if self.is_clustered() {
+            // Checked, then committed, under `Groups::order`, as commits are.
+            drop(self.check_group_delete(&key, &member, generation, partition, partitions)?);
+            return self
+                .cluster_delete_offset_here(crate::data::offset_name(offset_key))
+                .await;
+        }
         let broker = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
             let pending = {
                 // Checked and appended under the group lock, like commits, so a delete
                 // and the owner's commits reach the log in the order they were allowed.
-                let mut groups = broker.groups.lock();
-                if member.is_empty() {
-                    if let Some(c) = groups.get_mut(&key) {
-                        c.expire(Instant::now());
-                    }
-                    let c = groups.get(&key);
-                    let members = c.map_or(0, |c| c.members().count());
-                    if members > 0 {
-                        return Err(BrokerError::GroupNotEmpty {
-                            group: key.2.clone(),
-                            members,
-                        });
-                    }
-                    if !broker.group_exists(&key, c, partitions) {
-                        return Err(BrokerError::GroupNotFound(key.2.clone()));
-                    }
-                } else {
-                    let c = groups
-                        .get(&key)
-                        .ok_or_else(|| GroupError::NotMember(member.clone()))?;
-                    c.check_commit(&member, generation, partition)?;
-                }
-                broker.offsets.begin_delete(offset_key)?
+                let groups =
+                    broker.check_group_delete(&key, &member, generation, partition, partitions)?;
+                let pending = broker.offsets.begin_delete(offset_key)?;
+                drop(groups);
+                pending
             };
             let (pending, existed) = pending;
             broker.offsets.finish(pending)?;
@@ -342,6 +381,41 @@ impl Broker {
         })
         .await
         .map_err(|e| BrokerError::Internal(format!("group offset delete task failed: {e}")))?
+    }
+
+    /// Whether a group offset may be deleted (see [`Broker::delete_group_offset`]);
+    /// returns the group lock, held, so the delete is ordered with commits.
+    fn check_group_delete(
+        &self,
+        key: &GroupKey,
+        member: &str,
+        generation: u64,
+        partition: u32,
+        partitions: u32,
+    ) -> Result<MutexGuard<'_, HashMap<GroupKey, Coordinator>>, BrokerError> {
+        let mut groups = self.groups.lock();
+        if member.is_empty() {
+            if let Some(c) = groups.get_mut(key) {
+                c.expire(Instant::now());
+            }
+            let c = groups.get(key);
+            let members = c.map_or(0, |c| c.members().count());
+            if members > 0 {
+                return Err(BrokerError::GroupNotEmpty {
+                    group: key.2.clone(),
+                    members,
+                });
+            }
+            if !self.group_exists(key, c, partitions) {
+                return Err(BrokerError::GroupNotFound(key.2.clone()));
+            }
+        } else {
+            let c = groups
+                .get(key)
+                .ok_or_else(|| GroupError::NotMember(member.to_owned()))?;
+            c.check_commit(member, generation, partition)?;
+        }
+        Ok(groups)
     }
 
     /// Lag of every live group: (stream, topic, group, partition, lag), for metrics.
@@ -399,10 +473,7 @@ impl Broker {
         let c = groups.get(&key);
         let stored: Vec<Option<u64>> = partitions
             .iter()
-            .map(|p| {
-                self.offsets
-                    .get(&group_offset_key(stream, topic, group, p.partition))
-            })
+            .map(|p| self.stored_group_offset(&group_offset_key(stream, topic, group, p.partition)))
             .collect();
         let count = u32::try_from(partitions.len()).unwrap_or(u32::MAX);
         if !self.group_exists(&key, c, count) {

@@ -38,6 +38,12 @@ impl Broker {
         {
             return Ok((body, none));
         }
+        // A group request on a cluster node: the coordinator's, in order (held to the end).
+        let _coordinating = if self.is_clustered() && is_group_request(&request.body) {
+            Some(self.cluster_coordinate().await?)
+        } else {
+            None
+        };
         let body = match request.body {
             RequestBody::Hello(r) => {
                 if r.protocol_version != u32::from(PROTOCOL_VERSION) {
@@ -247,10 +253,23 @@ impl Broker {
     }
 }
 
+/// Whether a request is a consumer group's (its coordinator answers it).
+fn is_group_request(body: &RequestBody) -> bool {
+    matches!(
+        body,
+        RequestBody::JoinGroup(_)
+            | RequestBody::GroupHeartbeat(_)
+            | RequestBody::LeaveGroup(_)
+            | RequestBody::CommitGroupOffset(_)
+            | RequestBody::DeleteGroupOffset(_)
+            | RequestBody::DescribeGroup(_)
+    )
+}
+
 impl Broker {
     /// The requests a cluster node answers otherwise than a single node: catalog
-    /// changes go through the metadata group, consumer groups are not coordinated in a
-    /// cluster yet. `None` for the rest, which take the common path.
+    /// changes go through the metadata group. `None` for the rest, which take the
+    /// common path (group requests through `cluster_coordinate` first).
     async fn dispatch_clustered(
         self: &Arc<Self>,
         request: &Request,
@@ -282,14 +301,6 @@ impl Broker {
             RequestBody::DeleteTopic(r) => {
                 self.cluster_delete_topic(&r.stream, &r.topic).await?;
                 ResponseBody::DeleteTopic(DeleteTopicResponse {})
-            }
-            RequestBody::JoinGroup(_)
-            | RequestBody::GroupHeartbeat(_)
-            | RequestBody::LeaveGroup(_)
-            | RequestBody::CommitGroupOffset(_)
-            | RequestBody::DeleteGroupOffset(_)
-            | RequestBody::DescribeGroup(_) => {
-                return Err(BrokerError::NotInCluster("consumer-group coordination"));
             }
             RequestBody::RepairPartition(_) => {
                 return Err(BrokerError::NotInCluster("repairing a partition"));

@@ -1,10 +1,11 @@
 //! A short nemesis run with the real binary (`rill_testkit::nemesis`, the tool behind
 //! `cargo run -p rill-testkit --bin nemesis`): three `rill serve` nodes whose links all
-//! pass through fault proxies, an idempotent keyed producer and a named consumer per
-//! partition, and about ninety seconds of a seeded schedule of kill -9, SIGSTOP, cut and
+//! pass through fault proxies, an idempotent keyed producer, a named consumer per
+//! partition and two consumer-group members, and about ninety seconds of a seeded schedule of kill -9, SIGSTOP, cut and
 //! black-holed links. Then every acknowledged record must be stored once, at its
 //! acknowledged position, in per-key order; no reader may have seen a record that later
-//! went, nor skipped one; no stored offset may have moved backward; the replicas must
+//! went, nor skipped one; the group must hand out every stored record; no stored offset
+//! (the readers' or the group's) may have moved backward; the replicas must
 //! hold identical logs up to the high watermark, and every node must stop cleanly.
 //! Prints its seed and schedule; replay with `RILL_SEED=<seed>`. Long runs are the
 //! tool's job (README.md, "Nemesis").
@@ -27,7 +28,10 @@ fn a_seeded_schedule_of_kills_pauses_and_partitions_loses_nothing() {
         summary.line(),
         summary.problems.join("\n")
     );
-    assert!(summary.acked > 0 && summary.delivered > 0, "{summary}");
+    assert!(
+        summary.acked > 0 && summary.delivered > 0 && summary.group_delivered > 0,
+        "{summary}"
+    );
     for kind in Fault::kinds() {
         assert!(
             summary.faults.contains_key(kind),

@@ -1,9 +1,10 @@
 //! The TCP transport of a client that may talk to a cluster (docs/REPLICATION.md §8):
 //! one connection per node it has reached, the leader of each partition it has learnt,
-//! and a home node for everything else.
+//! the consumer groups' coordinator it has learnt, and a home node for everything else.
 //!
 //! A request for a partition (`Produce`, `Fetch`, `ResolveOffset`) goes to the node the
-//! client last learnt leads it, else home. A `NOT_LEADER` answer that names the leader's
+//! client last learnt leads it, and a group request (join, heartbeat, leave, commit,
+//! delete, describe) to the coordinator it last learnt, else home. A `NOT_LEADER` answer that names the leader's
 //! address sends the request there at once (and remembers it), for at most
 //! [`HOPS_MAX`] hops; one that names none, or a node that cannot be reached, moves home
 //! to the next address of the URL and tries there after a 50 ms pause, once per address;
@@ -31,14 +32,20 @@ const PAUSE: Duration = Duration::from_millis(50);
 /// Nodes a client keeps connections to at most (the URL's and the leaders it learnt).
 const LINKS_MAX: usize = 64;
 
-type PartitionKey = (String, String, u32);
+/// What a request is routed by: its partition's leader, or the consumer groups'
+/// coordinator (the metadata group's leader).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum RouteKey {
+    Partition(String, String, u32),
+    Coordinator,
+}
 
 #[derive(Debug)]
 struct State {
     /// Connections by address.
     links: HashMap<String, Arc<Tcp>>,
     /// Partition → its leader's address, as last learnt.
-    leaders: HashMap<PartitionKey, String>,
+    leaders: HashMap<RouteKey, String>,
     /// Index into `seeds` of the home node.
     home: usize,
 }
@@ -52,11 +59,20 @@ pub(crate) struct Routed {
     closed: std::sync::atomic::AtomicBool,
 }
 
-fn partition_of(body: &RequestBody) -> Option<PartitionKey> {
+fn route_of(body: &RequestBody) -> Option<RouteKey> {
+    let partition = |stream: &str, topic: &str, p: u32| {
+        Some(RouteKey::Partition(stream.to_owned(), topic.to_owned(), p))
+    };
     match body {
-        RequestBody::Produce(r) => Some((r.stream.clone(), r.topic.clone(), r.partition)),
-        RequestBody::Fetch(r) => Some((r.stream.clone(), r.topic.clone(), r.partition)),
-        RequestBody::ResolveOffset(r) => Some((r.stream.clone(), r.topic.clone(), r.partition)),
+        RequestBody::Produce(r) => partition(&r.stream, &r.topic, r.partition),
+        RequestBody::Fetch(r) => partition(&r.stream, &r.topic, r.partition),
+        RequestBody::ResolveOffset(r) => partition(&r.stream, &r.topic, r.partition),
+        RequestBody::JoinGroup(_)
+        | RequestBody::GroupHeartbeat(_)
+        | RequestBody::LeaveGroup(_)
+        | RequestBody::CommitGroupOffset(_)
+        | RequestBody::DeleteGroupOffset(_)
+        | RequestBody::DescribeGroup(_) => Some(RouteKey::Coordinator),
         _ => None,
     }
 }
@@ -102,14 +118,14 @@ impl Routed {
     }
 
     /// Where a request goes first.
-    fn target(&self, key: Option<&PartitionKey>) -> String {
+    fn target(&self, key: Option<&RouteKey>) -> String {
         let st = self.state.lock();
         key.and_then(|k| st.leaders.get(k).cloned())
             .unwrap_or_else(|| self.seeds[st.home].clone())
     }
 
     /// Moves home past `failed` (if it is home) and forgets it as a leader.
-    fn avoid(&self, failed: &str, key: Option<&PartitionKey>) -> String {
+    fn avoid(&self, failed: &str, key: Option<&RouteKey>) -> String {
         let mut st = self.state.lock();
         if let Some(k) = key {
             st.leaders.remove(k);
@@ -121,7 +137,7 @@ impl Routed {
         self.seeds[st.home].clone()
     }
 
-    fn learn(&self, key: &PartitionKey, addr: &str) {
+    fn learn(&self, key: &RouteKey, addr: &str) {
         self.state
             .lock()
             .leaders
@@ -135,7 +151,7 @@ impl Transport for Routed {
             if self.closed.load(std::sync::atomic::Ordering::Acquire) {
                 return Err(CallError::NotSent("the client was closed".into()));
             }
-            let key = partition_of(&request.body);
+            let key = route_of(&request.body);
             let mut target = self.target(key.as_ref());
             let (mut hops, mut moves) = (0, 0);
             loop {

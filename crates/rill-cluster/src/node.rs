@@ -523,6 +523,43 @@ impl ClusterNode {
         }
     }
 
+    /// The term in which this node leads the metadata group and so coordinates consumer
+    /// groups (docs/REPLICATION.md §11.1), once it applied an entry of that term (before,
+    /// entries of earlier terms may still be on their way to its state); otherwise
+    /// [`NodeError::NotLeader`] with the leader it knows.
+    pub fn coordinator_term(&self) -> Result<u64, NodeError> {
+        let metrics = self.inner.meta.metrics();
+        let m = metrics.borrow_watched();
+        let ready = m
+            .last_applied
+            .as_ref()
+            .is_some_and(|applied| applied.leader_id.term == m.current_term);
+        if m.state == ServerState::Leader && ready {
+            return Ok(m.current_term);
+        }
+        Err(NodeError::NotLeader {
+            leader: m.current_leader.filter(|&l| l != self.id()),
+        })
+    }
+
+    /// Commits a metadata command only if this node leads the metadata group: never
+    /// forwarded (a coordinator's group commits must not be applied by another leader,
+    /// whose groups may have moved on). [`NodeError::NotLeader`] otherwise.
+    pub async fn propose_here(
+        &self,
+        command: MetaCommand,
+    ) -> Result<(MetaResponse, u64), NodeError> {
+        match self.inner.meta.client_write(command).await {
+            Ok(done) => Ok((done.data, done.log_id.index)),
+            Err(RaftError::APIError(
+                ClientWriteError::ForwardToLeader(f) | ClientWriteError::LogEntryDiscarded(f),
+            )) => Err(NodeError::NotLeader {
+                leader: f.leader_id.filter(|&l| l != self.id()),
+            }),
+            Err(e) => Err(NodeError::Failed(e.to_string())),
+        }
+    }
+
     /// The metadata group's read index: an index of its log such that a read of the
     /// state applied up to it is linearizable (it reflects every entry committed before
     /// this call began). Asked of the leader (this node, or the one it knows), which

@@ -163,6 +163,52 @@ impl Cluster for NodeCluster {
         Box::pin(async move { Ok(self.node.status().await) })
     }
 
+    fn coordinator_term(&self) -> Result<u64, BrokerError> {
+        self.node.coordinator_term().map_err(|e| match e {
+            NodeError::NotLeader { leader } => BrokerError::NotLeader {
+                what: "the consumer groups' coordinator (the metadata group's leader)".into(),
+                leader,
+                address: None,
+            },
+            other => cluster_error(other),
+        })
+    }
+
+    fn store_offsets_here(&self, offsets: Vec<(OffsetName, u64)>) -> ClusterFuture<'_, u64> {
+        Box::pin(async move {
+            let offsets = offsets
+                .into_iter()
+                .map(|(k, o)| (offset_key(k), o))
+                .collect();
+            let (response, index) = self
+                .node
+                .propose_here(MetaCommand::StoreOffsets { offsets })
+                .await
+                .map_err(cluster_error)?;
+            match response {
+                MetaResponse::Stored { refused } if !refused.is_empty() => {
+                    Err(BrokerError::InvalidRequest(
+                        "the topic or partition of the offset no longer exists".into(),
+                    ))
+                }
+                _ => Ok(index),
+            }
+        })
+    }
+
+    fn delete_offset_here(&self, key: OffsetName) -> ClusterFuture<'_, (bool, u64)> {
+        Box::pin(async move {
+            let (response, index) = self
+                .node
+                .propose_here(MetaCommand::DeleteOffset {
+                    key: offset_key(key),
+                })
+                .await
+                .map_err(cluster_error)?;
+            Ok((matches!(response, MetaResponse::Deleted(true)), index))
+        })
+    }
+
     fn read_index(&self) -> ClusterFuture<'_, u64> {
         Box::pin(async move { self.node.read_index().await.map_err(cluster_error) })
     }

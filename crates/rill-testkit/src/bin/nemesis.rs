@@ -66,7 +66,10 @@ struct Args {
     /// Records per send at most.
     #[arg(long, default_value_t = 32)]
     batch_max: u32,
-    /// Run no readers (only the producer).
+    /// Consumer-group members (0: no group; at most 8).
+    #[arg(long, default_value_t = 2)]
+    members: u32,
+    /// Run no readers (named consumers).
     #[arg(long)]
     no_readers: bool,
     /// The nodes' directory [default: a temporary one, removed after a passing run,
@@ -119,6 +122,7 @@ fn main() -> ExitCode {
     options.keys = args.keys;
     options.batch_max = args.batch_max;
     options.readers = !args.no_readers;
+    options.members = args.members;
     options.data = args.data;
     options.keep_data = args.keep;
     match nemesis::run(&options) {

@@ -5,8 +5,9 @@
 //! links all pass through fault proxies (`cluster.rs`), creates a topic (`--partitions`,
 //! durability `always`, a replica on every node) and runs, concurrently: the soak's
 //! idempotent keyed producer, one named consumer per partition that reads and stores
-//! its offset explicitly (`readers.rs`), and a watcher that reads the stored offsets
-//! every 200 ms. Meanwhile it walks the schedule (`schedule.rs`, drawn from the seed
+//! its offset explicitly (`readers.rs`) and a watcher of those offsets, and the soak's
+//! consumer-group members (`--members`, the first committing explicitly, the others
+//! with automatic policies) with the watcher of the group's offsets. Meanwhile it walks the schedule (`schedule.rs`, drawn from the seed
 //! alone and printed at the start): a quiet spell, then one fault (kill -9, SIGSTOP,
 //! every link of a node cut or black-holed, the links between two nodes cut, one
 //! direction of a link black-holed) held for a while, then everything healed.
@@ -22,10 +23,12 @@
 //! replicas of each partition hold identical logs up to its high watermark
 //! (`replicas_differ`), that the cluster converged, and that every node exits 0.
 //!
-//! Consumer groups are not run yet: a cluster refuses them (docs/REPLICATION.md §11.1).
-//! The run is replayable from its seed as the soak is: the schedule, the records and
+//! The group is checked as the soak checks it (its stored offsets never backward, every
+//! stored record handed out, none it handed out gone), apart from the readers. The
+//! run is replayable from its seed as the soak is: the schedule, the records and
 //! the readers' restarts follow from it, the processes' timing does not. A failing run
-//! keeps its directory, with the history (`events.log`) and each node's log.
+//! keeps its directory, with the histories (`events.log`, `group-events.log`) and each
+//! node's log.
 
 mod cluster;
 mod readers;
@@ -37,6 +40,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use rand::SeedableRng;
+use rand::rngs::StdRng;
 use rill_client::{Client, Durability, RetryPolicy, Topic, TopicOptions};
 use tokio::sync::watch;
 
@@ -78,6 +83,9 @@ pub struct Options {
     pub batch_max: u32,
     /// Run the readers and the offsets watcher (default true).
     pub readers: bool,
+    /// Consumer-group members (default 2, at most 8; 0: no group): the first commits
+    /// explicitly, each other one with an automatic policy drawn from the seed.
+    pub members: u32,
     /// The directory of the nodes' data (default: a new temporary one, removed after a
     /// passing run and kept after a failing one).
     pub data: Option<PathBuf>,
@@ -99,6 +107,7 @@ impl Options {
             keys: 64,
             batch_max: 32,
             readers: true,
+            members: 2,
             data: None,
             keep_data: false,
         }
@@ -116,6 +125,9 @@ impl Options {
         }
         if self.shape.nodes > 9 {
             return bad("at most 9 nodes".into());
+        }
+        if self.members > 8 {
+            return bad("at most 8 members".into());
         }
         if self.partitions == 0 || self.keys == 0 || self.batch_max == 0 {
             return bad("partitions, keys and batch_max must be positive".into());
@@ -184,6 +196,21 @@ pub struct Summary {
     pub commits_failed: u64,
     /// Errors the readers saw (each made the reader start over).
     pub reader_errors: u64,
+    /// Distinct records the consumer group handed out.
+    pub group_delivered: u64,
+    /// Records the group handed out again (allowed).
+    pub group_redelivered: u64,
+    /// Stored records the group never handed out.
+    pub group_undelivered: u64,
+    /// Records the group handed out that are not stored where they were read.
+    pub group_vanished: u64,
+    /// Readings where a group's stored offset was below an earlier one or an
+    /// acknowledged commit.
+    pub group_offsets_backward: u64,
+    /// The group's explicit commits acknowledged, refused (fenced) and failed.
+    pub group_commits: (u64, u64, u64),
+    /// Errors the group's members saw (retried).
+    pub member_errors: u64,
     /// Slowest restart of a killed node (until it listened).
     pub restart_max: Duration,
     /// Records in the partitions at the end (the sum of the high watermarks).
@@ -202,6 +229,9 @@ impl Summary {
             && self.corrupt == 0
             && self.vanished == 0
             && self.undelivered == 0
+            && self.group_undelivered == 0
+            && self.group_vanished == 0
+            && self.group_offsets_backward == 0
             && self.replicas_differ == 0
             && self.converged
             && self.shutdown_exits.values().all(|c| *c == Some(0))
@@ -224,7 +254,9 @@ impl Summary {
         format!(
             "faults={} ({}) acked={} unknown={} lost={} duplicated={} reordered={} \
              offsets_backward={} vanished={} undelivered={} replicas_differ={} \
-             delivered={} redelivered={} seed={} elapsed_s={:.1}",
+             delivered={} redelivered={} group_delivered={} group_redelivered={} \
+             group_offsets_backward={} group_vanished={} group_undelivered={} seed={} \
+             elapsed_s={:.1}",
             self.fault_count(),
             kinds.join(" "),
             self.acked,
@@ -238,6 +270,11 @@ impl Summary {
             self.replicas_differ,
             self.delivered,
             self.redelivered,
+            self.group_delivered,
+            self.group_redelivered,
+            self.group_offsets_backward,
+            self.group_vanished,
+            self.group_undelivered,
             self.seed,
             self.elapsed.as_secs_f64()
         )
@@ -253,7 +290,7 @@ impl Summary {
         format!(
             "stored={} sends={} failed_sends={} unknown_stored={} corrupt={} converged={} \
              shutdown_exits={} offset_readings={} commits_acked={} commits_failed={} \
-             reader_errors={} restart_max_ms={} data={}",
+             reader_errors={} group_commits={:?} member_errors={} restart_max_ms={} data={}",
             self.stored,
             self.sends,
             self.failed_sends,
@@ -265,6 +302,8 @@ impl Summary {
             self.commits_acked,
             self.commits_failed,
             self.reader_errors,
+            self.group_commits,
+            self.member_errors,
             self.restart_max.as_millis(),
             self.data_dir.display()
         )
@@ -364,6 +403,12 @@ fn run_in(options: &Options, root: &Path) -> Result<Summary, SoakError> {
     eprintln!("[nemesis] the cluster formed; {url}");
 
     let shared = Arc::new(Shared::new(options.keys, events));
+    // The group's deliveries, offsets and commits apart from the readers': its own
+    // history (its `produced` is not used).
+    let group = Arc::new(Shared::new(
+        options.keys,
+        Events::create(&root.join("group-events.log"))?,
+    ));
     let (stop_tx, stop_rx) = watch::channel(false);
     let producer_topic = connect("producer")?;
     let producer = runtime
@@ -391,6 +436,26 @@ fn run_in(options: &Options, root: &Path) -> Result<Summary, SoakError> {
             connect("offsets watcher")?,
             options.partitions,
             Arc::clone(&shared),
+            stop_rx.clone(),
+        )));
+    }
+    let mut members = Vec::new();
+    if options.members > 0 {
+        let mut policies = StdRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15);
+        for index in 0..options.members {
+            let policy = load::member_policy(index, &[], &mut policies);
+            eprintln!("[nemesis] member {index}: commit policy {policy:?}");
+            members.push(runtime.spawn(load::member(
+                index,
+                policy,
+                connect("member")?,
+                Arc::clone(&group),
+                stop_rx.clone(),
+            )));
+        }
+        tasks.push(runtime.spawn(load::watch_offsets(
+            connect("group offsets watcher")?,
+            Arc::clone(&group),
             stop_rx,
         )));
     }
@@ -450,7 +515,26 @@ fn run_in(options: &Options, root: &Path) -> Result<Summary, SoakError> {
     if options.readers {
         problems.extend(runtime.block_on(drain(&admin, &shared))?);
     }
+    if options.members > 0 {
+        problems.extend(
+            runtime
+                .block_on(drain(&admin, &group))?
+                .map(|p| format!("group {p}")),
+        );
+    }
     let _ = stop_tx.send(true);
+    for m in members {
+        match runtime.block_on(async { tokio::time::timeout(TASK_STOP_TIMEOUT, m).await }) {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => eprintln!("[nemesis] a member ended with an error: {e}"),
+            Ok(Err(e)) => eprintln!("[nemesis] a member task failed: {e}"),
+            Err(_) => {
+                return Err(SoakError::Stalled(format!(
+                    "a member did not stop within {TASK_STOP_TIMEOUT:?}"
+                )));
+            }
+        }
+    }
     for task in tasks {
         if runtime
             .block_on(async { tokio::time::timeout(TASK_STOP_TIMEOUT, task).await })
@@ -464,11 +548,19 @@ fn run_in(options: &Options, root: &Path) -> Result<Summary, SoakError> {
     if options.readers {
         runtime.block_on(reading_after(&admin, options.partitions, &shared))?;
     }
+    if options.members > 0 {
+        runtime.block_on(crate::soak::reading_after(
+            &admin,
+            &group,
+            "after the members left",
+        ))?;
+    }
     let stored = runtime.block_on(read_back(&admin))?;
     let watermarks = runtime.block_on(watermarks(&admin))?;
     let shutdown_exits = cluster.terminate();
     drop(runtime);
     shared.events.flush();
+    group.events.flush();
     for (node, code) in &shutdown_exits {
         if *code != Some(0) {
             problems.push(format!(
@@ -499,6 +591,22 @@ fn run_in(options: &Options, root: &Path) -> Result<Summary, SoakError> {
     } = findings;
     problems.splice(0..0, found);
     problems.extend(offsets.problems.iter().cloned());
+    let group_deliveries = lock(&group.deliveries).clone();
+    let group_offsets = lock(&group.offsets).clone();
+    let (group_vanished, group_undelivered) = if options.members > 0 {
+        // The log's checks are the same as above; only the group's own are new.
+        let f = check::verify(&produced, &stored, options.partitions, &group_deliveries);
+        problems.extend(
+            f.problems
+                .iter()
+                .filter(|p| p.starts_with("vanished") || p.starts_with("undelivered"))
+                .map(|p| format!("group {p}")),
+        );
+        problems.extend(group_offsets.problems.iter().map(|p| format!("group {p}")));
+        (f.vanished, f.undelivered)
+    } else {
+        (0, 0)
+    };
     Ok(Summary {
         faults,
         acked: produced.acked.len() as u64,
@@ -525,6 +633,17 @@ fn run_in(options: &Options, root: &Path) -> Result<Summary, SoakError> {
         commits_acked: shared.commits_acked.load(Ordering::Relaxed),
         commits_failed: shared.commits_failed.load(Ordering::Relaxed),
         reader_errors: shared.member_errors.load(Ordering::Relaxed),
+        group_delivered: group_deliveries.distinct(),
+        group_redelivered: group_deliveries.redelivered(),
+        group_undelivered,
+        group_vanished,
+        group_offsets_backward: group_offsets.backward,
+        group_commits: (
+            group.commits_acked.load(Ordering::Relaxed),
+            group.commits_refused.load(Ordering::Relaxed),
+            group.commits_failed.load(Ordering::Relaxed),
+        ),
+        member_errors: group.member_errors.load(Ordering::Relaxed),
         restart_max,
         stored: watermarks.values().sum(),
         problems,

@@ -619,7 +619,11 @@ fn sibling(data_dir: &Path, suffix: &str) -> PathBuf {
 }
 
 /// An offsets reading that must happen (after a restart): retried until it succeeds.
-async fn reading_after(topic: &Topic, shared: &Shared, when: &str) -> Result<(), SoakError> {
+pub(crate) async fn reading_after(
+    topic: &Topic,
+    shared: &Shared,
+    when: &str,
+) -> Result<(), SoakError> {
     let deadline = Instant::now() + READING_DEADLINE;
     loop {
         match load::read_offsets(topic, shared, when).await {
