@@ -136,6 +136,8 @@ pub struct NodeStatus {
     pub client: Option<String>,
     /// Whether it answered just now.
     pub up: bool,
+    /// Whether it leads the metadata group (the controller), as this node knows.
+    pub controller: bool,
 }
 
 /// A partition in [`ClusterStatus`].

@@ -320,6 +320,7 @@ impl Broker {
                             peer: n.peer,
                             client: n.client.unwrap_or_default(),
                             up: n.up,
+                            controller: n.controller,
                         })
                         .collect(),
                     partitions: status

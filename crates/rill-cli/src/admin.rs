@@ -108,6 +108,7 @@ pub(crate) async fn cluster(command: ClusterCommand, target: &Target) -> anyhow:
                     .map(|n| {
                         serde_json::json!({
                             "id": n.id, "peer": n.peer, "client": n.client, "up": n.up,
+                            "role": if n.controller { "controller" } else { "node" },
                         })
                     })
                     .collect();
@@ -132,14 +133,15 @@ pub(crate) async fn cluster(command: ClusterCommand, target: &Target) -> anyhow:
                     serde_json::json!({ "nodes": nodes, "partitions": partitions })
                 );
             } else {
-                println!("node\tpeer\tclient\tup");
+                println!("node\tpeer\tclient\tup\trole");
                 for n in &status.nodes {
                     println!(
-                        "{}\t{}\t{}\t{}",
+                        "{}\t{}\t{}\t{}\t{}",
                         n.id,
                         n.peer,
                         n.client.as_deref().unwrap_or("-"),
-                        if n.up { "up" } else { "down" }
+                        if n.up { "up" } else { "down" },
+                        if n.controller { "controller" } else { "node" }
                     );
                 }
                 println!("partition\tleader\treplicas\thigh_watermark\tlag");

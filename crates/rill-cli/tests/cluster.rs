@@ -260,8 +260,13 @@ async fn three_processes_replicate_follow_leaders_and_survive_kill9_of_each_node
     assert!(String::from_utf8_lossy(&out.stdout).contains("partitions\t2"));
     // `rill cluster status --json`: every node up, every partition led, on all three.
     let status = wait_status(&url, |s| {
+        // One node is the controller (the metadata group's leader), the others nodes.
         s["nodes"].as_array().is_some_and(|n| {
-            n.len() == 3 && n.iter().all(|n| n["up"] == true && n["client"].is_string())
+            n.len() == 3
+                && n.iter().all(|n| n["up"] == true && n["client"].is_string())
+                && n.iter().filter(|n| n["role"] == "controller").count() == 1
+                && n.iter()
+                    .all(|n| n["role"] == "controller" || n["role"] == "node")
         }) && s["partitions"]
             .as_array()
             .is_some_and(|p| p.len() == 2 && p.iter().all(|p| p["leader"].is_u64()))

@@ -291,6 +291,9 @@ pub struct ClusterNodeInfo {
     pub client: Option<String>,
     /// Whether it answered the node that was asked, just now.
     pub up: bool,
+    /// Whether it leads the metadata group (the controller: catalog changes and consumer
+    /// groups), as the node that was asked knows.
+    pub controller: bool,
 }
 
 /// A partition's replication, in [`ClusterStatus`].
@@ -335,6 +338,7 @@ impl From<pb::ClusterStatusResponse> for ClusterStatus {
                     peer: n.peer,
                     client: (!n.client.is_empty()).then_some(n.client),
                     up: n.up,
+                    controller: n.controller,
                 })
                 .collect(),
             partitions: r

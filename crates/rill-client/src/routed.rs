@@ -207,3 +207,238 @@ impl Transport for Routed {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The routing against fake nodes that speak the wire protocol: each answers by a
+    //! rule of the test and records what it was asked.
+
+    use std::sync::Arc;
+
+    use bytes::BytesMut;
+    use parking_lot::Mutex;
+    use rill_proto::pb::{self, ErrorResponse};
+    use rill_proto::{ErrorCode, FrameDecoder, ResponseBody};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    type Rule = Arc<dyn Fn(&RequestBody) -> Response + Send + Sync>;
+
+    /// A fake node: its address and what it was asked (Hello aside), in order.
+    struct Fake {
+        addr: String,
+        asked: Arc<Mutex<Vec<&'static str>>>,
+    }
+
+    fn name(body: &RequestBody) -> &'static str {
+        match body {
+            RequestBody::Produce(_) => "produce",
+            RequestBody::JoinGroup(_) => "join",
+            RequestBody::GroupHeartbeat(_) => "heartbeat",
+            RequestBody::DescribeTopic(_) => "describe",
+            _ => "other",
+        }
+    }
+
+    async fn fake(rule: Rule) -> Fake {
+        fake_on(TcpListener::bind("127.0.0.1:0").await.unwrap(), rule)
+    }
+
+    fn fake_on(listener: TcpListener, rule: Rule) -> Fake {
+        let addr = listener.local_addr().unwrap().to_string();
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&asked);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let (rule, seen) = (Arc::clone(&rule), Arc::clone(&seen));
+                tokio::spawn(async move {
+                    let decoder = FrameDecoder::new(1 << 20);
+                    let mut buf = BytesMut::new();
+                    loop {
+                        while let Ok(Some(frame)) = decoder.decode(&mut buf) {
+                            let id = frame.correlation_id;
+                            let request = Request::decode(frame).unwrap();
+                            let response = match &request.body {
+                                RequestBody::Hello(_) => {
+                                    Response::ok(ResponseBody::Hello(pb::HelloResponse::default()))
+                                }
+                                body => {
+                                    seen.lock().push(name(body));
+                                    rule(body)
+                                }
+                            };
+                            let out = response.encode(id).unwrap().to_bytes();
+                            if stream.write_all(&out).await.is_err() {
+                                return;
+                            }
+                        }
+                        if stream.read_buf(&mut buf).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Fake { addr, asked }
+    }
+
+    fn ok(body: &RequestBody) -> Response {
+        Response::ok(match body {
+            RequestBody::Produce(_) => ResponseBody::Produce(pb::ProduceResponse::default()),
+            RequestBody::JoinGroup(_) => ResponseBody::JoinGroup(pb::JoinGroupResponse::default()),
+            RequestBody::GroupHeartbeat(_) => {
+                ResponseBody::GroupHeartbeat(pb::GroupHeartbeatResponse::default())
+            }
+            _ => ResponseBody::DescribeTopic(pb::DescribeTopicResponse::default()),
+        })
+    }
+
+    fn not_leader(body: &RequestBody, address: Option<&str>) -> Response {
+        Response::Err {
+            kind: body.kind() as u16,
+            error: ErrorResponse {
+                code: ErrorCode::NotLeader as i32,
+                message: "not the leader".into(),
+                offset: None,
+                range_start: None,
+                leader: address.map(|_| 9),
+                leader_address: address.map(str::to_owned),
+            },
+        }
+    }
+
+    fn produce(partition: u32) -> Request {
+        Request::new(RequestBody::Produce(pb::ProduceRequest {
+            stream: "s".into(),
+            topic: "t".into(),
+            partition,
+        }))
+    }
+
+    fn join() -> Request {
+        Request::new(RequestBody::JoinGroup(pb::JoinGroupRequest {
+            stream: "s".into(),
+            topic: "t".into(),
+            group: "g".into(),
+            ..Default::default()
+        }))
+    }
+
+    fn heartbeat() -> Request {
+        Request::new(RequestBody::GroupHeartbeat(pb::GroupHeartbeatRequest {
+            stream: "s".into(),
+            topic: "t".into(),
+            group: "g".into(),
+            ..Default::default()
+        }))
+    }
+
+    fn describe() -> Request {
+        Request::new(RequestBody::DescribeTopic(pb::DescribeTopicRequest {
+            stream: "s".into(),
+            topic: "t".into(),
+        }))
+    }
+
+    fn routed(seeds: &[&str]) -> Routed {
+        Routed::new(
+            seeds.iter().map(|s| (*s).to_owned()).collect(),
+            TcpOptions {
+                connect_timeout: Duration::from_secs(2),
+                max_frame_bytes: 1 << 20,
+            },
+        )
+    }
+
+    fn asked(f: &Fake) -> Vec<&'static str> {
+        f.asked.lock().clone()
+    }
+
+    #[tokio::test]
+    async fn a_leader_hint_is_followed_and_remembered_per_partition_and_for_the_coordinator() {
+        // b leads partition 0, c coordinates groups; a (home) knows and says so.
+        let b = fake(Arc::new(ok)).await;
+        let c = fake(Arc::new(ok)).await;
+        let (b_addr, c_addr) = (b.addr.clone(), c.addr.clone());
+        let a = fake(Arc::new(move |body: &RequestBody| match body {
+            RequestBody::Produce(r) if r.partition == 0 => not_leader(body, Some(&b_addr)),
+            RequestBody::JoinGroup(_) | RequestBody::GroupHeartbeat(_) => {
+                not_leader(body, Some(&c_addr))
+            }
+            _ => ok(body),
+        }))
+        .await;
+        let r = routed(&[&a.addr, &b.addr, &c.addr]);
+        for request in [
+            produce(0),
+            produce(0),
+            join(),
+            heartbeat(),
+            produce(1),
+            describe(),
+        ] {
+            let answer = r.call(request).await.unwrap();
+            assert!(matches!(answer, Response::Ok { .. }), "{answer:?}");
+        }
+        // Partition 0 and the groups were asked of a once each, then of their nodes
+        // directly; partition 1 and the rest stay home.
+        assert_eq!(asked(&a), ["produce", "join", "produce", "describe"]);
+        assert_eq!(asked(&b), ["produce", "produce"]);
+        assert_eq!(asked(&c), ["join", "heartbeat"]);
+    }
+
+    #[tokio::test]
+    async fn without_a_hint_or_with_a_node_down_the_client_moves_home_to_the_next_address() {
+        let a = fake(Arc::new(|body: &RequestBody| not_leader(body, None))).await;
+        let b = fake(Arc::new(ok)).await;
+        // Nothing listens here (bound, then closed).
+        let down = {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            l.local_addr().unwrap().to_string()
+        };
+        let r = routed(&[&down, &a.addr, &b.addr]);
+        let answer = r.call(describe()).await.unwrap();
+        assert!(matches!(answer, Response::Ok { .. }), "{answer:?}");
+        assert_eq!(asked(&a), ["describe"]);
+        // b is home now: the next request goes there first.
+        r.call(describe()).await.unwrap();
+        assert_eq!(asked(&a), ["describe"]);
+        assert_eq!(asked(&b), ["describe", "describe"]);
+    }
+
+    #[tokio::test]
+    async fn hints_that_go_round_in_a_circle_end_in_the_last_answer() {
+        // a and b each name the other as the leader, for ever.
+        let (la, lb) = (
+            TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        );
+        let a_addr = la.local_addr().unwrap().to_string();
+        let b_addr = lb.local_addr().unwrap().to_string();
+        let to_b = b_addr.clone();
+        let a = fake_on(
+            la,
+            Arc::new(move |body: &RequestBody| not_leader(body, Some(&to_b))),
+        );
+        let to_a = a_addr.clone();
+        let b = fake_on(
+            lb,
+            Arc::new(move |body: &RequestBody| not_leader(body, Some(&to_a))),
+        );
+        let r = routed(&[&a.addr, &b.addr]);
+        match r.call(produce(3)).await.unwrap() {
+            Response::Err { error, .. } => assert_eq!(error.code, ErrorCode::NotLeader as i32),
+            other => panic!("{other:?}"),
+        }
+        // Bounded: the first request, the hops, and a move home per address with its
+        // own hops at most.
+        let total = asked(&a).len() + asked(&b).len();
+        assert!(total > HOPS_MAX, "it followed the hints: {total}");
+        assert!(total <= 2 * (HOPS_MAX + 1), "{total} requests");
+    }
+}

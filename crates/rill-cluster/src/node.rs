@@ -623,6 +623,7 @@ impl ClusterNode {
     pub async fn status(&self) -> rill_broker::cluster::ClusterStatus {
         use rill_broker::cluster::{ClusterStatus, NodeStatus, PartitionStatus};
         let me = self.id();
+        let controller = self.controller();
         let mut reports = vec![local_report(me, &self.inner.replicas.read())];
         let others: Vec<u64> = self.node_ids().into_iter().filter(|&n| n != me).collect();
         let asks = others.iter().map(|&n| {
@@ -650,6 +651,7 @@ impl ClusterNode {
                 peer: peer.clone(),
                 client: state.nodes.get(&id).map(|n| n.client.clone()),
                 up: up.contains(&id),
+                controller: controller == Some(id),
             })
             .collect();
         let mut partitions = Vec::new();
