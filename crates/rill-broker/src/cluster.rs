@@ -207,6 +207,59 @@ pub struct ClusterHealth {
     pub controller_changes: u64,
     /// The replicas on this node.
     pub replicas: Vec<ReplicaHealth>,
+    /// How long this node's proposals as a partition leader took to commit.
+    pub commit_latency: LatencySnapshot,
+}
+
+/// Upper bounds of the commit-latency buckets, in seconds (100 µs to 10 s); a last
+/// `+Inf` bucket catches the rest.
+pub const COMMIT_BUCKETS_SECONDS: [f64; 15] = [
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    10.0,
+];
+
+/// A histogram of durations over [`COMMIT_BUCKETS_SECONDS`], kept with atomics.
+#[derive(Debug, Default)]
+pub struct LatencyHistogram {
+    /// Non-cumulative counts; the last slot is `+Inf`.
+    buckets: [std::sync::atomic::AtomicU64; COMMIT_BUCKETS_SECONDS.len() + 1],
+    sum_nanos: std::sync::atomic::AtomicU64,
+    count: std::sync::atomic::AtomicU64,
+}
+
+impl LatencyHistogram {
+    /// Counts one duration.
+    pub fn observe(&self, elapsed: std::time::Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let seconds = elapsed.as_secs_f64();
+        let slot = COMMIT_BUCKETS_SECONDS.partition_point(|&bound| bound < seconds);
+        self.buckets[slot].fetch_add(1, Relaxed);
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_nanos.fetch_add(nanos, Relaxed);
+        self.count.fetch_add(1, Relaxed);
+    }
+
+    /// The counts now.
+    pub fn snapshot(&self) -> LatencySnapshot {
+        use std::sync::atomic::Ordering::Relaxed;
+        LatencySnapshot {
+            counts: self.buckets.iter().map(|b| b.load(Relaxed)).collect(),
+            sum_nanos: self.sum_nanos.load(Relaxed),
+            count: self.count.load(Relaxed),
+        }
+    }
+}
+
+/// What a [`LatencyHistogram`] counted.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LatencySnapshot {
+    /// Per bucket of [`COMMIT_BUCKETS_SECONDS`] and a last `+Inf` one, not cumulative
+    /// (empty: nothing counted yet, or none kept).
+    pub counts: Vec<u64>,
+    /// The sum of the durations, in nanoseconds.
+    pub sum_nanos: u64,
+    /// Durations counted.
+    pub count: u64,
 }
 
 /// A cluster, as the broker uses it.

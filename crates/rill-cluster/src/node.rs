@@ -145,6 +145,8 @@ pub struct Replica {
     replicas: Vec<u64>,
     /// Leader changes this replica saw (for `/metrics`).
     leader_changes: Arc<std::sync::atomic::AtomicU64>,
+    /// The node's commit latency, where this replica's proposals are counted.
+    pub(crate) commit_latency: Arc<rill_broker::cluster::LatencyHistogram>,
 }
 
 /// Counts the leader changes a group's metrics show until the group stops.
@@ -316,6 +318,8 @@ struct Inner {
     lock: parking_lot::Mutex<Option<Box<dyn std::fmt::Debug + Send + Sync>>>,
     /// Controller changes this node saw.
     controller_changes: Arc<std::sync::atomic::AtomicU64>,
+    /// How long this node's proposals as a partition leader took to commit.
+    commit_latency: Arc<rill_broker::cluster::LatencyHistogram>,
 }
 
 /// A running node. Cheap to clone; [`ClusterNode::shutdown`] stops it.
@@ -391,6 +395,7 @@ impl ClusterNode {
                 catalog: watch::channel(Arc::default()).0,
                 lock: parking_lot::Mutex::new(Some(lock)),
                 controller_changes: Arc::default(),
+                commit_latency: Arc::default(),
             }),
             tasks: Arc::default(),
         };
@@ -745,6 +750,7 @@ impl ClusterNode {
                 .controller_changes
                 .load(std::sync::atomic::Ordering::Relaxed),
             replicas,
+            commit_latency: self.inner.commit_latency.snapshot(),
         }
     }
 
@@ -891,6 +897,7 @@ impl ClusterNode {
             store,
             replicas,
             leader_changes,
+            commit_latency: Arc::clone(&self.inner.commit_latency),
         })
     }
 }

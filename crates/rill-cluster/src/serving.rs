@@ -310,6 +310,8 @@ pub(crate) fn catalog_view(
 impl ReplicaLog for Replica {
     fn propose(&self, batch: Bytes) -> ClusterFuture<'_, Commit> {
         Box::pin(async move {
+            let started = std::time::Instant::now();
+            let latency = Arc::clone(&self.commit_latency);
             let (responder, _committed, answer) = ProgressResponder::new();
             self.raft()
                 .client_write_ff(PartitionCommand::Propose(batch), Some(responder))
@@ -318,7 +320,11 @@ impl ReplicaLog for Replica {
             let id = self.id().clone();
             let commit: Commit = Box::pin(async move {
                 let what = format!("partition {id}");
-                match answer.await {
+                let answer = answer.await;
+                if matches!(answer, Ok(Ok(_))) {
+                    latency.observe(started.elapsed());
+                }
+                match answer {
                     Ok(Ok(done)) => match done.data {
                         PartitionResponse::Appended {
                             base_offset,

@@ -707,6 +707,33 @@ fn render_cluster(out: &mut String, h: &rill_broker::cluster::ClusterHealth) {
             }
         }
     }
+    header(
+        out,
+        "rill_replica_commit_seconds",
+        "histogram",
+        "Time a produce proposed by this node as a partition leader took to commit (a majority holds it under the topic's durability).",
+    );
+    let latency = &h.commit_latency;
+    let mut cumulative = 0;
+    for (i, count) in latency.counts.iter().enumerate() {
+        cumulative += count;
+        let le = rill_broker::cluster::COMMIT_BUCKETS_SECONDS
+            .get(i)
+            .map_or_else(|| "+Inf".to_owned(), |b| b.to_string());
+        line(
+            out,
+            "rill_replica_commit_seconds_bucket",
+            &format!("le=\"{le}\""),
+            cumulative,
+        );
+    }
+    line(
+        out,
+        "rill_replica_commit_seconds_sum",
+        "",
+        latency.sum_nanos as f64 / 1e9,
+    );
+    line(out, "rill_replica_commit_seconds_count", "", latency.count);
 }
 
 /// Partitions that refuse appends (poisoned, damaged or unopenable), and open files.
