@@ -277,6 +277,9 @@ pub trait Cluster: Send + Sync + fmt::Debug + 'static {
     /// The term in which this node coordinates consumer groups (it leads the metadata
     /// group and applied an entry of its term); `NOT_LEADER` naming the leader otherwise.
     fn coordinator_term(&self) -> Result<u64, BrokerError>;
+    /// The metadata group's read index, confirmed now by this node as its leader in
+    /// `term` with a quorum (never asked of another node); `NOT_LEADER` otherwise.
+    fn read_index_here(&self, term: u64) -> ClusterFuture<'_, u64>;
     /// Stores consumer offsets only if this node leads the metadata group (never
     /// forwarded); resolves once committed, with the entry's index.
     fn store_offsets_here(&self, offsets: Vec<(OffsetName, u64)>) -> ClusterFuture<'_, u64>;

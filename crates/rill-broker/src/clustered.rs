@@ -365,8 +365,9 @@ impl Broker {
     /// A consumer-group request on a cluster node (docs/REPLICATION.md §11.1): only the
     /// coordinator, the metadata group's leader, answers (`NOT_LEADER` naming it
     /// otherwise). Returns the guard of `Groups::order`, held for the whole request.
-    /// The first request of a new tenure forgets the groups of earlier ones and waits
-    /// until the mirror has every offset committed before (the read index).
+    /// Each request first confirms the node's leadership with a quorum and waits until
+    /// the mirror has every offset committed before (the read index); the first of a
+    /// new tenure forgets the groups of earlier ones.
     pub(crate) async fn cluster_coordinate(
         &self,
     ) -> Result<tokio::sync::MutexGuard<'_, ()>, BrokerError> {
@@ -375,8 +376,14 @@ impl Broker {
             .ok_or_else(|| BrokerError::Internal("not a cluster node".into()))?;
         let guard = self.groups.order.lock().await;
         let term = cluster.coordinator_term().map_err(|e| self.locate(e))?;
+        // Confirmed with a quorum at every request: a leader that was deposed and does
+        // not know it yet (paused, cut off) answers nothing from its stale state.
+        let index = cluster
+            .read_index_here(term)
+            .await
+            .map_err(|e| self.locate(e))?;
+        self.mirrored_past(index).await?;
         if self.groups.term() != Some(term) {
-            self.cluster_linearize().await?;
             self.groups.start_term(term);
             tracing::info!(term, "coordinating the consumer groups");
         }

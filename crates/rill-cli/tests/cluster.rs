@@ -408,13 +408,20 @@ async fn three_processes_replicate_follow_leaders_and_survive_kill9_of_each_node
     }
     client.close().await.unwrap();
     assert!(common::http_get(&nodes[0].http, "/health").starts_with("HTTP/1.1 200"));
-    let metrics = common::http_get(&nodes[0].http, "/metrics");
-    assert!(metrics.contains("rill_cluster_in_quorum 1"), "{metrics}");
-    assert!(
-        metrics.contains(
-            "rill_replica_high_watermark{stream=\"shop\",topic=\"orders\",partition=\"0\"}"
-        )
-    );
+    // Node 1 was started again a moment ago: its replicas come as it applies the
+    // catalog.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let metrics = common::http_get(&nodes[0].http, "/metrics");
+        let replica = metrics.contains(
+            "rill_replica_high_watermark{stream=\"shop\",topic=\"orders\",partition=\"0\"}",
+        );
+        if metrics.contains("rill_cluster_in_quorum 1") && replica {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{metrics}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // Stopped cleanly after a moment to catch up: the replicas agree on disk.
     tokio::time::sleep(Duration::from_secs(2)).await;

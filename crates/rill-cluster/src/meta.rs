@@ -29,9 +29,22 @@ pub struct TopicSpec {
     /// The topic's options as the broker encodes them (opaque here: the controller
     /// validated them before proposing).
     pub options: Vec<u8>,
+    /// Which topic of this name it is: drawn at random when it is created, so a topic
+    /// deleted and created again is another one, and a replica's files left from the
+    /// earlier one (its node was down when it was deleted) are known for what they are
+    /// and removed, never taken up by the new topic's group. 0: created before
+    /// incarnations existed.
+    #[serde(default)]
+    pub incarnation: u64,
 }
 
 impl TopicSpec {
+    /// Whether `other` asks for the same topic: the same replicas and options, whatever
+    /// its incarnation (a repeated create of an existing topic).
+    pub fn same_as(&self, other: &Self) -> bool {
+        self.replicas == other.replicas && self.options == other.options
+    }
+
     /// How many partitions the topic has.
     pub fn partitions(&self) -> u32 {
         u32::try_from(self.replicas.len()).unwrap_or(u32::MAX)
@@ -193,7 +206,7 @@ impl MetaState {
                     ));
                 }
                 match topics.get(topic) {
-                    Some(existing) if existing == spec => MetaResponse::Exists,
+                    Some(existing) if existing.same_as(spec) => MetaResponse::Exists,
                     Some(_) => MetaResponse::Conflict(format!(
                         "{stream}/{topic} exists with other options or replicas"
                     )),

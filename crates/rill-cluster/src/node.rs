@@ -28,7 +28,7 @@ use rill_storage::{LogConfig, LogEnv, LogRead, PartitionLog, StorageError};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::meta::{MetaCommand, MetaResponse, MetaState, NodeInfo};
+use crate::meta::{MetaCommand, MetaResponse, MetaState, NodeInfo, TopicSpec};
 use crate::partition::{
     PartitionCommand, PartitionLogStore, PartitionResponse, PartitionStateMachine,
 };
@@ -547,6 +547,30 @@ impl ClusterNode {
         })
     }
 
+    /// The metadata group's read index as this node, leading it in `term`, confirms it
+    /// with a quorum now (never asked of another node): [`NodeError::NotLeader`] if it
+    /// does not lead, or leads in another term.
+    pub async fn read_index_here(&self, term: u64) -> Result<u64, NodeError> {
+        let not_leader = |leader: Option<u64>| NodeError::NotLeader {
+            leader: leader.filter(|&l| l != self.id()),
+        };
+        match self
+            .inner
+            .meta
+            .get_read_linearizer(openraft::raft::ReadPolicy::ReadIndex)
+            .await
+        {
+            Ok(l) if l.read_log_id().committed_leader_id().term == term => {
+                Ok(l.read_log_id().index())
+            }
+            Ok(_) => Err(not_leader(self.controller())),
+            Err(RaftError::APIError(openraft::error::LinearizableReadError::ForwardToLeader(
+                f,
+            ))) => Err(not_leader(f.leader_id)),
+            Err(e) => Err(NodeError::Failed(e.to_string())),
+        }
+    }
+
     /// Commits a metadata command only if this node leads the metadata group: never
     /// forwarded (a coordinator's group commits must not be applied by another leader,
     /// whose groups may have moved on). [`NodeError::NotLeader`] otherwise.
@@ -808,7 +832,7 @@ impl ClusterNode {
     async fn reconcile(&self, state: &MetaState) {
         let _guard = self.inner.reconciling.lock().await;
         let me = self.id();
-        let mut wanted: BTreeMap<PartitionId, (Vec<u64>, Vec<u8>)> = BTreeMap::new();
+        let mut wanted: BTreeMap<PartitionId, (Vec<u64>, &TopicSpec)> = BTreeMap::new();
         for (stream, topics) in &state.streams {
             for (topic, spec) in topics {
                 for (p, replicas) in spec.replicas.iter().enumerate() {
@@ -818,7 +842,7 @@ impl ClusterNode {
                             topic: topic.clone(),
                             partition: u32::try_from(p).unwrap_or(u32::MAX),
                         };
-                        wanted.insert(id, (replicas.clone(), spec.options.clone()));
+                        wanted.insert(id, (replicas.clone(), spec));
                     }
                 }
             }
@@ -835,13 +859,24 @@ impl ClusterNode {
         for r in gone {
             self.inner.groups.remove_partition(&r.id);
             r.stop().await;
-            tracing::info!(partition = %r.id, "stopped the replica of a deleted partition");
+            // Its files go with it (a crash before this leaves them, and a topic of
+            // that name created later removes them: its incarnation differs).
+            let dir = self.replica_dir(&r.id);
+            drop(r);
+            match self.inner.config.env.io.remove_dir_all(&dir) {
+                Ok(()) => {
+                    tracing::info!(dir = %dir.display(), "removed the replica of a deleted partition");
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the files of a deleted partition's replica");
+                }
+            }
         }
-        for (id, (replicas, options)) in wanted {
+        for (id, (replicas, spec)) in wanted {
             if self.inner.replicas.read().contains_key(&id) {
                 continue;
             }
-            match self.start_replica(&id, replicas, &options).await {
+            match self.start_replica(&id, replicas, spec).await {
                 Ok(replica) => {
                     self.inner.replicas.write().insert(id, Arc::new(replica));
                 }
@@ -852,21 +887,29 @@ impl ClusterNode {
         }
     }
 
-    async fn start_replica(
-        &self,
-        id: &PartitionId,
-        replicas: Vec<u64>,
-        options: &[u8],
-    ) -> Result<Replica, NodeError> {
-        let config = &self.inner.config;
-        let dir = config
+    /// The directory of this node's replica of `id`.
+    fn replica_dir(&self, id: &PartitionId) -> PathBuf {
+        self.inner
+            .config
             .data_dir
             .join("cluster")
             .join("streams")
             .join(&id.stream)
             .join(&id.topic)
-            .join(id.partition.to_string());
-        let log_config = (config.log_config)(options);
+            .join(id.partition.to_string())
+    }
+
+    async fn start_replica(
+        &self,
+        id: &PartitionId,
+        replicas: Vec<u64>,
+        spec: &TopicSpec,
+    ) -> Result<Replica, NodeError> {
+        let config = &self.inner.config;
+        let dir = self.replica_dir(id);
+        claim_replica_dir(config.env.io.as_ref(), &dir, spec.incarnation)
+            .map_err(|e| NodeError::Failed(format!("the directory of {id}: {e}")))?;
+        let log_config = (config.log_config)(&spec.options);
         let store = PartitionLogStore::open(&dir, log_config, &config.env)?;
         let sm = PartitionStateMachine::open(&store)?;
         let raft = Raft::new(
@@ -900,6 +943,44 @@ impl ClusterNode {
             commit_latency: Arc::clone(&self.inner.commit_latency),
         })
     }
+}
+
+/// The file in a replica's directory that names its topic's incarnation.
+const INCARNATION_FILE: &str = "incarnation";
+
+/// Makes `dir` the replica directory of the topic incarnation `incarnation`: a
+/// directory of another incarnation (a topic of this name deleted while this node was
+/// down), or one without its incarnation file (its removal was cut short, or its
+/// creation was), is removed first; a new one gets its incarnation file, synced, before
+/// anything else is written there. Incarnation 0 (topics from before incarnations)
+/// takes the directory as it is.
+fn claim_replica_dir(
+    io: &dyn rill_storage::Io,
+    dir: &std::path::Path,
+    incarnation: u64,
+) -> std::io::Result<()> {
+    if incarnation == 0 {
+        return Ok(());
+    }
+    let marker = dir.join(INCARNATION_FILE);
+    if io.is_dir(dir) {
+        let found = crate::files::read_file(io, &marker)?;
+        let ours = found
+            .as_deref()
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .and_then(|t| t.trim().parse::<u64>().ok())
+            == Some(incarnation);
+        if ours {
+            return Ok(());
+        }
+        tracing::warn!(
+            dir = %dir.display(),
+            "removing a replica left from an earlier topic of this name"
+        );
+        io.remove_dir_all(dir)?;
+    }
+    crate::files::ensure_dir(io, dir)?;
+    crate::files::replace_file(io, &marker, incarnation.to_string().as_bytes())
 }
 
 /// How long a node waits for another's status report.

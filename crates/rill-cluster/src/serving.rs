@@ -110,6 +110,8 @@ impl Cluster for NodeCluster {
                         spec: TopicSpec {
                             replicas: place(&nodes, config.partitions, replicas),
                             options,
+                            // Never 0, which marks topics from before incarnations.
+                            incarnation: rand::random::<u64>() | 1,
                         },
                     }
                 }
@@ -171,6 +173,19 @@ impl Cluster for NodeCluster {
                 address: None,
             },
             other => cluster_error(other),
+        })
+    }
+
+    fn read_index_here(&self, term: u64) -> ClusterFuture<'_, u64> {
+        Box::pin(async move {
+            self.node.read_index_here(term).await.map_err(|e| match e {
+                NodeError::NotLeader { leader } => BrokerError::NotLeader {
+                    what: "the consumer groups' coordinator (the metadata group's leader)".into(),
+                    leader,
+                    address: None,
+                },
+                other => cluster_error(other),
+            })
         })
     }
 

@@ -256,6 +256,7 @@ async fn three_nodes_elect_replicate_fail_over_catch_up_and_restart() {
             spec: TopicSpec {
                 replicas: vec![vec![1, 2, 3]; 2],
                 options: vec![1, 2],
+                incarnation: 1,
             },
         },
     )

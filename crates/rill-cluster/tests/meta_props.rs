@@ -26,8 +26,13 @@ fn spec() -> impl Strategy<Value = TopicSpec> {
     (
         proptest::collection::vec(proptest::collection::vec(1u64..4, 0..3), 0..4),
         proptest::collection::vec(any::<u8>(), 0..3),
+        0u64..3,
     )
-        .prop_map(|(replicas, options)| TopicSpec { replicas, options })
+        .prop_map(|(replicas, options, incarnation)| TopicSpec {
+            replicas,
+            options,
+            incarnation,
+        })
 }
 
 fn command() -> impl Strategy<Value = MetaCommand> {

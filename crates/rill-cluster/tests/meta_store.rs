@@ -124,6 +124,7 @@ async fn the_state_machine_restarts_from_its_snapshot() {
             spec: TopicSpec {
                 replicas: vec![vec![1, 2, 3]; 2],
                 options: vec![],
+                incarnation: 1,
             },
         },
         MetaCommand::StoreOffsets {

@@ -171,6 +171,7 @@ async fn three_nodes_form_a_cluster_replicate_a_topic_and_take_a_node_back() {
             spec: TopicSpec {
                 replicas: vec![vec![1, 2, 3], vec![2, 3, 1]],
                 options: Vec::new(),
+                incarnation: 7,
             },
         })
         .await
@@ -277,4 +278,97 @@ async fn a_configuration_that_names_no_cluster_of_this_node_is_refused() {
         matches!(&refused, Err(NodeError::Config(m)) if m.contains("another node")),
         "{refused:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_topic_s_files_go_and_a_node_that_missed_the_deletion_starts_the_new_topic_afresh()
+ {
+    let dirs: BTreeMap<u64, tempfile::TempDir> = (1..=3)
+        .map(|id| (id, tempfile::tempdir().unwrap()))
+        .collect();
+    let (mut listeners, peers) = bind_three().await;
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3u64 {
+        let listener = listeners.remove(&id).unwrap();
+        let node = ClusterNode::start(node_config(id, dirs[&id].path(), &peers), listener)
+            .await
+            .unwrap();
+        nodes.insert(id, node);
+    }
+    let create = |incarnation: u64| MetaCommand::CreateTopic {
+        stream: "shop".into(),
+        topic: "orders".into(),
+        spec: TopicSpec {
+            replicas: vec![vec![1, 2, 3]],
+            options: Vec::new(),
+            incarnation,
+        },
+    };
+    let replica_dir = |id: u64| dirs[&id].path().join("cluster/streams/shop/orders/0");
+    nodes[&1]
+        .propose(MetaCommand::CreateStream {
+            name: "shop".into(),
+        })
+        .await
+        .unwrap();
+    nodes[&1].propose(create(11)).await.unwrap();
+    let mut end = 0;
+    for i in 0..5 {
+        end = produce(&nodes, &partition(0), &format!("old-{i}")).await;
+    }
+    converged(&nodes, &partition(0), end).await;
+
+    // Node 3 is down while the topic is deleted: the others remove their replicas.
+    let down = nodes.remove(&3).unwrap();
+    down.shutdown().await;
+    drop(down);
+    nodes[&1]
+        .propose(MetaCommand::DeleteTopic {
+            stream: "shop".into(),
+            topic: "orders".into(),
+        })
+        .await
+        .unwrap();
+    until("the deleted topic's replicas are removed", || async {
+        !replica_dir(1).exists() && !replica_dir(2).exists()
+    })
+    .await;
+    assert!(replica_dir(3).exists(), "node 3 missed the deletion");
+
+    // A topic of the same name again; node 3 comes back and must not take its old
+    // replica for the new topic's.
+    nodes[&1].propose(create(12)).await.unwrap();
+    let mut new_end = 0;
+    for i in 0..2 {
+        new_end = produce(&nodes, &partition(0), &format!("new-{i}")).await;
+    }
+    assert_eq!(new_end, 4, "the new topic starts at offset 0");
+    let listener = TcpListener::bind(peers[&3]).await.unwrap();
+    let node = ClusterNode::start(node_config(3, dirs[&3].path(), &peers), listener)
+        .await
+        .unwrap();
+    nodes.insert(3, node);
+    converged(&nodes, &partition(0), new_end).await;
+    let batches = committed(&nodes[&3], &partition(0));
+    assert_eq!(
+        batches.len(),
+        2,
+        "node 3 holds the new topic's batches only"
+    );
+    for (_, bytes) in &batches {
+        let view = BatchView::parse(bytes).unwrap();
+        let value = view.records().next().unwrap().value;
+        assert!(
+            value.starts_with(b"new-"),
+            "{:?}",
+            String::from_utf8_lossy(value)
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(replica_dir(3).join("incarnation")).unwrap(),
+        "12"
+    );
+    for node in nodes.values() {
+        node.shutdown().await;
+    }
 }
