@@ -800,9 +800,14 @@ impl ClusterNode {
     async fn follow_metadata(&self) {
         let mut metrics = self.inner.meta.metrics();
         let mut applied = None;
+        // Replicas start only once this node's metadata is current: what it applied
+        // before it stopped may name a topic deleted (and created again) since, whose
+        // old replica must not start and take part in the new topic's group.
+        let mut caught_up = false;
         loop {
             let now = metrics.borrow_watched().last_applied;
-            if now != applied {
+            let fresh = !caught_up && (self.metadata_current() || self.coordinator_term().is_ok());
+            if now != applied || fresh {
                 applied = now;
                 let state = self.inner.meta_sm.state().await;
                 let version = applied.map_or(0, |id| id.index + 1);
@@ -810,10 +815,19 @@ impl ClusterNode {
                 // its partitions here answering `NOT_LEADER` (which clients retry)
                 // until their replicas run.
                 self.publish(version, &state);
-                self.reconcile(&state).await;
-                self.publish(version, &state);
+                caught_up = caught_up || self.metadata_current() || self.coordinator_term().is_ok();
+                if caught_up {
+                    self.reconcile(&state).await;
+                    self.publish(version, &state);
+                }
             }
-            if metrics.changed().await.is_err() {
+            if caught_up {
+                if metrics.changed().await.is_err() {
+                    return;
+                }
+            } else if let Ok(Err(_)) =
+                tokio::time::timeout(Duration::from_millis(50), metrics.changed()).await
+            {
                 return;
             }
         }
