@@ -315,4 +315,8 @@ pub trait ReplicaLog: Send + Sync + fmt::Debug + 'static {
     fn watch_high_watermark(&self) -> watch::Receiver<u64>;
     /// The local log (reads must stay below the high watermark).
     fn log(&self) -> Arc<PartitionLog>;
+    /// Applies the topic's retention to this replica through its group (a purge of the
+    /// group's log, docs/REPLICATION.md §7.5), never by deleting segments under it.
+    /// Resolves to where the log is to start when anything is to go.
+    fn retain(&self) -> ClusterFuture<'_, Option<u64>>;
 }

@@ -31,6 +31,33 @@ impl Broker {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// Applies retention to every replica this node runs, each through its group
+    /// (docs/REPLICATION.md §7.5); a single node's partitions are
+    /// [`Broker::apply_retention`]'s.
+    pub async fn retain_replicas(&self) {
+        for (stream, topic, partition, p) in self.all_partitions() {
+            if self.is_shutting_down() {
+                return;
+            }
+            let Some(replica) = p.replica() else { continue };
+            match replica.retain().await {
+                Ok(Some(log_start)) => {
+                    tracing::debug!(
+                        stream,
+                        topic,
+                        partition,
+                        log_start,
+                        "retention purges a replica's log"
+                    );
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(stream, topic, partition, error = %e, "retention of a replica failed; will retry");
+                }
+            }
+        }
+    }
+
     /// Reopens, with recovery, every partition whose log is poisoned (a failed write or
     /// fsync: a full disk, say) or could not be opened, once its back-off has passed,
     /// and the offsets log if it is poisoned. So once space is freed the broker heals
@@ -151,9 +178,12 @@ impl Broker {
         heal.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let job: fn(&Broker) = tokio::select! {
-                _ = retention.tick() => |b| {
-                    if let Err(e) = b.apply_retention() {
-                        tracing::error!(error = %e, "retention failed");
+                _ = retention.tick() => {
+                    self.retain_replicas().await;
+                    |b| {
+                        if let Err(e) = b.apply_retention() {
+                            tracing::error!(error = %e, "retention failed");
+                        }
                     }
                 },
                 _ = sessions.tick() => {

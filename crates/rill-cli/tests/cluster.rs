@@ -27,6 +27,8 @@ struct Node {
     child: Option<Child>,
     /// The HTTP admin address of the running process.
     http: String,
+    /// A settings file (`RILL_CONFIG`).
+    config: Option<PathBuf>,
 }
 
 impl Node {
@@ -44,6 +46,7 @@ impl Node {
                 .env("RILL_LOG", "warn")
                 .env_remove("RILL_SERVER")
                 .env_remove("RILL_CONFIG")
+                .envs(self.config.iter().map(|c| ("RILL_CONFIG", c)))
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -126,6 +129,7 @@ fn cluster(dir: &Path) -> (Vec<Node>, String) {
             peers: peers.clone(),
             child: None,
             http: String::new(),
+            config: None,
         })
         .collect();
     let url = format!(
@@ -470,5 +474,114 @@ async fn three_processes_replicate_follow_leaders_and_survive_kill9_of_each_node
             holding >= 2,
             "a majority holds every acknowledged record of partition {p}"
         );
+    }
+}
+
+/// The segment files of a node's replica of `shop/logs` partition 0.
+fn segment_files(node: &Node) -> usize {
+    let dir = node.data.join("cluster/streams/shop/logs/0");
+    std::fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_runs_on_every_replica_of_a_cluster_and_readers_go_on_from_the_new_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut nodes, url) = cluster(dir.path());
+    let settings = dir.path().join("rill.toml");
+    std::fs::write(&settings, "retention_check_secs = 1\n").unwrap();
+    for n in &mut nodes {
+        n.config = Some(settings.clone());
+        n.start();
+    }
+    let out = rill(
+        &url,
+        &[
+            "topic",
+            "create",
+            "shop/logs",
+            "--retention-bytes",
+            "16384",
+            "--segment-bytes",
+            "4096",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let client = Client::connect(&url).await.unwrap();
+    let topic = client.stream("shop").topic("logs");
+    let producer = topic
+        .producer()
+        .retries(30, Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    // About 100 KiB in 4 KiB segments: some 25 of them, 16 KiB of which retention keeps.
+    let mut end = 0;
+    for i in 0..200u32 {
+        let mut value = format!("r{i}/").into_bytes();
+        value.resize(500, b'.');
+        let acked = producer.send(Message::new(value)).await.unwrap();
+        end = acked.expect("an acknowledged position").offset + 1;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let files: Vec<usize> = nodes.iter().map(segment_files).collect();
+        if files.iter().all(|&f| (1..=6).contains(&f)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "retention did not run on every replica: segment files {files:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The leader's log starts later now: a reader from 0 is told where it starts, and
+    // one from there reads the tail to the end.
+    let start = match topic
+        .fetch(Position::new(0, 0), 1 << 20, Duration::ZERO)
+        .await
+    {
+        Err(rill_client::ClientError::Server {
+            code: rill_client::ErrorCode::OffsetBeforeStart,
+            offset: Some(log_start),
+            ..
+        }) => log_start,
+        other => panic!("a fetch below the log start: {other:?}"),
+    };
+    assert!(start > 0 && start < end, "log start {start} of {end}");
+    let mut at = start;
+    while at < end {
+        let fetched = topic
+            .fetch(Position::new(0, at), 1 << 20, Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(!fetched.records.is_empty(), "records from {at}");
+        for r in &fetched.records {
+            assert_eq!(r.offset, at);
+            assert!(r.value.starts_with(format!("r{at}/").as_bytes()));
+            at += 1;
+        }
+    }
+    // And a produce goes on at the end.
+    assert_eq!(
+        producer
+            .send(Message::new("last"))
+            .await
+            .unwrap()
+            .unwrap()
+            .offset,
+        end
+    );
+    for n in &mut nodes {
+        n.terminate();
     }
 }

@@ -30,7 +30,7 @@ use tokio::sync::watch;
 
 use crate::meta::{MetaCommand, MetaResponse, MetaState, NodeInfo, TopicSpec};
 use crate::partition::{
-    PartitionCommand, PartitionLogStore, PartitionResponse, PartitionStateMachine,
+    PartitionCommand, PartitionLogStore, PartitionResponse, PartitionStateMachine, PartitionTypes,
 };
 use crate::peer::{
     Groups, MetaNetwork, MetaRaft, PartitionGroup, PartitionId, PartitionNetwork, PartitionRaft,
@@ -46,6 +46,8 @@ const PROPOSE_DEADLINE: Duration = Duration::from_secs(10);
 /// The first pause before a metadata command is tried again; it doubles up to 1 s.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
+/// How long retention waits for the snapshot a purge needs.
+const RETENTION_SNAPSHOT_WAIT: Duration = Duration::from_secs(10);
 
 /// A partition's log options from its topic's options, as the catalog stores them.
 pub type LogConfigFn = Arc<dyn Fn(&[u8]) -> LogConfig + Send + Sync>;
@@ -98,7 +100,9 @@ fn partition_timing(base: &Config) -> Arc<Config> {
     Arc::new(
         Config {
             snapshot_policy: SnapshotPolicy::Never,
-            max_in_snapshot_log_to_keep: 0,
+            // Purges are the retention's (`Replica::retain`), never the library's
+            // after a snapshot.
+            max_in_snapshot_log_to_keep: u64::MAX,
             ..base.clone()
         }
         .validate()
@@ -226,6 +230,45 @@ impl Replica {
             }
             Err(e) => Err(NodeError::Failed(e.to_string())),
         }
+    }
+
+    /// Applies the topic's retention to this replica (docs/REPLICATION.md §7.5): the
+    /// sealed segments past its limits and below the high watermark go, by a purge of
+    /// the group's log up to their last entry, once a snapshot covers it (built here at
+    /// the last applied entry if the last one does not). The library purges when no
+    /// replication to a follower is reading those entries, so the segments may go a
+    /// little later. Returns where the log is to start, when anything is to go.
+    pub async fn retain(&self) -> Result<Option<u64>, NodeError> {
+        let Some(cut) = self.store.log().retention_cut(self.high_watermark()) else {
+            return Ok(None);
+        };
+        let Some(index) = self.store.last_index_ending_by(cut) else {
+            return Ok(None);
+        };
+        let covered = move |m: &openraft::RaftMetrics<PartitionTypes>| {
+            m.snapshot.as_ref().is_some_and(|s| s.index >= index)
+        };
+        let failed = |e: &dyn std::fmt::Display| {
+            NodeError::Failed(format!("retention of partition {}: {e}", self.id))
+        };
+        if !covered(&self.raft.metrics().borrow_watched()) {
+            self.raft
+                .trigger()
+                .snapshot()
+                .await
+                .map_err(|e| failed(&e))?;
+            self.raft
+                .wait(Some(RETENTION_SNAPSHOT_WAIT))
+                .metrics(covered, "a snapshot that covers the purge")
+                .await
+                .map_err(|e| failed(&e))?;
+        }
+        self.raft
+            .trigger()
+            .purge_log(index)
+            .await
+            .map_err(|e| failed(&e))?;
+        Ok(Some(cut))
     }
 
     /// The high watermark: every offset below it is committed.

@@ -398,6 +398,14 @@ impl ReplicaLog for Replica {
     fn log(&self) -> Arc<PartitionLog> {
         Replica::log(self)
     }
+
+    fn retain(&self) -> ClusterFuture<'_, Option<u64>> {
+        Box::pin(async move {
+            Replica::retain(self)
+                .await
+                .map_err(|e| BrokerError::ClusterTimeout(e.to_string()))
+        })
+    }
 }
 
 #[cfg(test)]

@@ -267,6 +267,36 @@ fn retention_by_age_never_deletes_the_active_segment() {
 }
 
 #[test]
+fn a_retention_cut_is_where_retention_would_start_the_log_below_a_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000_000_000));
+    let mut config = small_config();
+    config.retention_age = Some(secs(3600));
+    let log = open_manual(dir.path(), config, &clock);
+    for i in 0..30 {
+        log.append(&batch(&format!("r{i}"), 2, 100)).unwrap();
+    }
+    assert!(log.segment_count() > 2);
+    // Nothing is old enough yet, whatever the limit.
+    assert_eq!(log.retention_cut(u64::MAX), None);
+    clock.advance_us(3_601_000_000);
+    // Every sealed segment is past its age: the cut is the active segment's start,
+    // and it is a batch boundary.
+    let all = log.retention_cut(u64::MAX).unwrap();
+    assert!(all > 0 && all < 60 && all.is_multiple_of(2), "cut {all}");
+    // Below a limit inside the log, only the segments that end at or below it.
+    let some = log.retention_cut(all - 1).unwrap_or(0);
+    assert!(some < all, "{some} < {all}");
+    assert_eq!(log.retention_cut(0), None);
+    // It deletes nothing; the segments a cut names are those retention deletes.
+    assert_eq!(log.log_start(), 0);
+    let outcome = log.remove_segments_before(all).unwrap();
+    assert_eq!(outcome.log_start, all);
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.retention_cut(u64::MAX), None);
+}
+
+#[test]
 fn missing_or_damaged_indexes_are_rebuilt() {
     let dir = tempfile::tempdir().unwrap();
     let log = PartitionLog::open(dir.path(), small_config()).unwrap();

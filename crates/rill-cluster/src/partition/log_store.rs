@@ -362,6 +362,23 @@ impl PartitionLogStore {
             .unwrap_or(log_start)
     }
 
+    /// The index of the last entry whose batch ends at or before `offset` (`None` when
+    /// the log holds none): how far a purge may go to drop the segments below `offset`.
+    pub fn last_index_ending_by(&self, offset: u64) -> Option<u64> {
+        let state = self.shared.state.lock();
+        state
+            .entries
+            .iter()
+            .filter_map(|p| {
+                p.pointer
+                    .offsets()
+                    .map(|(_, next)| (p.pointer.index(), next))
+            })
+            .take_while(|&(_, next)| next <= offset)
+            .last()
+            .map(|(index, _)| index)
+    }
+
     /// The offset after the last batch of the log, as the pointers say.
     pub fn next_offset(&self) -> u64 {
         let log_start = self.log().log_start();

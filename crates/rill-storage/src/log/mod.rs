@@ -408,32 +408,9 @@ impl PartitionLog {
     /// Deletes sealed segments past the retention limits, oldest first. The active
     /// segment is never deleted.
     pub fn apply_retention(&self) -> Result<RetentionOutcome, StorageError> {
-        let now = self.env.clock.now_us();
-        let age_us = self
-            .config
-            .retention_age
-            .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
         let removed: Vec<Arc<Segment>> = {
             let mut segments = self.segments.write();
-            let mut total: u64 = segments.iter().map(|s| s.visible_len()).sum();
-            let mut n = 0;
-            while n + 1 < segments.len() {
-                let first = &segments[n];
-                let len = first.visible_len();
-                let too_old = match (age_us, first.max_timestamp_us()) {
-                    (Some(age), Some(max_ts)) => now.saturating_sub(max_ts) > age,
-                    _ => false,
-                };
-                let too_big = self
-                    .config
-                    .retention_bytes
-                    .is_some_and(|max| total - len >= max);
-                if !(too_old || too_big) {
-                    break;
-                }
-                total -= len;
-                n += 1;
-            }
+            let n = self.past_retention(&segments, u64::MAX);
             let removed: Vec<_> = segments.drain(..n).collect();
             if n > 0 {
                 self.log_start
@@ -442,6 +419,49 @@ impl PartitionLog {
             removed
         };
         self.remove_segments(&removed)
+    }
+
+    /// Where the log would start if the sealed segments past the retention limits
+    /// whose batches all lie below `below` were deleted; `None` if none would be. A
+    /// replica's retention (docs/REPLICATION.md §7.5) purges its group's log up to
+    /// there rather than deleting them itself, with `below` its high watermark.
+    pub fn retention_cut(&self, below: u64) -> Option<u64> {
+        let segments = self.segments.read();
+        let n = self.past_retention(&segments, below);
+        (n > 0).then(|| segments[n].base_offset)
+    }
+
+    /// How many segments from the oldest are past the retention limits (age or bytes)
+    /// and end at or below `below`: never the active one.
+    fn past_retention(&self, segments: &[Arc<Segment>], below: u64) -> usize {
+        let now = self.env.clock.now_us();
+        let age_us = self
+            .config
+            .retention_age
+            .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+        let mut total: u64 = segments.iter().map(|s| s.visible_len()).sum();
+        let mut n = 0;
+        while n + 1 < segments.len() {
+            let first = &segments[n];
+            if first.next_offset() > below {
+                break;
+            }
+            let len = first.visible_len();
+            let too_old = match (age_us, first.max_timestamp_us()) {
+                (Some(age), Some(max_ts)) => now.saturating_sub(max_ts) > age,
+                _ => false,
+            };
+            let too_big = self
+                .config
+                .retention_bytes
+                .is_some_and(|max| total - len >= max);
+            if !(too_old || too_big) {
+                break;
+            }
+            total -= len;
+            n += 1;
+        }
+        n
     }
 
     /// Deletes the sealed segments whose batches all lie below `offset`, oldest first:
