@@ -23,11 +23,13 @@ fuzz_target!(|data: &[u8]| {
     };
     if mode % 4 == 3 {
         let body = bytes::Bytes::copy_from_slice(bytes);
-        if let Ok((group, rpc)) = decode_append(&body) {
-            let again = encode_append(&group, &rpc).expect("a decoded request encodes");
-            let (group2, rpc2) =
+        if let Ok((group, incarnation, rpc)) = decode_append(&body) {
+            let again =
+                encode_append(&group, incarnation, &rpc).expect("a decoded request encodes");
+            let (group2, incarnation2, rpc2) =
                 decode_append(&bytes::Bytes::from(again)).expect("a re-encoded request decodes");
             assert_eq!(group2, group);
+            assert_eq!(incarnation2, incarnation);
             assert_eq!(rpc2.entries, rpc.entries);
             assert_eq!(rpc2.prev_log_id, rpc.prev_log_id);
         }

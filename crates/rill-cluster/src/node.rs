@@ -972,7 +972,7 @@ impl ClusterNode {
         let raft = Raft::new(
             config.id,
             partition_timing(&config.timing),
-            PartitionNetwork::new(self.inner.peers.clone(), id.clone()),
+            PartitionNetwork::new(self.inner.peers.clone(), id.clone(), spec.incarnation),
             store.clone(),
             sm.clone(),
         )
@@ -980,6 +980,7 @@ impl ClusterNode {
         .map_err(|e| NodeError::Failed(format!("starting the group of {id}: {e}")))?;
         self.inner.groups.add_partition(PartitionGroup::new(
             id.clone(),
+            spec.incarnation,
             raft.clone(),
             store.clone(),
         ));

@@ -58,6 +58,7 @@ async fn start(
     let network = PartitionNetwork::new(
         Peers::new(peers.iter().map(|(&id, addr)| (id, addr.to_string()))),
         group(),
+        1,
     );
     let raft = Raft::new(
         id,
@@ -69,7 +70,7 @@ async fn start(
     .await
     .unwrap();
     let groups = Groups::new();
-    groups.add_partition(PartitionGroup::new(group(), raft.clone(), store.clone()));
+    groups.add_partition(PartitionGroup::new(group(), 1, raft.clone(), store.clone()));
     let serving = tokio::spawn(rill_cluster::peer::serve(listener, groups));
     Node {
         raft,
@@ -301,7 +302,7 @@ async fn bad_partition_frames_get_an_error_and_the_node_goes_on() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let group = r#"{"stream":"shop","topic":"orders","partition":0}"#;
+    let group = r#"{"stream":"shop","topic":"orders","partition":0,"incarnation":1}"#;
     let vote = r#"{"leader_id":{"term":9,"node_id":2},"committed":true}"#;
     let append = |entries: &str| {
         format!(
@@ -326,6 +327,27 @@ async fn bad_partition_frames_get_an_error_and_the_node_goes_on() {
         // A group this node has no replica of.
         (5, head(&append("[]").replace("orders", "other"), b"")),
         (6, br#"{"group":"x","body":{}}"#.to_vec()),
+        // Well-formed requests of a leader of a later term, but of another incarnation
+        // of the topic (or of none): answered with an error, never handed to the group,
+        // so they depose no one.
+        (
+            5,
+            head(
+                &append("[]").replace(r#""incarnation":1"#, r#""incarnation":2"#),
+                b"",
+            ),
+        ),
+        (
+            5,
+            head(&append("[]").replace(r#","incarnation":1"#, ""), b""),
+        ),
+        (
+            6,
+            vote_request(
+                r#"{"stream":"shop","topic":"orders","partition":0,"incarnation":2}"#,
+                vote,
+            ),
+        ),
         // Snapshot steps with no transfer under way.
         (
             8,
@@ -360,5 +382,46 @@ async fn bad_partition_frames_get_an_error_and_the_node_goes_on() {
         done.data,
         PartitionResponse::Appended { base_offset: 0, .. }
     ));
+    // The same requests of the group's own incarnation are the group's: the vote is
+    // answered (it is well formed), and the append of a leader of a later term makes
+    // the node follow it.
+    for (kind, body) in [
+        (6, vote_request(group, vote)),
+        (5, head(&append("[]"), b"")),
+    ] {
+        c.write_all(&request_frame(kind, 8, &body)).await.unwrap();
+        let mut h = [0u8; 13];
+        c.read_exact(&mut h).await.unwrap();
+        let mut rest = vec![0u8; u32::from_le_bytes(h[0..4].try_into().unwrap()) as usize - 9];
+        c.read_exact(&mut rest).await.unwrap();
+        assert_ne!(
+            h[4],
+            0xff,
+            "kind {kind} of the group's own incarnation is answered: {}",
+            String::from_utf8_lossy(&rest)
+        );
+    }
+    // Its vote is the later term's now (terms never go back), where none of the
+    // frames of another incarnation had moved it.
+    let start = Instant::now();
+    while node.raft.metrics().borrow_watched().vote.leader_id.term < 9 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the append reached the group"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     stop(node).await;
+}
+
+/// A vote request's body: the envelope with the group's name as a JSON string.
+fn vote_request(group: &str, vote: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "group": group,
+        "body": serde_json::from_str::<serde_json::Value>(&format!(
+            r#"{{"vote":{vote},"last_log_id":{{"leader_id":{{"term":9,"node_id":2}},"index":100}}}}"#
+        ))
+        .unwrap(),
+    }))
+    .unwrap()
 }

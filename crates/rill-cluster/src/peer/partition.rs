@@ -69,12 +69,26 @@ impl fmt::Display for PartitionId {
     }
 }
 
+/// A partition group as a request names it: the partition and its topic's incarnation
+/// (docs/REPLICATION.md §9). A replica answers only requests of its own incarnation, so
+/// one left from a deleted topic of the same name (on a node that has not learnt of the
+/// deletion yet) cannot take part in the new topic's group, nor the new group in it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct GroupRef {
+    #[serde(flatten)]
+    id: PartitionId,
+    /// 0 for topics from before incarnations (and frames of nodes that sent none).
+    #[serde(default)]
+    incarnation: u64,
+}
+
 /// A partition replica, as the peer server hands it requests.
 pub type PartitionRaft = Raft<PartitionTypes, PartitionStateMachine>;
 
 /// A partition group this node serves: its replica and the snapshot being received.
 pub struct PartitionGroup {
     id: PartitionId,
+    incarnation: u64,
     raft: PartitionRaft,
     store: PartitionLogStore,
     receiving: tokio::sync::Mutex<Option<Receiving>>,
@@ -89,10 +103,17 @@ impl fmt::Debug for PartitionGroup {
 }
 
 impl PartitionGroup {
-    /// The group of partition `id`, served by `raft` over `store`.
-    pub fn new(id: PartitionId, raft: PartitionRaft, store: PartitionLogStore) -> Self {
+    /// The group of partition `id` of its topic's `incarnation`, served by `raft` over
+    /// `store`.
+    pub fn new(
+        id: PartitionId,
+        incarnation: u64,
+        raft: PartitionRaft,
+        store: PartitionLogStore,
+    ) -> Self {
         Self {
             id,
+            incarnation,
             raft,
             store,
             receiving: tokio::sync::Mutex::new(None),
@@ -129,7 +150,7 @@ enum WireEntry {
 
 #[derive(Serialize, Deserialize)]
 struct AppendHead {
-    group: PartitionId,
+    group: GroupRef,
     vote: VoteOf<PartitionTypes>,
     prev_log_id: Option<LogIdOf<PartitionTypes>>,
     leader_commit: Option<LogIdOf<PartitionTypes>>,
@@ -138,7 +159,7 @@ struct AppendHead {
 
 #[derive(Serialize, Deserialize)]
 struct SnapshotBegin {
-    group: PartitionId,
+    group: GroupRef,
     transfer: u64,
     vote: VoteOf<PartitionTypes>,
     meta: SnapshotMetaOf<PartitionTypes>,
@@ -148,7 +169,7 @@ struct SnapshotBegin {
 
 #[derive(Serialize, Deserialize)]
 struct SnapshotStep {
-    group: PartitionId,
+    group: GroupRef,
     transfer: u64,
 }
 
@@ -182,9 +203,10 @@ fn split_head<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<(T, Bytes), 
     Ok((head, body.slice(end..)))
 }
 
-/// The body of an append request of `group`.
+/// The body of an append request of `group` of its topic's `incarnation`.
 pub fn encode_append(
     group: &PartitionId,
+    incarnation: u64,
     rpc: &AppendEntriesRequest<PartitionTypes>,
 ) -> Result<Vec<u8>, PeerError> {
     let mut entries = Vec::with_capacity(rpc.entries.len());
@@ -210,7 +232,10 @@ pub fn encode_append(
         });
     }
     let head = AppendHead {
-        group: group.clone(),
+        group: GroupRef {
+            id: group.clone(),
+            incarnation,
+        },
         vote: rpc.vote,
         prev_log_id: rpc.prev_log_id,
         leader_commit: rpc.leader_commit,
@@ -219,10 +244,11 @@ pub fn encode_append(
     with_head(&head, &raw)
 }
 
-/// Decodes an append request's body; its batches are slices of `body`.
+/// Decodes an append request's body: its group, the topic's incarnation and the
+/// request, whose batches are slices of `body`.
 pub fn decode_append(
     body: &Bytes,
-) -> Result<(PartitionId, AppendEntriesRequest<PartitionTypes>), PeerError> {
+) -> Result<(PartitionId, u64, AppendEntriesRequest<PartitionTypes>), PeerError> {
     let (head, raw): (AppendHead, Bytes) = split_head(body)?;
     let mut at = 0usize;
     let mut entries = Vec::with_capacity(head.entries.len());
@@ -259,7 +285,7 @@ pub fn decode_append(
         entries,
         leader_commit: head.leader_commit,
     };
-    Ok((head.group, rpc))
+    Ok((head.group.id, head.group.incarnation, rpc))
 }
 
 /// Handles a partition group's request.
@@ -267,8 +293,8 @@ pub(crate) async fn handle(groups: &Groups, kind: u8, body: Bytes) -> Result<Vec
     let remote = |e: &dyn fmt::Display| PeerError::Remote(e.to_string());
     match kind {
         KIND_APPEND => {
-            let (id, rpc) = decode_append(&body)?;
-            let group = groups.partition(&id)?;
+            let (id, incarnation, rpc) = decode_append(&body)?;
+            let group = group_of(groups, &GroupRef { id, incarnation })?;
             json(
                 &group
                     .raft
@@ -279,9 +305,9 @@ pub(crate) async fn handle(groups: &Groups, kind: u8, body: Bytes) -> Result<Vec
         }
         KIND_VOTE => {
             let envelope: Envelope<VoteRequest<PartitionTypes>> = from_json(&body)?;
-            let id: PartitionId = serde_json::from_str(&envelope.group)
+            let name: GroupRef = serde_json::from_str(&envelope.group)
                 .map_err(|e| PeerError::Frame(format!("a partition group name: {e}")))?;
-            let group = groups.partition(&id)?;
+            let group = group_of(groups, &name)?;
             json(
                 &group
                     .raft
@@ -292,23 +318,35 @@ pub(crate) async fn handle(groups: &Groups, kind: u8, body: Bytes) -> Result<Vec
         }
         KIND_SNAPSHOT_BEGIN => {
             let begin: SnapshotBegin = from_json(&body)?;
-            let group = groups.partition(&begin.group)?;
+            let group = group_of(groups, &begin.group)?;
             receive_begin(&group, begin).await?;
             json(&())
         }
         KIND_SNAPSHOT_BATCHES => {
             let (step, raw): (SnapshotStep, Bytes) = split_head(&body)?;
-            let group = groups.partition(&step.group)?;
+            let group = group_of(groups, &step.group)?;
             receive_batches(&group, step.transfer, &raw).await?;
             json(&())
         }
         KIND_SNAPSHOT_END => {
             let step: SnapshotStep = from_json(&body)?;
-            let group = groups.partition(&step.group)?;
+            let group = group_of(groups, &step.group)?;
             json(&receive_end(&group, step.transfer).await?)
         }
         other => Err(PeerError::Frame(format!("unknown request kind {other}"))),
     }
+}
+
+/// The group a request names, if this node's replica of it is of the same incarnation.
+fn group_of(groups: &Groups, name: &GroupRef) -> Result<Arc<PartitionGroup>, PeerError> {
+    let group = groups.partition(&name.id)?;
+    if group.incarnation != name.incarnation {
+        return Err(PeerError::Remote(format!(
+            "the replica of {} here is of another incarnation of its topic ({} here, {} asked)",
+            name.id, group.incarnation, name.incarnation
+        )));
+    }
+    Ok(group)
 }
 
 fn storage(e: impl fmt::Display) -> PeerError {
@@ -424,13 +462,19 @@ async fn receive_end(
 #[derive(Debug, Clone)]
 pub struct PartitionNetwork {
     peers: Peers,
-    group: PartitionId,
+    group: GroupRef,
 }
 
 impl PartitionNetwork {
-    /// The network of partition `group` over `peers`.
-    pub fn new(peers: Peers, group: PartitionId) -> Self {
-        Self { peers, group }
+    /// The network of partition `group` of its topic's `incarnation` over `peers`.
+    pub fn new(peers: Peers, group: PartitionId, incarnation: u64) -> Self {
+        Self {
+            peers,
+            group: GroupRef {
+                id: group,
+                incarnation,
+            },
+        }
     }
 }
 
@@ -451,7 +495,7 @@ impl RaftNetworkFactory<PartitionTypes> for PartitionNetwork {
 pub struct PartitionClient {
     target: u64,
     peers: Peers,
-    group: PartitionId,
+    group: GroupRef,
 }
 
 fn unreachable(e: &PeerError) -> RPCError<PartitionTypes> {
@@ -531,7 +575,8 @@ impl RaftNetworkV2<PartitionTypes> for PartitionClient {
         rpc: AppendEntriesRequest<PartitionTypes>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<PartitionTypes>, RPCError<PartitionTypes>> {
-        let body = encode_append(&self.group, &rpc).map_err(|e| unreachable(&e))?;
+        let body = encode_append(&self.group.id, self.group.incarnation, &rpc)
+            .map_err(|e| unreachable(&e))?;
         self.call(KIND_APPEND, body, option.hard_ttl())
             .await
             .map_err(|e| unreachable(&e))
