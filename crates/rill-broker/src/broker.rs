@@ -57,6 +57,12 @@ pub struct BrokerConfig {
     /// The disk: every file operation of the broker goes through it (default the real
     /// file system; tests use a simulated one).
     pub io: Arc<dyn Io>,
+    /// Whether connections must authenticate (`rill serve --auth`; default off).
+    /// Embedded mode is the directory's owner either way.
+    pub auth_required: bool,
+    /// PBKDF2 iterations of the SCRAM verifiers the server derives itself and of the
+    /// stand-ins it shows for unknown users (default 32,768; 4,096 to 1,000,000).
+    pub scram_iterations: u32,
 }
 
 impl BrokerConfig {
@@ -78,6 +84,8 @@ impl BrokerConfig {
             open_files_max: OPEN_FILES_DEFAULT,
             reserved_space_bytes: 8 << 20,
             io: Arc::new(StdIo),
+            auth_required: false,
+            scram_iterations: rill_auth::password::SCRAM_ITERATIONS_DEFAULT,
         }
     }
 
@@ -194,6 +202,8 @@ pub struct Broker {
     pub(crate) cluster_members: RwLock<BTreeMap<u64, String>>,
     /// In a cluster: the stored offsets as this node applied them.
     pub(crate) cluster_offsets: RwLock<Arc<BTreeMap<crate::cluster::OffsetName, u64>>>,
+    /// Users, tokens and ACLs (`auth.json`), and the failed-attempt limiter.
+    pub(crate) auth: crate::auth::Auth,
 }
 
 impl Broker {
@@ -273,6 +283,12 @@ impl Broker {
             remove_orphan_topic_dirs(io.as_ref(), dir, &file)?;
         }
         let offsets = OffsetStore::open_in(dir, &env)?;
+        let auth = crate::auth::Auth::open(
+            io.as_ref(),
+            dir,
+            config.auth_required,
+            config.scram_iterations,
+        )?;
         let reserve = Reserve::new(Arc::clone(&io), dir, config.reserved_space_bytes);
         reserve.ensure();
         tracing::info!(data_dir = %dir.display(), streams = streams.len(), "broker opened");
@@ -293,7 +309,25 @@ impl Broker {
             mirrored: tokio::sync::watch::channel(0).0,
             cluster_members: RwLock::new(BTreeMap::new()),
             cluster_offsets: RwLock::new(Arc::new(BTreeMap::new())),
+            auth,
         })
+    }
+
+    /// Whether connections must authenticate (`--auth`).
+    pub fn auth_required(&self) -> bool {
+        self.auth.required()
+    }
+
+    /// Whether the credential store has any user.
+    pub fn has_users(&self) -> bool {
+        self.auth.has_users()
+    }
+
+    /// Makes the first admin, named `admin`, with `password`, if there is no user yet
+    /// (docs/SECURITY.md §2.2). Returns whether it did.
+    pub fn bootstrap_admin(&self, password: &rill_auth::Secret) -> Result<bool, BrokerError> {
+        self.auth
+            .bootstrap_admin(self.config.io.as_ref(), &self.config.data_dir, password)
     }
 
     /// The broker's options.

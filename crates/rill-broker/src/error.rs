@@ -5,6 +5,13 @@ use rill_storage::StorageError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BrokerError {
+    /// The connection has not authenticated, its credential no longer holds, or an
+    /// authentication exchange failed (the message never says which part was wrong).
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+    /// The authenticated user lacks a permission the request needs.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     /// A name breaks the naming rules.
     #[error("invalid {what} name {name:?}: {reason}")]
     InvalidName {
@@ -201,6 +208,8 @@ impl BrokerError {
             Self::ShuttingDown => ErrorCode::ShuttingDown,
             Self::Catalog { .. } | Self::Internal(_) => ErrorCode::Internal,
             Self::NotLeader { .. } => ErrorCode::NotLeader,
+            Self::Unauthenticated(_) => ErrorCode::Unauthenticated,
+            Self::PermissionDenied(_) => ErrorCode::PermissionDenied,
             Self::ClusterTimeout(_) => ErrorCode::Timeout,
             Self::NotInCluster(_) => ErrorCode::InvalidRequest,
             Self::Storage(e) => match e {

@@ -523,15 +523,39 @@ impl Broker {
     }
 }
 
-/// The consumer-group members that joined over one client connection, so a dropped
-/// connection removes them at once instead of after their session timeout.
-#[derive(Debug, Default)]
+/// One client connection as the broker sees it: who it is (docs/SECURITY.md), its
+/// half-done authentication exchange, and the consumer-group members that joined over
+/// it, so a dropped connection removes them at once instead of after their session
+/// timeout. Made by [`Broker::session`].
+#[derive(Debug)]
 pub struct Session {
     members: Mutex<std::collections::BTreeSet<(String, String, String, String)>>,
+    pub(crate) principal: parking_lot::RwLock<crate::auth::Principal>,
+    pub(crate) exchange: Mutex<Option<crate::auth::Exchange>>,
+    pub(crate) peer: Option<std::net::IpAddr>,
+}
+
+impl Session {
+    /// Who the connection is now.
+    pub fn principal(&self) -> crate::auth::Principal {
+        self.principal.read().clone()
+    }
 }
 
 impl Broker {
-    /// Like [`Broker::handle`], remembering group members joined through `session`.
+    /// A new connection from `peer`: unauthenticated if the broker requires
+    /// authentication, else anonymous.
+    pub fn session(&self, peer: Option<std::net::IpAddr>) -> Session {
+        Session {
+            members: Mutex::default(),
+            principal: parking_lot::RwLock::new(self.auth.initial()),
+            exchange: Mutex::new(None),
+            peer,
+        }
+    }
+
+    /// Like [`Broker::handle`], as the session's principal, remembering group members
+    /// joined through `session`; `Authenticate` steps the session's exchange.
     pub async fn handle_in(
         self: &Arc<Self>,
         session: &Session,
@@ -552,7 +576,26 @@ impl Broker {
             }
             _ => None,
         };
-        let response = self.handle(request).await;
+        if let RequestBody::Authenticate(r) = &request.body {
+            let kind = request.body.kind() as u16;
+            return match self.auth.authenticate(
+                &session.principal,
+                &session.exchange,
+                session.peer,
+                r,
+            ) {
+                Ok(body) => Response::Ok {
+                    body: ResponseBody::Authenticate(body),
+                    payload: bytes::Bytes::new(),
+                },
+                Err(e) => Response::Err {
+                    kind,
+                    error: crate::handler::error_response(&e),
+                },
+            };
+        }
+        let principal = session.principal();
+        let response = self.handle_as(&principal, request).await;
         if let (
             Some((stream, topic, group)),
             Response::Ok {

@@ -8,24 +8,74 @@ use bytes::Bytes;
 use rill_proto::pb::*;
 use rill_proto::{PROTOCOL_VERSION, Request, RequestBody, Response, ResponseBody};
 
+use crate::auth::Principal;
 use crate::{Broker, BrokerError, Fetch};
 
 impl Broker {
-    /// Handles one request. Never panics on bad input: every failure is an error
-    /// response with a code.
+    /// Handles one request as the data directory's owner (embedded mode, which needs
+    /// no credential). Never panics on bad input: every failure is an error response
+    /// with a code.
     pub async fn handle(self: &Arc<Self>, request: Request) -> Response {
+        self.handle_as(&Principal::Owner, request).await
+    }
+
+    /// Handles one request as `principal`: the one place it is authorized
+    /// (docs/SECURITY.md §4), so the server and embedded mode cannot differ.
+    pub async fn handle_as(self: &Arc<Self>, principal: &Principal, request: Request) -> Response {
         let kind = request.body.kind() as u16;
-        match self
-            .dispatch(request)
-            .await
-            .map_err(|e| self.unless_behind(e))
-        {
+        let outcome = match self.auth.authorize(principal, &request.body) {
+            Ok(()) => self.dispatch_as(principal, request).await,
+            Err(e) => Err(e),
+        };
+        match outcome.map_err(|e| self.unless_behind(e)) {
             Ok((body, payload)) => Response::Ok { body, payload },
             Err(e) => Response::Err {
                 kind,
                 error: error_response(&e),
             },
         }
+    }
+
+    /// Requests on users, tokens and ACLs are the credential store's; listings are
+    /// cut to what a user may see; the rest is [`Broker::dispatch`].
+    async fn dispatch_as(
+        self: &Arc<Self>,
+        principal: &Principal,
+        request: Request,
+    ) -> Result<(ResponseBody, Bytes), BrokerError> {
+        if crate::auth::is_auth_request(&request.body) {
+            let principal = principal.clone();
+            let body = self
+                .blocking(move |b| {
+                    b.auth.admin(
+                        b.config.io.as_ref(),
+                        &b.config.data_dir,
+                        &principal,
+                        &request.body,
+                    )
+                })
+                .await?;
+            return Ok((body, Bytes::new()));
+        }
+        if let RequestBody::Authenticate(_) = request.body {
+            return Err(BrokerError::InvalidRequest(
+                "Authenticate is a step of a connection; embedded mode needs none".into(),
+            ));
+        }
+        let (mut body, payload) = self.dispatch(request).await?;
+        if matches!(principal, Principal::User(_)) {
+            match &mut body {
+                ResponseBody::ListStreams(r) => {
+                    r.streams.retain(|s| self.auth.may_list(principal, &s.name));
+                }
+                ResponseBody::ListTopics(r) => {
+                    r.topics
+                        .retain(|t| self.auth.may_list(principal, &t.stream));
+                }
+                _ => {}
+            }
+        }
+        Ok((body, payload))
     }
 
     async fn dispatch(
@@ -241,6 +291,21 @@ impl Broker {
             RequestBody::ClusterStatus(_) => {
                 return Err(BrokerError::InvalidRequest(
                     "this server is a single node, not a cluster".into(),
+                ));
+            }
+            RequestBody::Authenticate(_)
+            | RequestBody::CreateUser(_)
+            | RequestBody::DeleteUser(_)
+            | RequestBody::ListUsers(_)
+            | RequestBody::SetPassword(_)
+            | RequestBody::GrantAcl(_)
+            | RequestBody::RevokeAcl(_)
+            | RequestBody::CreateToken(_)
+            | RequestBody::ListTokens(_)
+            | RequestBody::RevokeToken(_)
+            | RequestBody::WhoAmI(_) => {
+                return Err(BrokerError::Internal(
+                    "a credential request reached the data dispatch".into(),
                 ));
             }
             RequestBody::DeleteOffset(r) => ResponseBody::DeleteOffset(DeleteOffsetResponse {

@@ -9,6 +9,7 @@
 #![deny(missing_docs, unreachable_pub)]
 
 mod admin;
+mod auth;
 mod broker;
 mod catalog;
 pub mod cluster;
@@ -27,6 +28,7 @@ mod upkeep;
 
 // The API other crates use, and the types its signatures name; everything else is
 // crate-private (the coordinator, the producer table, the offset store, the limits).
+pub use auth::{Principal, TOKEN_MECHANISM, password_verifiers};
 pub use broker::{Broker, BrokerConfig, FailedPartition, Fetch, PartitionState};
 pub use catalog::TopicConfig;
 pub use error::BrokerError;

@@ -85,6 +85,12 @@ pub enum ErrorCode {
     /// `NOT_LEADER` (36): In a cluster, this node does not lead the partition; the error
     /// names the leader when the node knows it.
     NotLeader,
+    /// `UNAUTHENTICATED` (37): The server requires authentication and the connection has
+    /// none, an authentication step failed, or the credential no longer holds.
+    Unauthenticated,
+    /// `PERMISSION_DENIED` (38): The authenticated user lacks a permission the request
+    /// needs.
+    PermissionDenied,
     /// A code this version of the SDK does not know (a newer server): its number.
     Unknown(i32),
 }
@@ -130,6 +136,8 @@ impl ErrorCode {
             34 => Self::DataLoss,
             35 => Self::GroupNotEmpty,
             36 => Self::NotLeader,
+            37 => Self::Unauthenticated,
+            38 => Self::PermissionDenied,
             other => Self::Unknown(other),
         }
     }
@@ -174,6 +182,8 @@ impl ErrorCode {
             Self::DataLoss => 34,
             Self::GroupNotEmpty => 35,
             Self::NotLeader => 36,
+            Self::Unauthenticated => 37,
+            Self::PermissionDenied => 38,
             Self::Unknown(code) => code,
         }
     }
@@ -218,6 +228,8 @@ impl ErrorCode {
             Self::DataLoss => "DATA_LOSS",
             Self::GroupNotEmpty => "GROUP_NOT_EMPTY",
             Self::NotLeader => "NOT_LEADER",
+            Self::Unauthenticated => "UNAUTHENTICATED",
+            Self::PermissionDenied => "PERMISSION_DENIED",
             Self::Unknown(_) => "UNKNOWN",
         }
     }

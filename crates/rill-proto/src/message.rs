@@ -124,6 +124,17 @@ protocol! {
     21 => RepairPartition(RepairPartitionRequest, RepairPartitionResponse),
     22 => DeleteGroupOffset(DeleteGroupOffsetRequest, DeleteGroupOffsetResponse),
     23 => ClusterStatus(ClusterStatusRequest, ClusterStatusResponse),
+    24 => Authenticate(AuthenticateRequest, AuthenticateResponse),
+    25 => CreateUser(CreateUserRequest, CreateUserResponse),
+    26 => DeleteUser(DeleteUserRequest, DeleteUserResponse),
+    27 => ListUsers(ListUsersRequest, ListUsersResponse),
+    28 => SetPassword(SetPasswordRequest, SetPasswordResponse),
+    29 => GrantAcl(GrantAclRequest, GrantAclResponse),
+    30 => RevokeAcl(RevokeAclRequest, RevokeAclResponse),
+    31 => CreateToken(CreateTokenRequest, CreateTokenResponse),
+    32 => ListTokens(ListTokensRequest, ListTokensResponse),
+    33 => RevokeToken(RevokeTokenRequest, RevokeTokenResponse),
+    34 => WhoAmI(WhoAmIRequest, WhoAmIResponse),
 }
 
 /// A request: its control message and its payload (the batch of a `Produce`).

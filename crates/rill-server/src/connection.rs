@@ -130,7 +130,7 @@ pub(crate) async fn serve(
         tx,
         ctx: Arc::clone(&ctx),
         peer,
-        session: Arc::new(Session::default()),
+        session: Arc::new(ctx.broker.session(Some(peer.ip()))),
     };
     let session = Arc::clone(&reader.session);
     let read_side = async {
