@@ -30,6 +30,18 @@ pub(crate) struct ServeArgs {
     /// 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT [env RILL_PEERS]
     #[arg(long, env = "RILL_PEERS")]
     peers: Option<String>,
+    /// Require every connection to authenticate (docs/SECURITY.md); also `auth = true`
+    /// in the TOML file
+    #[arg(long)]
+    auth: bool,
+    /// With --auth and no user yet: make the first admin, `admin`, with the password on
+    /// this file's first line (or from RILL_ADMIN_PASSWORD)
+    #[arg(long, value_name = "FILE")]
+    admin_password_file: Option<PathBuf>,
+    /// Serve a non-loopback address without --auth all the same (anyone who reaches it
+    /// can read, write and delete every stream)
+    #[arg(long)]
+    insecure: bool,
 }
 
 /// `--peers`: node ids and their node-to-node addresses.
@@ -87,6 +99,10 @@ struct FileConfig {
     producer_batches_remembered: Option<usize>,
     open_files_max: Option<usize>,
     reserved_space_bytes: Option<u64>,
+    /// As `--auth`.
+    auth: Option<bool>,
+    /// PBKDF2 iterations of SCRAM verifiers the server makes (4,096-1,000,000).
+    scram_iterations: Option<u32>,
 }
 
 /// A timeout that can be turned off: a number of milliseconds, or the word `off`.
@@ -226,9 +242,73 @@ fn broker_config(
     if let Some(n) = file.reserved_space_bytes {
         config.reserved_space_bytes = n;
     }
+    if let Some(n) = file.scram_iterations {
+        rill_auth::password::check_iterations(n).map_err(|e| anyhow::anyhow!("{e}"))?;
+        config.scram_iterations = n;
+    }
     config.max_frame_bytes = max_frame_bytes;
     config.validate()?;
     Ok(config)
+}
+
+/// docs/SECURITY.md §6: a non-loopback listener needs `--auth` (or `--insecure`); with
+/// `--auth` and no TLS it is served with a warning.
+fn check_exposure(server: &ServerConfig, auth: bool, insecure: bool) -> anyhow::Result<()> {
+    let exposed: Vec<SocketAddr> = std::iter::once(server.listen)
+        .chain(server.http)
+        .filter(|a| !a.ip().is_loopback())
+        .collect();
+    let Some(first) = exposed.first() else {
+        return Ok(());
+    };
+    if !auth && !insecure {
+        anyhow::bail!(
+            "refusing to serve {first} to the network without --auth (anyone could read, write and delete every stream); pass --auth, or --insecure to do it anyway"
+        );
+    }
+    if auth {
+        tracing::warn!(
+            address = %first,
+            "serving a non-loopback address without TLS: tokens and data cross the network in clear (SCRAM keeps passwords off the wire)"
+        );
+    } else {
+        tracing::warn!(address = %first, "serving a non-loopback address without authentication (--insecure)");
+    }
+    Ok(())
+}
+
+/// The first admin's password, from `--admin-password-file` (its first line) or
+/// `RILL_ADMIN_PASSWORD`.
+fn admin_password(file: Option<&Path>) -> anyhow::Result<Option<rill_auth::Secret>> {
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --admin-password-file {}", path.display()))?;
+        let line = text.lines().next().unwrap_or("");
+        return Ok(Some(rill_auth::Secret::new(line)));
+    }
+    Ok(std::env::var("RILL_ADMIN_PASSWORD")
+        .ok()
+        .map(rill_auth::Secret::new))
+}
+
+/// With `--auth`: makes the first admin if there is no user, or refuses to start if
+/// there is none and no password to make one with.
+fn ensure_admin(broker: &Broker, password_file: Option<&Path>, data: &Path) -> anyhow::Result<()> {
+    if !broker.auth_required() || broker.has_users() {
+        return Ok(());
+    }
+    let Some(password) = admin_password(password_file)? else {
+        anyhow::bail!(
+            "--auth needs a user and {} has none: pass --admin-password-file FILE or set RILL_ADMIN_PASSWORD to make the first admin, or run `rill user create admin --role admin --data {}` before starting",
+            data.display(),
+            data.display()
+        );
+    };
+    broker
+        .bootstrap_admin(&password)
+        .context("cannot make the first admin")?;
+    tracing::info!("made the first admin, `admin`");
+    Ok(())
 }
 
 fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
@@ -316,8 +396,11 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
     let data = data
         .or_else(|| file.data.clone())
         .unwrap_or_else(|| PathBuf::from("./rill-data"));
-    let broker_config = broker_config(&file, &data, server_config.max_frame_bytes)
+    let mut broker_config = broker_config(&file, &data, server_config.max_frame_bytes)
         .context("invalid broker settings")?;
+    let auth = args.auth || file.auth.unwrap_or(false);
+    broker_config.auth_required = auth;
+    check_exposure(&server_config, auth, args.insecure)?;
     let mut server_config = server_config;
     if file.files_reserved.is_none() {
         // What the broker may still open beyond what it holds when the server counts:
@@ -349,6 +432,11 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
         )
         .with_context(|| format!("cannot open data directory {}", data.display()))?,
     };
+    ensure_admin(
+        &broker,
+        args.admin_password_file.as_deref(),
+        &broker.config().data_dir,
+    )?;
     let upkeep = tokio::spawn(Arc::clone(&broker).run_upkeep());
     let server = Server::bind(server_config, Arc::clone(&broker))
         .await
@@ -495,7 +583,32 @@ mod tests {
             config: None,
             node_id: None,
             peers: None,
+            auth: false,
+            admin_password_file: None,
+            insecure: false,
         }
+    }
+
+    #[test]
+    fn a_non_loopback_listener_needs_auth_or_insecure() {
+        let mut config = ServerConfig::default();
+        check_exposure(&config, false, false).unwrap();
+        config.listen = "0.0.0.0:7171".parse().unwrap();
+        let e = check_exposure(&config, false, false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("refusing to serve 0.0.0.0:7171 to the network without --auth"),
+            "{e}"
+        );
+        check_exposure(&config, true, false).unwrap();
+        check_exposure(&config, false, true).unwrap();
+        // The HTTP port counts too.
+        let config = ServerConfig {
+            http: Some("[::]:7172".parse().unwrap()),
+            ..ServerConfig::default()
+        };
+        assert!(check_exposure(&config, false, false).is_err());
     }
 
     #[test]

@@ -7,6 +7,7 @@ use anyhow::Context;
 use std::time::Duration;
 
 use rill_client::{Client, DEFAULT_URL, RetryPolicy, Topic};
+use rill_client::{ClientError, Credentials, ErrorCode, Secret};
 
 #[derive(Debug)]
 pub(crate) struct Target {
@@ -38,11 +39,45 @@ impl Target {
                     backoff: Duration::from_millis(50),
                     backoff_max: Duration::from_millis(500),
                 };
-                Client::builder().retry(retry).connect(url).await.with_context(|| {
-                    format!("cannot reach a rill server at {url} (start one with `rill serve`, or pass --server URL or --data DIR)")
+                let mut builder = Client::builder().retry(retry);
+                if let Some(credentials) = env_credentials(|name| std::env::var(name).ok())? {
+                    builder = builder.credentials(credentials);
+                }
+                let shown = rill_client::redact_url(url);
+                builder.connect(url).await.map_err(|e| {
+                    let refused = matches!(
+                        &e,
+                        ClientError::Server {
+                            code: ErrorCode::Unauthenticated | ErrorCode::PermissionDenied,
+                            ..
+                        }
+                    );
+                    let context = if refused {
+                        format!("the rill server at {shown} refused this client (give credentials with rill://USER:PASSWORD@HOST:PORT, RILL_USER and RILL_PASSWORD, or RILL_TOKEN)")
+                    } else {
+                        format!("cannot reach a rill server at {shown} (start one with `rill serve`, or pass --server URL or --data DIR)")
+                    };
+                    anyhow::Error::new(e).context(context)
                 })
             }
         }
+    }
+}
+
+/// Credentials from the environment (docs/CLI.md, Security): `RILL_TOKEN`, or
+/// `RILL_USER` with `RILL_PASSWORD`. Credentials in the URL take precedence.
+fn env_credentials(env: impl Fn(&str) -> Option<String>) -> anyhow::Result<Option<Credentials>> {
+    if let Some(token) = env("RILL_TOKEN") {
+        return Ok(Some(Credentials::Token(Secret::new(token))));
+    }
+    match (env("RILL_USER"), env("RILL_PASSWORD")) {
+        (Some(user), Some(password)) => Ok(Some(Credentials::Password {
+            user,
+            password: Secret::new(password),
+        })),
+        (Some(_), None) => anyhow::bail!("RILL_USER needs RILL_PASSWORD"),
+        (None, Some(_)) => anyhow::bail!("RILL_PASSWORD needs RILL_USER"),
+        (None, None) => Ok(None),
     }
 }
 

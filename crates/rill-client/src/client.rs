@@ -16,7 +16,7 @@ use rill_proto::{Request, RequestBody, Response, ResponseBody};
 
 #[cfg(feature = "embedded")]
 use crate::transport::Embedded;
-use crate::transport::{CallError, TcpOptions, Transport};
+use crate::transport::{CallError, Credentials, TcpOptions, Transport};
 use crate::{ClientError, Topic};
 
 /// Default server: `rill://127.0.0.1:7171`.
@@ -119,6 +119,7 @@ pub struct ClientBuilder {
     max_frame_bytes: u32,
     init_retries: u32,
     init_interval: Duration,
+    credentials: Option<Credentials>,
 }
 
 impl Default for ClientBuilder {
@@ -130,6 +131,7 @@ impl Default for ClientBuilder {
             max_frame_bytes: rill_proto::DEFAULT_MAX_FRAME_BYTES,
             init_retries: 3,
             init_interval: Duration::from_secs(1),
+            credentials: None,
         }
     }
 }
@@ -158,6 +160,14 @@ impl ClientBuilder {
         self
     }
 
+    /// What every connection authenticates with, to a server started with `--auth`
+    /// (docs/SECURITY.md). Credentials in the URL (`rill://USER:PASSWORD@HOST:PORT`)
+    /// take precedence. Embedded mode ignores them: it is the data directory's owner.
+    pub fn credentials(mut self, credentials: Credentials) -> Self {
+        self.credentials = Some(credentials);
+        self
+    }
+
     /// How long a TCP connect may take (default 5 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
@@ -166,13 +176,18 @@ impl ClientBuilder {
 
     /// Connects to a server at `rill://HOST:PORT`. The connection is made by the first
     /// request (and re-made after it breaks); this checks the URL and reachability.
-    pub async fn connect(self, url: &str) -> Result<Client, ClientError> {
-        let addrs = parse_urls(url)?;
+    pub async fn connect(mut self, url: &str) -> Result<Client, ClientError> {
+        let (url, in_url) = split_credentials(url)?;
+        let addrs = parse_urls(&url)?;
+        if in_url.is_some() {
+            self.credentials = in_url;
+        }
         let transport = crate::routed::Routed::new(
             addrs,
             TcpOptions {
                 connect_timeout: self.connect_timeout,
                 max_frame_bytes: self.max_frame_bytes,
+                credentials: self.credentials.clone(),
             },
         );
         let init = RetryPolicy {
@@ -215,6 +230,57 @@ impl ClientBuilder {
                 sent: Mutex::new(HashMap::new()),
             }),
         }
+    }
+}
+
+/// Takes `USER:PASSWORD@` off a URL (`rill://USER:PASSWORD@HOST:PORT,…`): the URL
+/// without it, and the credentials (percent-decoded, so a password may hold `@`, `:`
+/// or `,` as `%40`, `%3A`, `%2C`). A URL without `@` has none.
+pub fn split_credentials(url: &str) -> Result<(String, Option<Credentials>), ClientError> {
+    let bad = |reason| ClientError::InvalidUrl {
+        url: redact_url(url),
+        reason,
+    };
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, url),
+    };
+    let Some((userinfo, hosts)) = rest.rsplit_once('@') else {
+        return Ok((url.to_owned(), None));
+    };
+    let (user, password) = userinfo
+        .split_once(':')
+        .ok_or_else(|| bad("credentials in a URL are USER:PASSWORD@"))?;
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8()
+            .map(|c| c.into_owned())
+            .map_err(|_| bad("the credentials are not UTF-8 once percent-decoded"))
+    };
+    let user = decode(user)?;
+    if user.is_empty() {
+        return Err(bad("the user name is empty"));
+    }
+    let password = rill_auth::Secret::new(decode(password)?);
+    let url = match scheme {
+        Some(s) => format!("{s}://{hosts}"),
+        None => hosts.to_owned(),
+    };
+    Ok((url, Some(Credentials::Password { user, password })))
+}
+
+/// A URL with any password replaced by `***`, for messages.
+pub fn redact_url(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    match rest.rsplit_once('@') {
+        Some((userinfo, hosts)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            format!("{scheme}{user}:***@{hosts}")
+        }
+        None => url.to_owned(),
     }
 }
 
@@ -667,6 +733,23 @@ mod tests {
         );
         assert_eq!(parse_url("localhost:1").unwrap(), "localhost:1");
         assert_eq!(parse_url("rill://[::1]:7171/").unwrap(), "[::1]:7171");
+        let (url, creds) = split_credentials("rill://alice:p%40ss:w@h1:1,h2:2").unwrap();
+        assert_eq!(url, "rill://h1:1,h2:2");
+        let Some(Credentials::Password { user, password }) = creds else {
+            panic!()
+        };
+        assert_eq!((user.as_str(), password.expose()), ("alice", "p@ss:w"));
+        assert_eq!(split_credentials("rill://h:1").unwrap().0, "rill://h:1");
+        assert!(split_credentials("rill://alice@h:1").is_err());
+        assert!(split_credentials("rill://:pw@h:1").is_err());
+        let e = split_credentials("rill://alice@h:1")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("pw"), "{e}");
+        assert_eq!(
+            redact_url("rill://alice:secret@h:1"),
+            "rill://alice:***@h:1"
+        );
         for bad in [
             "http://x:1",
             "rill://x",

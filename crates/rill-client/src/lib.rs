@@ -63,6 +63,7 @@ pub use avro::Avro;
 pub use batching::{Batching, BatchingBuilder};
 pub use client::{
     Client, ClientBuilder, DEFAULT_URL, RetryPolicy, StreamHandle, parse_url, parse_urls,
+    redact_url, split_credentials,
 };
 pub use code::ErrorCode;
 pub use codec::{Codec, Json, MsgPack};
@@ -81,9 +82,11 @@ pub use info::{
 pub use message::{Message, Position, Record, Value};
 pub use producer::{Background, Backpressure, Producer, ProducerBuilder, Sharding};
 pub use reader::{Offsets, Reader};
+pub use rill_auth::Secret;
 pub use rill_format::{Durability, ParseDurabilityError};
 /// The protocol's rule for stream, topic, consumer and group names (`docs/PROTOCOL.md`
 /// §7): why a name breaks it, if it does, so a caller can check before it asks.
 pub use rill_proto::{NAME_LEN_MAX, name_problem};
 pub use routing::{Routing, partition_for_key};
 pub use topic::{Fetched, Publish, Topic, TopicOptions, TypedTopic};
+pub use transport::Credentials;

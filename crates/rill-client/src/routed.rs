@@ -106,13 +106,7 @@ impl Routed {
                 st.links.remove(&old);
             }
         }
-        let link = Arc::new(Tcp::new(
-            addr.to_owned(),
-            TcpOptions {
-                connect_timeout: self.options.connect_timeout,
-                max_frame_bytes: self.options.max_frame_bytes,
-            },
-        ));
+        let link = Arc::new(Tcp::new(addr.to_owned(), self.options.clone()));
         st.links.insert(addr.to_owned(), Arc::clone(&link));
         link
     }
@@ -351,6 +345,7 @@ mod tests {
             TcpOptions {
                 connect_timeout: Duration::from_secs(2),
                 max_frame_bytes: 1 << 20,
+                credentials: None,
             },
         )
     }

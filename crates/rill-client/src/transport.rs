@@ -128,6 +128,50 @@ type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Response, CallError
 pub(crate) struct TcpOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) max_frame_bytes: u32,
+    /// What each connection authenticates with, right after its handshake.
+    pub(crate) credentials: Option<Credentials>,
+}
+
+/// What a client authenticates with to a server started with `--auth`
+/// (docs/SECURITY.md §3): a user's password, by SCRAM-SHA-256 (the password never
+/// crosses the wire), or an API token. `Debug` shows neither.
+#[derive(Clone)]
+pub enum Credentials {
+    /// A user name and password.
+    Password {
+        /// The user.
+        user: String,
+        /// The password.
+        password: rill_auth::Secret,
+    },
+    /// An API token (`rill_…`).
+    Token(rill_auth::Secret),
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Credentials::Password { user, .. } => f
+                .debug_struct("Password")
+                .field("user", user)
+                .finish_non_exhaustive(),
+            Credentials::Token(_) => f.write_str("Token(<redacted>)"),
+        }
+    }
+}
+
+/// Why a connection could not be made ready.
+enum ConnectError {
+    /// As a call error.
+    Call(CallError),
+    /// The server refused the authentication: its answer stands for the call's.
+    Refused(rill_proto::pb::ErrorResponse),
+}
+
+impl From<CallError> for ConnectError {
+    fn from(e: CallError) -> Self {
+        ConnectError::Call(e)
+    }
 }
 
 #[derive(Debug)]
@@ -162,11 +206,13 @@ impl Tcp {
         }
     }
 
-    /// The live connection, connecting (with a handshake) if there is none.
-    async fn connection(&self) -> Result<Arc<Connection>, CallError> {
+    /// The live connection, connecting (with a handshake, then the authentication if
+    /// the client has credentials) if there is none. The connection is shared only once
+    /// it is ready, so no request of another call goes out before it is authenticated.
+    async fn connection(&self) -> Result<Arc<Connection>, ConnectError> {
         let mut slot = self.connection.lock().await;
         if self.closed.load(Ordering::Acquire) {
-            return Err(CallError::NotSent("the client was closed".into()));
+            return Err(CallError::NotSent("the client was closed".into()).into());
         }
         if let Some(c) = slot.as_ref()
             && c.alive.load(Ordering::Acquire)
@@ -187,22 +233,99 @@ impl Tcp {
             .set_nodelay(true)
             .map_err(|e| CallError::NotSent(e.to_string()))?;
         let connection = Arc::new(spawn_connection(stream, self.options.max_frame_bytes));
-        *slot = Some(Arc::clone(&connection));
-        drop(slot);
         // Handshake: checks that the peer speaks this protocol.
         let hello = Request::new(RequestBody::Hello(HelloRequest {
             client: format!("rill-client {}", env!("CARGO_PKG_VERSION")),
             protocol_version: u32::from(PROTOCOL_VERSION),
         }));
         match self.send(&connection, hello).await {
-            Ok(Response::Ok { .. }) => Ok(connection),
-            Ok(Response::Err { error, .. }) => Err(CallError::Protocol(format!(
-                "handshake refused: {}",
-                error.message
-            ))),
-            Err(CallError::Lost(e)) => Err(CallError::NotSent(e)),
-            Err(e) => Err(e),
+            Ok(Response::Ok { .. }) => {}
+            Ok(Response::Err { error, .. }) => {
+                return Err(
+                    CallError::Protocol(format!("handshake refused: {}", error.message)).into(),
+                );
+            }
+            Err(CallError::Lost(e)) => return Err(CallError::NotSent(e).into()),
+            Err(e) => return Err(e.into()),
         }
+        if let Some(credentials) = &self.options.credentials {
+            self.authenticate(&connection, credentials).await?;
+        }
+        *slot = Some(Arc::clone(&connection));
+        Ok(connection)
+    }
+
+    /// One `Authenticate` step: the server's answer, or its refusal.
+    async fn auth_step(
+        &self,
+        connection: &Connection,
+        mechanism: &str,
+        data: Vec<u8>,
+    ) -> Result<rill_proto::pb::AuthenticateResponse, ConnectError> {
+        let request = Request::new(RequestBody::Authenticate(
+            rill_proto::pb::AuthenticateRequest {
+                mechanism: mechanism.to_owned(),
+                data,
+            },
+        ));
+        match self.send(connection, request).await {
+            Ok(Response::Ok {
+                body: rill_proto::ResponseBody::Authenticate(a),
+                ..
+            }) => Ok(a),
+            Ok(Response::Ok { .. }) => {
+                Err(CallError::Protocol("a response of another kind to Authenticate".into()).into())
+            }
+            Ok(Response::Err { error, .. }) => Err(ConnectError::Refused(error)),
+            // Authentication changes nothing on the server: a lost step is safe to redo
+            // on a new connection.
+            Err(CallError::Lost(e)) => Err(CallError::NotSent(e).into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Authenticates a fresh connection (docs/PROTOCOL.md §3.24).
+    async fn authenticate(
+        &self,
+        connection: &Connection,
+        credentials: &Credentials,
+    ) -> Result<(), ConnectError> {
+        let bad = |e: rill_auth::AuthError| {
+            ConnectError::Call(CallError::Protocol(format!("authentication: {e}")))
+        };
+        match credentials {
+            Credentials::Token(token) => {
+                let a = self
+                    .auth_step(connection, "TOKEN", token.expose().as_bytes().to_vec())
+                    .await?;
+                if !a.done {
+                    return Err(CallError::Protocol(
+                        "the server did not finish the token authentication".into(),
+                    )
+                    .into());
+                }
+            }
+            Credentials::Password { user, password } => {
+                let (client, first) =
+                    rill_auth::scram::Client::start(user, password.clone()).map_err(bad)?;
+                let a = self
+                    .auth_step(connection, rill_auth::scram::MECHANISM, first)
+                    .await?;
+                let (client, last) = client.on_server_first(&a.data).map_err(bad)?;
+                let a = self
+                    .auth_step(connection, rill_auth::scram::MECHANISM, last)
+                    .await?;
+                if !a.done {
+                    return Err(CallError::Protocol(
+                        "the server did not finish the SCRAM exchange".into(),
+                    )
+                    .into());
+                }
+                // A server that does not know the password cannot sign: not ours.
+                client.on_server_final(&a.data).map_err(bad)?;
+            }
+        }
+        Ok(())
     }
 
     async fn send(&self, connection: &Connection, request: Request) -> Result<Response, CallError> {
@@ -233,7 +356,14 @@ impl Tcp {
 impl Transport for Tcp {
     fn call(&self, request: Request) -> BoxFuture<'_, Result<Response, CallError>> {
         Box::pin(async move {
-            let connection = self.connection().await?;
+            let kind = request.body.kind() as u16;
+            let connection = match self.connection().await {
+                Ok(c) => c,
+                Err(ConnectError::Call(e)) => return Err(e),
+                // The refusal of the authentication answers the call: the request was
+                // not sent.
+                Err(ConnectError::Refused(error)) => return Ok(Response::Err { kind, error }),
+            };
             self.send(&connection, request).await
         })
     }

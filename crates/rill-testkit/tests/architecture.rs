@@ -19,7 +19,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     ("rill-server", &["rill-format", "rill-proto", "rill-broker"]),
     // The embedded transport (feature `embedded`, on by default) runs a broker in-process.
-    ("rill-client", &["rill-format", "rill-proto", "rill-broker"]),
+    (
+        "rill-client",
+        &["rill-format", "rill-proto", "rill-broker", "rill-auth"],
+    ),
     // `rill serve --peers` starts a cluster node (rill-cluster) with its disk
     // (rill-storage) and opens the broker on it.
     (
@@ -31,6 +34,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "rill-broker",
             "rill-cluster",
             "rill-storage",
+            "rill-auth",
         ],
     ),
     ("rill", &["rill-client", "rill-events"]),
@@ -234,7 +238,13 @@ fn lower_crates_have_no_network_code_and_format_no_io() {
         // Credentials are pure functions: no file, no socket, no runtime.
         (
             "rill-auth/src",
-            &["std::fs", "tokio::", "TcpStream", "TcpListener", "UdpSocket"][..],
+            &[
+                "std::fs",
+                "tokio::",
+                "TcpStream",
+                "TcpListener",
+                "UdpSocket",
+            ][..],
         ),
     ] {
         let mut files = Vec::new();
