@@ -14,6 +14,7 @@ mod events;
 mod produce;
 mod serve;
 mod target;
+mod users;
 
 use std::process::ExitCode;
 
@@ -62,6 +63,15 @@ enum Command {
     /// A cluster's nodes and replication.
     #[command(subcommand)]
     Cluster(admin::ClusterCommand),
+    /// Users of a server started with --auth.
+    #[command(subcommand)]
+    User(users::UserCommand),
+    /// Per-stream permissions of users.
+    #[command(subcommand)]
+    Acl(users::AclCommand),
+    /// API tokens of the user the CLI authenticates as.
+    #[command(subcommand)]
+    Token(users::TokenCommand),
     /// Dead letters of typed-events consumers.
     #[command(subcommand)]
     Events(events::EventsCommand),
@@ -104,6 +114,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Topic(c) => admin::topic(c, &target).await,
         Command::Group(c) => admin::group(c, &target).await,
         Command::Cluster(c) => admin::cluster(c, &target).await,
+        Command::User(c) => users::user(c, &target).await,
+        Command::Acl(c) => users::acl(c, &target).await,
+        Command::Token(c) => users::token(c, &target).await,
         Command::Events(c) => events::run(c, &target).await,
         Command::Produce(args) => produce::run(args, &target).await,
         Command::Consume(args) => consume::run(args, &target).await,

@@ -265,3 +265,252 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// `rill` with `input` on standard input.
+fn rill_in(args: &[&str], env: &[(&str, &str)], input: &str) -> Output {
+    use std::io::Write;
+    let mut cmd = Command::new(rill_bin());
+    cmd.args(args)
+        .env_remove("RILL_USER")
+        .env_remove("RILL_PASSWORD")
+        .env_remove("RILL_TOKEN")
+        .env_remove("RILL_SERVER")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn users_acls_and_tokens_from_the_cli_decide_what_each_may_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data_arg = data.to_str().unwrap();
+    // The first admin, made on the data directory before the first start.
+    let o = rill_in(
+        &[
+            "user",
+            "create",
+            "admin",
+            "--role",
+            "admin",
+            "--password-stdin",
+            "--data",
+            data_arg,
+        ],
+        &[],
+        &format!("{ADMIN_PASSWORD}\n"),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let server = serve(&data, &["--auth"], &[]);
+    let url = format!("rill://{}", server.addr);
+    let admin = [("RILL_USER", "admin"), ("RILL_PASSWORD", ADMIN_PASSWORD)];
+    let alice = [("RILL_USER", "alice"), ("RILL_PASSWORD", "alice-password")];
+    let ok = |o: Output| {
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    ok(rill(
+        &["topic", "create", "shop/orders", "--server", &url],
+        &admin,
+    ));
+    ok(rill(
+        &["produce", "shop/orders", "one", "--server", &url],
+        &admin,
+    ));
+    ok(rill_in(
+        &[
+            "user",
+            "create",
+            "alice",
+            "--password-stdin",
+            "--server",
+            &url,
+        ],
+        &admin,
+        "alice-password\n",
+    ));
+    // alice exists but may do nothing on shop yet.
+    let o = rill(
+        &[
+            "consume",
+            "shop/orders",
+            "--from",
+            "first",
+            "--count",
+            "1",
+            "--server",
+            &url,
+        ],
+        &alice,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("permission denied"), "{}", stderr(&o));
+    ok(rill(
+        &[
+            "acl", "grant", "alice", "--stream", "shop", "--allow", "read", "--server", &url,
+        ],
+        &admin,
+    ));
+    let read = ok(rill(
+        &[
+            "consume",
+            "shop/orders",
+            "--from",
+            "first",
+            "--count",
+            "1",
+            "--server",
+            &url,
+        ],
+        &alice,
+    ));
+    assert_eq!(read.trim(), "one");
+    // Reading does not let her write, or make topics, or see other users.
+    for args in [
+        &["produce", "shop/orders", "two", "--server", &url][..],
+        &["topic", "create", "shop/other", "--server", &url][..],
+        &["user", "list", "--server", &url][..],
+    ] {
+        let o = rill(args, &alice);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(
+            stderr(&o).contains("permission denied"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    let users = ok(rill(&["user", "list", "--server", &url], &admin));
+    assert!(
+        users
+            .lines()
+            .any(|l| l.starts_with("alice\tuser\t") && l.ends_with("\tshop:read")),
+        "{users}"
+    );
+    assert!(
+        users.lines().any(|l| l.starts_with("admin\tadmin\t")),
+        "{users}"
+    );
+
+    // alice's token: printed once, works alone, and stops when revoked.
+    let token = ok(rill(&["token", "create", "ci", "--server", &url], &alice));
+    let token = token.trim().to_owned();
+    assert!(token.starts_with("rill_"), "{token}");
+    let by_token = [("RILL_TOKEN", token.as_str())];
+    let read = ok(rill(
+        &[
+            "consume",
+            "shop/orders",
+            "--from",
+            "first",
+            "--count",
+            "1",
+            "--server",
+            &url,
+        ],
+        &by_token,
+    ));
+    assert_eq!(read.trim(), "one");
+    let tokens = ok(rill(&["token", "list", "--server", &url], &alice));
+    assert!(tokens.starts_with("ci\talice\t"), "{tokens}");
+    assert!(!tokens.contains(&token), "a listing never shows a token");
+    ok(rill(&["token", "revoke", "ci", "--server", &url], &alice));
+    let o = rill(
+        &[
+            "consume",
+            "shop/orders",
+            "--from",
+            "first",
+            "--count",
+            "1",
+            "--server",
+            &url,
+        ],
+        &by_token,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("unauthenticated"), "{}", stderr(&o));
+
+    // A changed password: the old one stops working.
+    ok(rill_in(
+        &[
+            "user",
+            "passwd",
+            "alice",
+            "--password-stdin",
+            "--server",
+            &url,
+        ],
+        &alice,
+        "alice-new-password\n",
+    ));
+    let o = rill(&["stream", "list", "--server", &url], &alice);
+    assert!(stderr(&o).contains("unauthenticated"), "{}", stderr(&o));
+    let streams = ok(rill(
+        &["stream", "list", "--server", &url],
+        &[
+            ("RILL_USER", "alice"),
+            ("RILL_PASSWORD", "alice-new-password"),
+        ],
+    ));
+    assert!(streams.starts_with("shop\t"), "{streams}");
+    // Revoked, she sees nothing; deleted, she cannot log in.
+    ok(rill(
+        &[
+            "acl", "revoke", "alice", "--stream", "shop", "--server", &url,
+        ],
+        &admin,
+    ));
+    let streams = ok(rill(
+        &["stream", "list", "--server", &url],
+        &[
+            ("RILL_USER", "alice"),
+            ("RILL_PASSWORD", "alice-new-password"),
+        ],
+    ));
+    assert_eq!(streams.trim(), "", "{streams}");
+    ok(rill(&["user", "delete", "alice", "--server", &url], &admin));
+    let o = rill(
+        &["stream", "list", "--server", &url],
+        &[
+            ("RILL_USER", "alice"),
+            ("RILL_PASSWORD", "alice-new-password"),
+        ],
+    );
+    assert!(stderr(&o).contains("unauthenticated"), "{}", stderr(&o));
+    // A bad permission is a usage error.
+    let o = rill(
+        &[
+            "acl",
+            "grant",
+            "admin",
+            "--stream",
+            "shop",
+            "--allow",
+            "read,delete",
+            "--server",
+            &url,
+        ],
+        &admin,
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let log = server.log.lock().unwrap().clone();
+    for secret in [
+        ADMIN_PASSWORD,
+        "alice-password",
+        "alice-new-password",
+        token.as_str(),
+    ] {
+        assert!(!log.contains(secret), "the log holds a secret: {log}");
+    }
+}

@@ -55,6 +55,7 @@ mod routed;
 mod routing;
 mod topic;
 mod transport;
+mod users;
 
 #[cfg(feature = "avro")]
 pub use apache_avro::Schema as AvroSchema;
@@ -90,3 +91,4 @@ pub use rill_proto::{NAME_LEN_MAX, name_problem};
 pub use routing::{Routing, partition_for_key};
 pub use topic::{Fetched, Publish, Topic, TopicOptions, TypedTopic};
 pub use transport::Credentials;
+pub use users::{NewToken, Permission, Role, TokenInfo, UserInfo, WhoAmI};
