@@ -260,6 +260,19 @@ impl AuthFile {
         iterations: u32,
         now_ms: u64,
     ) -> Result<(), AuthError> {
+        let password = PasswordVerifiers::derive(password, iterations)?;
+        self.insert_user(name, role, password, now_ms)
+    }
+
+    /// Adds a user whose password a client already derived. Fails if it exists or the
+    /// bound is reached.
+    pub fn insert_user(
+        &mut self,
+        name: &str,
+        role: Role,
+        password: PasswordVerifiers,
+        now_ms: u64,
+    ) -> Result<(), AuthError> {
         validate_name("user", name)?;
         if self.users.contains_key(name) {
             return Err(AuthError::Invalid(format!("user {name:?} exists")));
@@ -267,7 +280,6 @@ impl AuthFile {
         if self.users.len() >= USERS_MAX {
             return Err(AuthError::Invalid(format!("at most {USERS_MAX} users")));
         }
-        let password = PasswordVerifiers::derive(password, iterations)?;
         self.users.insert(
             name.to_owned(),
             User {

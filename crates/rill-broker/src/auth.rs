@@ -417,25 +417,8 @@ impl Auth {
                 let role = role_from_proto(r.role)?;
                 let verifiers = verifiers_from_proto(r.password.as_ref())?;
                 self.change(io, dir, |f| {
-                    rill_auth::store::validate_name("user", &r.name).map_err(invalid)?;
-                    if f.users.contains_key(&r.name) {
-                        return Err(BrokerError::InvalidRequest(format!(
-                            "user {:?} exists",
-                            r.name
-                        )));
-                    }
-                    if f.users.len() >= rill_auth::store::USERS_MAX {
-                        return Err(BrokerError::InvalidRequest("too many users".into()));
-                    }
-                    f.users.insert(
-                        r.name.clone(),
-                        rill_auth::store::User {
-                            role,
-                            created_ms: now_ms(),
-                            password: verifiers,
-                        },
-                    );
-                    Ok(())
+                    f.insert_user(&r.name, role, verifiers, now_ms())
+                        .map_err(invalid)
                 })?;
                 Out::CreateUser(pb::CreateUserResponse {})
             }

@@ -89,16 +89,7 @@ fn refused(data: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, St
 }
 
 fn rill(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(rill_bin());
-    cmd.args(args)
-        .env_remove("RILL_USER")
-        .env_remove("RILL_PASSWORD")
-        .env_remove("RILL_TOKEN")
-        .env_remove("RILL_SERVER");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
+    rill_in(args, env, "")
 }
 
 fn stderr(o: &Output) -> String {
