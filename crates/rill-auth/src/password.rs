@@ -78,6 +78,18 @@ pub fn verify_argon2id(phc: &str, password: &Secret) -> bool {
         .is_ok()
 }
 
+/// Whether `password` matches the user's Argon2id PHC string, `None` for a user that
+/// does not exist: that case costs one Argon2id hash too, so the time does not tell.
+pub fn check_password(phc: Option<&str>, password: &Secret) -> bool {
+    match phc {
+        Some(phc) => verify_argon2id(phc, password),
+        None => {
+            let _same_cost = hash_argon2id(password);
+            false
+        }
+    }
+}
+
 /// Whether `phc` is a well-formed Argon2id PHC string (used when `auth.json` is read).
 pub fn is_argon2id_phc(phc: &str) -> bool {
     PasswordHash::new(phc).is_ok_and(|h| h.algorithm == argon2::ARGON2ID_IDENT)

@@ -94,6 +94,46 @@ impl Permission {
     }
 }
 
+/// Smallest quota rate, bytes per second: below it one ordinary batch would be
+/// throttled for the longest delay every time.
+pub const QUOTA_RATE_MIN: u64 = 1024;
+
+/// A user's byte rates on each node (docs/SECURITY.md §7); `None` is no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quota {
+    /// Bytes of record batches per second the user may produce.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub produce_bytes_per_second: Option<u64>,
+    /// Bytes of record batches per second the user may fetch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetch_bytes_per_second: Option<u64>,
+}
+
+impl Quota {
+    /// Whether neither rate is limited.
+    pub fn is_unlimited(&self) -> bool {
+        self.produce_bytes_per_second.is_none() && self.fetch_bytes_per_second.is_none()
+    }
+
+    /// Checks both rates against [`QUOTA_RATE_MIN`].
+    pub fn validate(&self) -> Result<(), AuthError> {
+        for (what, rate) in [
+            ("produce", self.produce_bytes_per_second),
+            ("fetch", self.fetch_bytes_per_second),
+        ] {
+            if let Some(r) = rate
+                && r < QUOTA_RATE_MIN
+            {
+                return Err(AuthError::Invalid(format!(
+                    "a {what} rate of {r} bytes/s is below the least, {QUOTA_RATE_MIN} bytes/s"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One user.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct User {
@@ -104,6 +144,9 @@ pub struct User {
     /// The password's verifiers.
     #[serde(flatten)]
     pub password: PasswordVerifiers,
+    /// Byte rates; absent from the file when unlimited (files written before quotas).
+    #[serde(default, skip_serializing_if = "Quota::is_unlimited")]
+    pub quota: Quota,
 }
 
 impl fmt::Debug for User {
@@ -111,6 +154,7 @@ impl fmt::Debug for User {
         f.debug_struct("User")
             .field("role", &self.role)
             .field("created_ms", &self.created_ms)
+            .field("quota", &self.quota)
             .finish_non_exhaustive()
     }
 }
@@ -230,6 +274,9 @@ impl AuthFile {
                 return bad(format!("user {name:?} has no valid Argon2id hash"));
             }
             user.password.scram.validate()?;
+            user.quota
+                .validate()
+                .or_else(|e| bad(format!("user {name:?}: {e}")))?;
         }
         for (name, t) in &self.tokens {
             validate_name("token", name)?;
@@ -286,9 +333,26 @@ impl AuthFile {
                 role,
                 created_ms: now_ms,
                 password,
+                quota: Quota::default(),
             },
         );
         Ok(())
+    }
+
+    /// Sets a user's quota. Fails if there is no such user or a rate is too small.
+    pub fn set_quota(&mut self, name: &str, quota: Quota) -> Result<(), AuthError> {
+        quota.validate()?;
+        let user = self
+            .users
+            .get_mut(name)
+            .ok_or_else(|| AuthError::Invalid(format!("no user {name:?}")))?;
+        user.quota = quota;
+        Ok(())
+    }
+
+    /// A user's quota; unlimited for an unknown one.
+    pub fn quota(&self, name: &str) -> Quota {
+        self.users.get(name).map(|u| u.quota).unwrap_or_default()
     }
 
     /// Sets a user's password.
@@ -406,6 +470,25 @@ impl AuthFile {
             user: t.user.clone(),
             token: Some(name.clone()),
         })
+    }
+
+    /// Checks a user name and password against the Argon2id hash (HTTP Basic,
+    /// docs/SECURITY.md §6). An unknown user costs one Argon2id hash too, so the time
+    /// does not tell whether the user exists; every failure is [`AuthError::Failed`].
+    pub fn authenticate_password(
+        &self,
+        user: &str,
+        password: &Secret,
+    ) -> Result<Authenticated, AuthError> {
+        let phc = self.users.get(user).map(|u| u.password.argon2id.as_str());
+        if crate::password::check_password(phc, password) {
+            Ok(Authenticated {
+                user: user.to_owned(),
+                token: None,
+            })
+        } else {
+            Err(AuthError::Failed)
+        }
     }
 
     /// Whether an authenticated principal is still valid at `now_ms`: the user exists

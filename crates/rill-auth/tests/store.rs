@@ -236,3 +236,29 @@ fn a_password_is_changed_by_both_verifiers() {
             .is_err()
     );
 }
+
+#[test]
+fn a_password_is_checked_against_its_argon2id_hash() {
+    let f = file_with_alice_and_root();
+    let who = f
+        .authenticate_password("alice", &Secret::new("alice's password"))
+        .unwrap();
+    assert_eq!(
+        who,
+        Authenticated {
+            user: "alice".into(),
+            token: None
+        }
+    );
+    assert!(f.still_valid(&who, NOW));
+    for (user, password) in [
+        ("alice", "root's password"),
+        ("alice", ""),
+        ("nobody", "alice's password"),
+    ] {
+        assert!(matches!(
+            f.authenticate_password(user, &Secret::new(password)),
+            Err(AuthError::Failed)
+        ));
+    }
+}

@@ -12,14 +12,14 @@ use parking_lot::{Mutex, RwLock};
 use rill_auth::limiter::{Limiter, LimiterConfig};
 use rill_auth::password::{PasswordVerifiers, ScramVerifier, is_argon2id_phc};
 use rill_auth::scram::{self, ServerAwaitingFinal};
-use rill_auth::store::{AuthFile, Authenticated, Permission, Role};
+use rill_auth::store::{AuthFile, Authenticated, Permission, Quota, Role};
 use rill_auth::{AuthError, Secret};
 use rill_proto::RequestBody;
 use rill_proto::pb;
 use rill_storage::Io;
 
 use crate::BrokerError;
-use crate::catalog::{catalog_err, read_file, replace_file};
+use crate::catalog::{catalog_err, read_file, replace_private_file};
 
 /// The file credentials live in, next to `catalog.json`.
 pub(crate) const AUTH_FILE: &str = "auth.json";
@@ -41,6 +41,35 @@ pub enum Principal {
     Unauthenticated,
     /// An authenticated user (by password or token).
     User(Authenticated),
+}
+
+/// A credential on an HTTP request (docs/SECURITY.md §6). `Debug` shows no secret.
+#[derive(Debug)]
+pub enum HttpCredential {
+    /// `Authorization: Basic`, checked with Argon2id.
+    Basic {
+        /// The user.
+        user: String,
+        /// The password.
+        password: Secret,
+    },
+    /// `Authorization: Bearer`, an API token.
+    Bearer(Secret),
+}
+
+impl HttpCredential {
+    /// A user name and password (HTTP Basic).
+    pub fn basic(user: impl Into<String>, password: impl Into<String>) -> Self {
+        HttpCredential::Basic {
+            user: user.into(),
+            password: Secret::new(password.into()),
+        }
+    }
+
+    /// An API token (HTTP Bearer).
+    pub fn bearer(token: impl Into<String>) -> Self {
+        HttpCredential::Bearer(Secret::new(token.into()))
+    }
 }
 
 /// What a request needs (docs/SECURITY.md §4).
@@ -83,7 +112,8 @@ pub(crate) fn need(body: &RequestBody) -> Need {
         | R::DeleteUser(_)
         | R::ListUsers(_)
         | R::GrantAcl(_)
-        | R::RevokeAcl(_) => Need::Admin,
+        | R::RevokeAcl(_)
+        | R::SetQuota(_) => Need::Admin,
         R::CreateTopic(r) => on(&r.stream, MANAGE),
         R::DeleteTopic(r) => on(&r.stream, MANAGE),
         R::DescribeTopic(r) => on(&r.stream, ANY),
@@ -126,7 +156,16 @@ pub(crate) struct Auth {
     /// Serialises changes and their writes.
     changes: Mutex<()>,
     limiter: Mutex<Limiter>,
+    /// On a cluster node: the metadata group that holds the file (docs/SECURITY.md
+    /// §2.3), and the version of it `file` holds (0: none applied yet).
+    cluster: std::sync::OnceLock<std::sync::Arc<dyn crate::cluster::Cluster>>,
+    cluster_version: Mutex<u64>,
 }
+
+/// How many times a change is redone against a newer file before it gives up.
+const CLUSTER_CHANGE_TRIES: usize = 5;
+/// How long a change waits for this node to apply a newer file after a conflict.
+const CLUSTER_MIRROR_WAIT: Duration = Duration::from_secs(10);
 
 fn auth_invalid(path: &Path, e: &AuthError) -> BrokerError {
     catalog_err("parse", path)(std::io::Error::new(
@@ -164,6 +203,11 @@ impl Auth {
             io.remove_file(&tmp).map_err(catalog_err("remove", &tmp))?;
         }
         let file = if io.exists(&path) {
+            // A file written before Rill restricted its mode, or loosened by hand. One
+            // this process may read but not chmod (another owner's) is still served.
+            if let Err(e) = io.restrict_to_owner(&path) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot make auth.json readable by its owner only");
+            }
             let bytes = read_file(io, &path, AUTH_BYTES_MAX).map_err(catalog_err("read", &path))?;
             AuthFile::from_json(&bytes).map_err(|e| auth_invalid(&path, &e))?
         } else {
@@ -175,21 +219,118 @@ impl Auth {
             file: RwLock::new(file),
             changes: Mutex::new(()),
             limiter: Mutex::new(Limiter::new(LimiterConfig::default())),
+            cluster: std::sync::OnceLock::new(),
+            cluster_version: Mutex::new(0),
         })
+    }
+
+    /// Makes the metadata group the file's home (a cluster node).
+    pub(crate) fn attach_cluster(&self, cluster: std::sync::Arc<dyn crate::cluster::Cluster>) {
+        let _ = self.cluster.set(cluster);
+    }
+
+    /// Takes the cluster's file at `version` if it is newer than the one held. A file
+    /// that does not parse (never proposed: the proposer parsed it) is logged and
+    /// skipped, and the one held stays.
+    pub(crate) fn apply_cluster(&self, version: u64, text: &str) {
+        let mut held = self.cluster_version.lock();
+        if version <= *held {
+            return;
+        }
+        match AuthFile::from_json(text.as_bytes()) {
+            Ok(file) => {
+                *self.file.write() = file;
+                *held = version;
+            }
+            Err(e) => {
+                tracing::error!(version, error = %e, "the cluster's credentials do not parse: keeping the previous ones");
+            }
+        }
+    }
+
+    /// On a cluster node whose metadata has no credentials yet: proposes this node's
+    /// own `auth.json` (made with `rill user create --data` before the first start).
+    /// The first node to do so wins; the others are told it was not taken.
+    pub(crate) fn adopt_local(&self) -> Result<(), BrokerError> {
+        let Some(cluster) = self.cluster.get() else {
+            return Ok(());
+        };
+        let _one = self.changes.lock();
+        if *self.cluster_version.lock() != 0 || !self.has_users() {
+            return Ok(());
+        }
+        let file = self.file.read().clone();
+        match propose(cluster.as_ref(), 0, &file)? {
+            (crate::cluster::CatalogOutcome::Done, text) => {
+                self.apply_cluster(1, &text);
+                tracing::info!("this node's auth.json became the cluster's credentials");
+            }
+            _ => tracing::warn!(
+                "the cluster has credentials already: this node's auth.json was not taken"
+            ),
+        }
+        Ok(())
+    }
+
+    /// A user's quota; unlimited for an unknown one.
+    pub(crate) fn quota(&self, user: &str) -> Quota {
+        self.file.read().quota(user)
+    }
+
+    /// Whether `user` exists.
+    pub(crate) fn user_exists(&self, user: &str) -> bool {
+        self.file.read().users.contains_key(user)
     }
 
     /// Applies `change` to a copy of the file, writes it, then makes it current. A
     /// failed change or write leaves the file and memory as they were.
+    ///
+    /// On a cluster node the file is the metadata group's (docs/SECURITY.md §2.3): the
+    /// change is made against the version held and proposed as a compare-and-set,
+    /// redone against a newer one on a conflict. Call it where blocking is allowed
+    /// (it waits for the cluster).
     fn change<T>(
         &self,
         io: &dyn Io,
         dir: &Path,
-        change: impl FnOnce(&mut AuthFile) -> Result<T, BrokerError>,
+        mut change: impl FnMut(&mut AuthFile) -> Result<T, BrokerError>,
     ) -> Result<T, BrokerError> {
         let _one = self.changes.lock();
+        if let Some(cluster) = self.cluster.get() {
+            for _ in 0..CLUSTER_CHANGE_TRIES {
+                let version = *self.cluster_version.lock();
+                let mut next = self.file.read().clone();
+                let out = change(&mut next)?;
+                match propose(cluster.as_ref(), version, &next)? {
+                    (crate::cluster::CatalogOutcome::Done, text) => {
+                        self.apply_cluster(version + 1, &text);
+                        return Ok(out);
+                    }
+                    (crate::cluster::CatalogOutcome::Conflict(why), _) => {
+                        tracing::debug!(
+                            version,
+                            why,
+                            "credentials changed meanwhile: redoing the change"
+                        );
+                        let deadline = Instant::now() + CLUSTER_MIRROR_WAIT;
+                        while *self.cluster_version.lock() == version && Instant::now() < deadline {
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                    }
+                    (other, _) => {
+                        return Err(BrokerError::Internal(format!(
+                            "replacing the credentials answered {other:?}"
+                        )));
+                    }
+                }
+            }
+            return Err(BrokerError::ClusterTimeout(
+                "the credentials kept changing under this change; retry it".into(),
+            ));
+        }
         let mut next = self.file.read().clone();
         let out = change(&mut next)?;
-        replace_file(io, dir, AUTH_FILE, &next.to_json())?;
+        replace_private_file(io, dir, AUTH_FILE, &next.to_json())?;
         *self.file.write() = next;
         Ok(out)
     }
@@ -275,6 +416,7 @@ impl Auth {
         principal: &RwLock<Principal>,
         exchange: &Mutex<Option<Exchange>>,
         peer: Option<IpAddr>,
+        by_certificate: bool,
         r: &pb::AuthenticateRequest,
     ) -> Result<pb::AuthenticateResponse, BrokerError> {
         if !self.required {
@@ -282,20 +424,13 @@ impl Auth {
                 "this server does not require authentication".into(),
             ));
         }
-        if matches!(*principal.read(), Principal::User(_)) {
+        if !by_certificate && matches!(*principal.read(), Principal::User(_)) {
             return Err(BrokerError::InvalidRequest(
                 "this connection is authenticated already".into(),
             ));
         }
         let now = Instant::now();
-        if let Some(addr) = peer
-            && let Some(wait) = self.limiter.lock().check(addr, now)
-        {
-            return Err(BrokerError::Unauthenticated(format!(
-                "too many failed attempts; retry in {} s",
-                wait.as_secs().max(1)
-            )));
-        }
+        self.not_limited(peer, now)?;
         let outcome = self.step(exchange, r, now);
         match &outcome {
             Err(e) => {
@@ -312,6 +447,62 @@ impl Auth {
             Ok((_, None)) => {}
         }
         outcome.map(|(response, _)| response).map_err(|_| failed())
+    }
+
+    /// The user a client certificate names, if authentication is required and the
+    /// user exists.
+    pub(crate) fn certificate_user(&self, name: &str) -> Option<Authenticated> {
+        if !self.required || !self.file.read().users.contains_key(name) {
+            return None;
+        }
+        Some(Authenticated {
+            user: name.to_owned(),
+            token: None,
+        })
+    }
+
+    /// Checks an HTTP credential under the failure limiter.
+    pub(crate) fn authenticate_http(
+        &self,
+        peer: Option<IpAddr>,
+        credential: &HttpCredential,
+    ) -> Result<Principal, BrokerError> {
+        if !self.required {
+            return Ok(Principal::Anonymous);
+        }
+        let now = Instant::now();
+        self.not_limited(peer, now)?;
+        let outcome = match credential {
+            HttpCredential::Basic { user, password } => {
+                // The hash runs without the file's lock held: a writer waiting for it
+                // would hold up every request's authorization.
+                let phc = self
+                    .file
+                    .read()
+                    .users
+                    .get(user)
+                    .map(|u| u.password.argon2id.clone());
+                if rill_auth::password::check_password(phc.as_deref(), password) {
+                    Ok(Authenticated {
+                        user: user.clone(),
+                        token: None,
+                    })
+                } else {
+                    Err(AuthError::Failed)
+                }
+            }
+            HttpCredential::Bearer(token) => self.file.read().authenticate_token(token, now_ms()),
+        };
+        match outcome {
+            Ok(who) => Ok(Principal::User(who)),
+            Err(e) => {
+                if let Some(addr) = peer {
+                    self.limiter.lock().fail(addr, now);
+                }
+                tracing::info!(?peer, reason = %e, "HTTP authentication failed");
+                Err(failed())
+            }
+        }
     }
 
     fn step(
@@ -368,6 +559,19 @@ impl Auth {
         }
     }
 
+    /// `UNAUTHENTICATED` without a check while `peer` is closed to logins (§3.4).
+    fn not_limited(&self, peer: Option<IpAddr>, now: Instant) -> Result<(), BrokerError> {
+        if let Some(addr) = peer
+            && let Some(wait) = self.limiter.lock().check(addr, now)
+        {
+            return Err(BrokerError::Unauthenticated(format!(
+                "too many failed attempts; retry in {} s",
+                wait.as_secs().max(1)
+            )));
+        }
+        Ok(())
+    }
+
     /// Makes the first admin from a password, if the file has no user yet. Returns
     /// whether it did.
     pub(crate) fn bootstrap_admin(
@@ -380,11 +584,15 @@ impl Auth {
             return Ok(false);
         }
         let iterations = self.iterations;
+        // Checked again inside: on a cluster node another may have made one meanwhile.
         self.change(io, dir, |f| {
+            if !f.users.is_empty() {
+                return Ok(false);
+            }
             f.add_user("admin", Role::Admin, password, iterations, now_ms())
-                .map_err(invalid)
-        })?;
-        Ok(true)
+                .map_err(invalid)?;
+            Ok(true)
+        })
     }
 
     /// The admin requests on users, ACLs and tokens, and `WhoAmI`.
@@ -416,11 +624,36 @@ impl Auth {
             RequestBody::CreateUser(r) => {
                 let role = role_from_proto(r.role)?;
                 let verifiers = verifiers_from_proto(r.password.as_ref())?;
+                let quota = quota_from_proto(r.quota.unwrap_or_default());
+                quota.validate().map_err(invalid)?;
                 self.change(io, dir, |f| {
-                    f.insert_user(&r.name, role, verifiers, now_ms())
-                        .map_err(invalid)
+                    f.insert_user(&r.name, role, verifiers.clone(), now_ms())
+                        .map_err(invalid)?;
+                    f.set_quota(&r.name, quota).map_err(invalid)
                 })?;
                 Out::CreateUser(pb::CreateUserResponse {})
+            }
+            RequestBody::SetQuota(r) => {
+                let quota = self.change(io, dir, |f| {
+                    if !f.users.contains_key(&r.user) {
+                        return Err(BrokerError::InvalidRequest(format!("no user {:?}", r.user)));
+                    }
+                    let mut quota = f.quota(&r.user);
+                    let change = |rate: Option<u64>, old: Option<u64>| match rate {
+                        None => old,
+                        Some(0) => None,
+                        Some(r) => Some(r),
+                    };
+                    quota.produce_bytes_per_second =
+                        change(r.produce_bytes_per_second, quota.produce_bytes_per_second);
+                    quota.fetch_bytes_per_second =
+                        change(r.fetch_bytes_per_second, quota.fetch_bytes_per_second);
+                    f.set_quota(&r.user, quota).map_err(invalid)?;
+                    Ok(quota)
+                })?;
+                Out::SetQuota(pb::SetQuotaResponse {
+                    quota: Some(quota_to_proto(quota)),
+                })
             }
             RequestBody::DeleteUser(r) => {
                 if me.is_some_and(|w| w.user == r.name) {
@@ -441,6 +674,7 @@ impl Auth {
                             name: name.clone(),
                             role: role_to_proto(u.role) as i32,
                             created_ms: u.created_ms,
+                            quota: Some(quota_to_proto(u.quota)),
                             acls: file
                                 .acls
                                 .get(name)
@@ -467,7 +701,7 @@ impl Auth {
                     let user = f.users.get_mut(&r.name).ok_or_else(|| {
                         BrokerError::InvalidRequest(format!("no user {:?}", r.name))
                     })?;
-                    user.password = verifiers;
+                    user.password = verifiers.clone();
                     Ok(())
                 })?;
                 Out::SetPassword(pb::SetPasswordResponse {})
@@ -542,6 +776,19 @@ impl Auth {
     }
 }
 
+/// Proposes `file` as the cluster's credentials at `expected` and waits for the answer
+/// (where blocking is allowed); returns it with the text proposed.
+fn propose(
+    cluster: &dyn crate::cluster::Cluster,
+    expected: u64,
+    file: &AuthFile,
+) -> Result<(crate::cluster::CatalogOutcome, std::sync::Arc<str>), BrokerError> {
+    let text: std::sync::Arc<str> = String::from_utf8_lossy(&file.to_json()).into();
+    let handle = tokio::runtime::Handle::current();
+    let outcome = handle.block_on(cluster.replace_auth(expected, std::sync::Arc::clone(&text)))?;
+    Ok((outcome, text))
+}
+
 fn done(who: &Authenticated) -> pb::AuthenticateResponse {
     pb::AuthenticateResponse {
         data: Vec::new(),
@@ -565,7 +812,23 @@ pub(crate) fn is_auth_request(body: &RequestBody) -> bool {
             | R::CreateToken(_)
             | R::ListTokens(_)
             | R::RevokeToken(_)
+            | R::SetQuota(_)
     )
+}
+
+fn quota_from_proto(q: pb::Quota) -> Quota {
+    let rate = |r: u64| (r != 0).then_some(r);
+    Quota {
+        produce_bytes_per_second: rate(q.produce_bytes_per_second),
+        fetch_bytes_per_second: rate(q.fetch_bytes_per_second),
+    }
+}
+
+fn quota_to_proto(q: Quota) -> pb::Quota {
+    pb::Quota {
+        produce_bytes_per_second: q.produce_bytes_per_second.unwrap_or(0),
+        fetch_bytes_per_second: q.fetch_bytes_per_second.unwrap_or(0),
+    }
 }
 
 fn role_to_proto(role: Role) -> pb::Role {

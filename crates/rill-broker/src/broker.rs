@@ -204,6 +204,8 @@ pub struct Broker {
     pub(crate) cluster_offsets: RwLock<Arc<BTreeMap<crate::cluster::OffsetName, u64>>>,
     /// Users, tokens and ACLs (`auth.json`), and the failed-attempt limiter.
     pub(crate) auth: crate::auth::Auth,
+    /// The users' byte-rate buckets on this node (docs/SECURITY.md §7).
+    pub(crate) quotas: crate::quota::Quotas,
 }
 
 impl Broker {
@@ -224,6 +226,7 @@ impl Broker {
         cluster: Arc<dyn crate::cluster::Cluster>,
     ) -> Result<Arc<Self>, BrokerError> {
         let broker = Arc::new(Self::open_inner(config, Some(Arc::clone(&cluster)))?);
+        broker.auth.attach_cluster(Arc::clone(&cluster));
         crate::clustered::start_mirror(&broker, cluster);
         Ok(broker)
     }
@@ -310,12 +313,26 @@ impl Broker {
             cluster_members: RwLock::new(BTreeMap::new()),
             cluster_offsets: RwLock::new(Arc::new(BTreeMap::new())),
             auth,
+            quotas: crate::quota::Quotas::new(rill_auth::store::USERS_MAX),
         })
     }
 
     /// Whether connections must authenticate (`--auth`).
     pub fn auth_required(&self) -> bool {
         self.auth.required()
+    }
+
+    /// Every user's use of its quotas on this node, for `/metrics`: only users with a
+    /// quota who made a request since the broker opened.
+    pub fn quota_usage(&self) -> Vec<crate::quota::QuotaUsage> {
+        self.quotas.usage()
+    }
+
+    /// On a cluster node whose metadata holds no credentials yet: proposes this node's
+    /// own `auth.json`, if it has users (docs/SECURITY.md §2.3). Blocks until the
+    /// cluster answers: call it where blocking is allowed.
+    pub fn adopt_local_auth(&self) -> Result<(), BrokerError> {
+        self.auth.adopt_local()
     }
 
     /// Whether the credential store has any user.

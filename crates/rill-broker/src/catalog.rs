@@ -323,9 +323,34 @@ pub(crate) fn replace_file(
     name: &str,
     bytes: &[u8],
 ) -> Result<(), BrokerError> {
+    replace(io, dir, name, bytes, false)
+}
+
+/// [`replace_file`] for a file that holds credentials: the temporary file is made
+/// readable by its owner only (mode 0600) before a byte is written to it.
+pub(crate) fn replace_private_file(
+    io: &dyn Io,
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<(), BrokerError> {
+    replace(io, dir, name, bytes, true)
+}
+
+fn replace(
+    io: &dyn Io,
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    private: bool,
+) -> Result<(), BrokerError> {
     let path = dir.join(name);
     let tmp = dir.join(format!("{name}.tmp"));
     let file = io.open(&tmp, true).map_err(catalog_err("create", &tmp))?;
+    if private {
+        io.restrict_to_owner(&tmp)
+            .map_err(catalog_err("restrict the mode of", &tmp))?;
+    }
     file.set_len(0).map_err(catalog_err("truncate", &tmp))?;
     file.write_all_at(bytes, 0)
         .map_err(catalog_err("write", &tmp))?;

@@ -123,6 +123,9 @@ pub struct ClusterCatalog {
     pub offsets: BTreeMap<OffsetName, u64>,
     /// The nodes.
     pub members: Vec<ClusterMember>,
+    /// The credential file (`auth.json`'s text) and its version, once one was made
+    /// (docs/SECURITY.md §2.3).
+    pub auth: Option<(u64, Arc<str>)>,
 }
 
 /// A node in [`ClusterStatus`].
@@ -297,6 +300,9 @@ pub trait Cluster: Send + Sync + fmt::Debug + 'static {
     /// group's leader and applied everything it knows committed. A node that just
     /// started, or is cut off, is not: a name it does not know may exist.
     fn catalog_current(&self) -> bool;
+    /// Replaces the credential file if it is still at version `expected` (0: none
+    /// yet); resolves once committed and applied on this node. `Conflict` if it changed.
+    fn replace_auth(&self, expected: u64, text: Arc<str>) -> ClusterFuture<'_, CatalogOutcome>;
 }
 
 /// A partition replica on this node, as the broker serves it.

@@ -56,6 +56,9 @@ impl Broker {
     /// Replaces the mirrored catalog with `view`, keeping the topics that did not change
     /// (their partitions, and the long polls waiting on them).
     pub(crate) fn apply_cluster_catalog(&self, view: &ClusterCatalog) {
+        if let Some((version, text)) = &view.auth {
+            self.auth.apply_cluster(*version, text);
+        }
         let mut streams = BTreeMap::new();
         {
             let old = self.read_streams();

@@ -533,6 +533,8 @@ pub struct Session {
     pub(crate) principal: parking_lot::RwLock<crate::auth::Principal>,
     pub(crate) exchange: Mutex<Option<crate::auth::Exchange>>,
     pub(crate) peer: Option<std::net::IpAddr>,
+    /// Authenticated by a client certificate: an `Authenticate` may still replace it.
+    pub(crate) by_certificate: bool,
 }
 
 impl Session {
@@ -551,7 +553,32 @@ impl Broker {
             principal: parking_lot::RwLock::new(self.auth.initial()),
             exchange: Mutex::new(None),
             peer,
+            by_certificate: false,
         }
+    }
+
+    /// A new TLS connection from `peer` whose client certificate's subject common name
+    /// is `user` (docs/SECURITY.md §5): authenticated as that user if the broker
+    /// requires authentication and the user exists, else as [`Broker::session`].
+    pub fn session_with_certificate(&self, peer: Option<std::net::IpAddr>, user: &str) -> Session {
+        let mut session = self.session(peer);
+        if let Some(who) = self.auth.certificate_user(user) {
+            tracing::info!(?peer, user = %who.user, "authenticated by a client certificate");
+            *session.principal.get_mut() = crate::auth::Principal::User(who);
+            session.by_certificate = true;
+        }
+        session
+    }
+
+    /// Checks an HTTP credential (docs/SECURITY.md §6) under the same failure limiter
+    /// as `Authenticate`, and returns who it proves. A password costs an Argon2id hash:
+    /// call it where blocking is allowed. Failures say nothing about the user.
+    pub fn authenticate_http(
+        &self,
+        peer: Option<std::net::IpAddr>,
+        credential: &crate::auth::HttpCredential,
+    ) -> Result<crate::auth::Principal, BrokerError> {
+        self.auth.authenticate_http(peer, credential)
     }
 
     /// Like [`Broker::handle`], as the session's principal, remembering group members
@@ -582,6 +609,7 @@ impl Broker {
                 &session.principal,
                 &session.exchange,
                 session.peer,
+                session.by_certificate,
                 r,
             ) {
                 Ok(body) => Response::Ok {

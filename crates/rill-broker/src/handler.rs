@@ -23,16 +23,60 @@ impl Broker {
     /// (docs/SECURITY.md §4), so the server and embedded mode cannot differ.
     pub async fn handle_as(self: &Arc<Self>, principal: &Principal, request: Request) -> Response {
         let kind = request.body.kind() as u16;
+        let produced = match request.body {
+            RequestBody::Produce(_) => Some(request.payload.len() as u64),
+            _ => None,
+        };
         let outcome = match self.auth.authorize(principal, &request.body) {
             Ok(()) => self.dispatch_as(principal, request).await,
             Err(e) => Err(e),
         };
         match outcome.map_err(|e| self.unless_behind(e)) {
-            Ok((body, payload)) => Response::Ok { body, payload },
+            Ok((body, payload)) => {
+                if let Principal::User(who) = principal {
+                    let counted = match (&body, produced) {
+                        (ResponseBody::Produce(_), Some(n)) => Some((crate::QuotaKind::Produce, n)),
+                        (ResponseBody::Fetch(_), _) => {
+                            Some((crate::QuotaKind::Fetch, payload.len() as u64))
+                        }
+                        _ => None,
+                    };
+                    if let Some((quota_kind, bytes)) = counted {
+                        self.throttle(&who.user, quota_kind, bytes).await;
+                    }
+                }
+                Response::Ok { body, payload }
+            }
             Err(e) => Response::Err {
                 kind,
                 error: error_response(&e),
             },
+        }
+    }
+
+    /// Counts a done request's bytes against the user's quota and holds its response
+    /// back as long as the bucket says (docs/SECURITY.md §7). Users without that quota
+    /// cost one read lock.
+    async fn throttle(&self, user: &str, kind: crate::QuotaKind, bytes: u64) {
+        let quota = self.auth.quota(user);
+        let rate = match kind {
+            crate::QuotaKind::Produce => quota.produce_bytes_per_second,
+            crate::QuotaKind::Fetch => quota.fetch_bytes_per_second,
+        };
+        let Some(rate) = rate else { return };
+        let delay = self
+            .quotas
+            .record(user, kind, rate, bytes, std::time::Instant::now(), |u| {
+                self.auth.user_exists(u)
+            });
+        if !delay.is_zero() {
+            tracing::debug!(
+                user,
+                kind = kind.as_str(),
+                ?delay,
+                "quota: response held back"
+            );
+            tokio::time::sleep(delay).await;
         }
     }
 
@@ -303,6 +347,7 @@ impl Broker {
             | RequestBody::CreateToken(_)
             | RequestBody::ListTokens(_)
             | RequestBody::RevokeToken(_)
+            | RequestBody::SetQuota(_)
             | RequestBody::WhoAmI(_) => {
                 return Err(BrokerError::Internal(
                     "a credential request reached the data dispatch".into(),

@@ -23,12 +23,13 @@ mod names;
 mod offsets;
 mod partition;
 mod producer;
+mod quota;
 mod reserve;
 mod upkeep;
 
 // The API other crates use, and the types its signatures name; everything else is
 // crate-private (the coordinator, the producer table, the offset store, the limits).
-pub use auth::{Principal, TOKEN_MECHANISM, password_verifiers};
+pub use auth::{HttpCredential, Principal, TOKEN_MECHANISM, password_verifiers};
 pub use broker::{Broker, BrokerConfig, FailedPartition, Fetch, PartitionState};
 pub use catalog::TopicConfig;
 pub use error::BrokerError;
@@ -36,5 +37,6 @@ pub use group::GroupError;
 pub use groups::{MemberReport, Session};
 pub use names::validate_name;
 pub use partition::Produced;
+pub use quota::{QuotaKind, QuotaUsage, THROTTLE_MAX};
 /// Process-wide fsync latency of the log engine, for metrics.
 pub use rill_storage::{FSYNC_BUCKETS_SECONDS, FsyncStats, fsync_stats};

@@ -43,6 +43,9 @@ struct Cli {
     /// Open this data directory embedded, with no server.
     #[arg(long, global = true, value_name = "DIR", conflicts_with = "server")]
     data: Option<std::path::PathBuf>,
+    /// With a rills:// server: trust this CA (PEM) instead of the public roots
+    #[arg(long, global = true, env = "RILL_TLS_CA", value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -107,7 +110,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let target = target::Target::new(cli.server, cli.data);
+    let target = target::Target::new(cli.server, cli.data, cli.tls_ca);
     match cli.command {
         Command::Serve(args) => serve::run(args, target.data_dir()).await,
         Command::Stream(c) => admin::stream(c, &target).await,

@@ -42,6 +42,17 @@ pub(crate) struct ServeArgs {
     /// can read, write and delete every stream)
     #[arg(long)]
     insecure: bool,
+    /// Speak TLS only, on the client port and the HTTP port, with this certificate
+    /// chain (PEM, leaf first); re-read on SIGHUP. Also `tls_cert` in the TOML file
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM). Also `tls_key`
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Require a client certificate signed by this CA (PEM); one whose subject common
+    /// name is a user authenticates as that user. Also `tls_client_ca`
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
 }
 
 /// `--peers`: node ids and their node-to-node addresses.
@@ -103,6 +114,10 @@ struct FileConfig {
     auth: Option<bool>,
     /// PBKDF2 iterations of SCRAM verifiers the server makes (4,096-1,000,000).
     scram_iterations: Option<u32>,
+    /// As `--tls-cert`, `--tls-key` and `--tls-client-ca`.
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
 }
 
 /// A timeout that can be turned off: a number of milliseconds, or the word `off`.
@@ -266,12 +281,12 @@ fn check_exposure(server: &ServerConfig, auth: bool, insecure: bool) -> anyhow::
             "refusing to serve {first} to the network without --auth (anyone could read, write and delete every stream); pass --auth, or --insecure to do it anyway"
         );
     }
-    if auth {
+    if auth && server.tls.is_none() {
         tracing::warn!(
             address = %first,
             "serving a non-loopback address without TLS: tokens and data cross the network in clear (SCRAM keeps passwords off the wire)"
         );
-    } else {
+    } else if !auth {
         tracing::warn!(address = %first, "serving a non-loopback address without authentication (--insecure)");
     }
     Ok(())
@@ -292,22 +307,80 @@ fn admin_password(file: Option<&Path>) -> anyhow::Result<Option<rill_auth::Secre
 }
 
 /// With `--auth`: makes the first admin if there is no user, or refuses to start if
-/// there is none and no password to make one with.
-fn ensure_admin(broker: &Broker, password_file: Option<&Path>, data: &Path) -> anyhow::Result<()> {
-    if !broker.auth_required() || broker.has_users() {
+/// there is none and no password to make one with. On a cluster node the credentials
+/// are the cluster's (docs/SECURITY.md §2.3), and the metadata group may have no
+/// quorum yet: a task offers the node's own `auth.json`, then makes the first admin if
+/// the cluster has no user, retrying until the cluster answers.
+async fn ensure_admin(
+    broker: &Arc<Broker>,
+    password_file: Option<&Path>,
+    data: &Path,
+) -> anyhow::Result<()> {
+    if !broker.auth_required() {
         return Ok(());
     }
-    let Some(password) = admin_password(password_file)? else {
+    let password = admin_password(password_file)?;
+    if broker.is_clustered() {
+        let weak = Arc::downgrade(broker);
+        tokio::spawn(async move {
+            let mut warned = false;
+            // Ends when the broker is gone (the server stopped).
+            while let Some(b) = weak.upgrade() {
+                let (b2, pw) = (Arc::clone(&b), password.clone());
+                let done = tokio::task::spawn_blocking(
+                    move || -> Result<bool, rill_broker::BrokerError> {
+                        b2.adopt_local_auth()?;
+                        match pw {
+                            Some(pw) if !b2.has_users() => b2.bootstrap_admin(&pw),
+                            _ => Ok(false),
+                        }
+                    },
+                )
+                .await;
+                match done {
+                    Ok(Ok(made)) => {
+                        if made {
+                            tracing::info!("made the cluster's first admin, `admin`");
+                        } else if !b.has_users() {
+                            tracing::warn!(
+                                "--auth and no user known yet: this node takes the cluster's users once they are made (pass --admin-password-file to make the first admin)"
+                            );
+                        }
+                        return;
+                    }
+                    Ok(Err(e)) if !warned => {
+                        warned = true;
+                        tracing::warn!(error = %e, "cannot reach the cluster to settle its users yet; retrying");
+                    }
+                    Ok(Err(_)) => {}
+                    Err(e) => {
+                        tracing::error!(error = %e, "settling the cluster's users failed");
+                        return;
+                    }
+                }
+                drop(b);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+        return Ok(());
+    }
+    if broker.has_users() {
+        return Ok(());
+    }
+    let Some(password) = password else {
         anyhow::bail!(
             "--auth needs a user and {} has none: pass --admin-password-file FILE or set RILL_ADMIN_PASSWORD to make the first admin, or run `rill user create admin --role admin --data {}` before starting",
             data.display(),
             data.display()
         );
     };
-    broker
-        .bootstrap_admin(&password)
+    let b = Arc::clone(broker);
+    let made = tokio::task::spawn_blocking(move || b.bootstrap_admin(&password))
+        .await?
         .context("cannot make the first admin")?;
-    tracing::info!("made the first admin, `admin`");
+    if made {
+        tracing::info!("made the first admin, `admin`");
+    }
     Ok(())
 }
 
@@ -351,6 +424,25 @@ fn server_config(args: &ServeArgs, file: &FileConfig) -> anyhow::Result<ServerCo
     if let Some(n) = file.files_reserved {
         config.files_reserved = n;
     }
+    let cert = args.tls_cert.clone().or_else(|| file.tls_cert.clone());
+    let key = args.tls_key.clone().or_else(|| file.tls_key.clone());
+    let client_ca = args
+        .tls_client_ca
+        .clone()
+        .or_else(|| file.tls_client_ca.clone());
+    config.tls = match (cert, key) {
+        (Some(cert), Some(key)) => Some(rill_server::TlsSettings {
+            cert,
+            key,
+            client_ca,
+        }),
+        (None, None) if client_ca.is_some() => {
+            anyhow::bail!("tls_client_ca needs tls_cert and tls_key")
+        }
+        (None, None) => None,
+        (Some(_), None) => anyhow::bail!("tls_cert needs tls_key"),
+        (None, Some(_)) => anyhow::bail!("tls_key needs tls_cert"),
+    };
     config.validate()?;
     Ok(config)
 }
@@ -436,13 +528,17 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
         &broker,
         args.admin_password_file.as_deref(),
         &broker.config().data_dir,
-    )?;
+    )
+    .await?;
     let upkeep = tokio::spawn(Arc::clone(&broker).run_upkeep());
     let server = Server::bind(server_config, Arc::clone(&broker))
         .await
         .context("cannot start the server")?;
     if let Some(node) = &cluster {
         node.register_client(server.local_addr().to_string());
+    }
+    if let Some(tls) = server.tls() {
+        reload_on_sighup(tls);
     }
     tracing::info!(
         listen = %server.local_addr(),
@@ -526,6 +622,36 @@ async fn start_node(
     Ok(node)
 }
 
+/// Reads the TLS files again on every SIGHUP (docs/SECURITY.md §5): new connections use
+/// them, open ones keep theirs, and files that do not load leave the old ones in force.
+fn reload_on_sighup(tls: Arc<rill_server::Tls>) {
+    #[cfg(unix)]
+    {
+        let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            Ok(hup) => hup,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGHUP: TLS files will not reload");
+                return;
+            }
+        };
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                let tls = Arc::clone(&tls);
+                match tokio::task::spawn_blocking(move || tls.reload()).await {
+                    Ok(Ok(())) => tracing::info!("SIGHUP: reloaded the TLS certificate"),
+                    Ok(Err(e)) => tracing::error!(
+                        error = %e,
+                        "SIGHUP: the TLS files do not load; the previous certificate stays in force"
+                    ),
+                    Err(e) => tracing::error!(error = %e, "SIGHUP: the TLS reload failed"),
+                }
+            }
+        });
+    }
+    #[cfg(not(unix))]
+    let _ = tls;
+}
+
 /// Resolves on SIGTERM or SIGINT. The handlers are installed now, not when it is first
 /// polled, so their descriptors are open before the server counts them.
 fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
@@ -586,7 +712,39 @@ mod tests {
             auth: false,
             admin_password_file: None,
             insecure: false,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
         }
+    }
+
+    #[test]
+    fn tls_files_come_from_flags_or_the_file_in_pairs() {
+        let file: FileConfig =
+            toml::from_str("tls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\n").unwrap();
+        let tls = server_config(&args(), &file).unwrap().tls.unwrap();
+        assert_eq!(tls.cert, PathBuf::from("/c.pem"));
+        assert_eq!(tls.client_ca, None);
+        let mut flags = args();
+        flags.tls_cert = Some("/flag.pem".into());
+        assert_eq!(
+            server_config(&flags, &file).unwrap().tls.unwrap().cert,
+            PathBuf::from("/flag.pem")
+        );
+        for text in [
+            "tls_cert = \"/c\"",
+            "tls_key = \"/k\"",
+            "tls_client_ca = \"/ca\"",
+        ] {
+            let file: FileConfig = toml::from_str(text).unwrap();
+            assert!(server_config(&args(), &file).is_err(), "{text}");
+        }
+        assert!(
+            server_config(&args(), &FileConfig::default())
+                .unwrap()
+                .tls
+                .is_none()
+        );
     }
 
     #[test]

@@ -7,17 +7,26 @@ use anyhow::Context;
 use std::time::Duration;
 
 use rill_client::{Client, DEFAULT_URL, RetryPolicy, Topic};
-use rill_client::{ClientError, Credentials, ErrorCode, Secret};
+use rill_client::{ClientError, Credentials, ErrorCode, Secret, TlsOptions};
 
 #[derive(Debug)]
 pub(crate) struct Target {
     server: Option<String>,
     data: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
 }
 
 impl Target {
-    pub(crate) fn new(server: Option<String>, data: Option<PathBuf>) -> Self {
-        Self { server, data }
+    pub(crate) fn new(
+        server: Option<String>,
+        data: Option<PathBuf>,
+        tls_ca: Option<PathBuf>,
+    ) -> Self {
+        Self {
+            server,
+            data,
+            tls_ca,
+        }
     }
 
     /// The data directory given with `--data`, for `serve`.
@@ -43,6 +52,11 @@ impl Target {
                 if let Some(credentials) = env_credentials(|name| std::env::var(name).ok())? {
                     builder = builder.credentials(credentials);
                 }
+                if rill_client::url_uses_tls(url) {
+                    builder = builder.tls(tls_options(self.tls_ca.as_deref(), |name| {
+                        std::env::var_os(name).map(PathBuf::from)
+                    })?);
+                }
                 let shown = rill_client::redact_url(url);
                 builder.connect(url).await.map_err(|e| {
                     let refused = matches!(
@@ -52,7 +66,9 @@ impl Target {
                             ..
                         }
                     );
-                    let context = if refused {
+                    let context = if let ClientError::Protocol(_) = &e {
+                        format!("cannot connect to the rill server at {shown}")
+                    } else if refused {
                         format!("the rill server at {shown} refused this client (give credentials with rill://USER:PASSWORD@HOST:PORT, RILL_USER and RILL_PASSWORD, or RILL_TOKEN)")
                     } else {
                         format!("cannot reach a rill server at {shown} (start one with `rill serve`, or pass --server URL or --data DIR)")
@@ -62,6 +78,29 @@ impl Target {
             }
         }
     }
+}
+
+/// TLS for a `rills://` server: `--tls-ca` / `RILL_TLS_CA` to trust a private CA, and
+/// a client certificate from `RILL_TLS_CLIENT_CERT` with `RILL_TLS_CLIENT_KEY`.
+fn tls_options(
+    ca: Option<&std::path::Path>,
+    env: impl Fn(&str) -> Option<PathBuf>,
+) -> anyhow::Result<TlsOptions> {
+    let mut tls = TlsOptions::new();
+    if let Some(ca) = ca {
+        tls = tls.ca_file(ca).context("--tls-ca")?;
+    }
+    match (env("RILL_TLS_CLIENT_CERT"), env("RILL_TLS_CLIENT_KEY")) {
+        (Some(cert), Some(key)) => {
+            tls = tls
+                .client_certificate_files(cert, key)
+                .context("RILL_TLS_CLIENT_CERT / RILL_TLS_CLIENT_KEY")?;
+        }
+        (Some(_), None) => anyhow::bail!("RILL_TLS_CLIENT_CERT needs RILL_TLS_CLIENT_KEY"),
+        (None, Some(_)) => anyhow::bail!("RILL_TLS_CLIENT_KEY needs RILL_TLS_CLIENT_CERT"),
+        (None, None) => {}
+    }
+    Ok(tls)
 }
 
 /// Credentials from the environment (docs/CLI.md, Security): `RILL_TOKEN`, or

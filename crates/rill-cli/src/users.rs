@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Subcommand;
-use rill_client::{Permission, Role, Secret};
+use rill_client::{Permission, QUOTA_RATE_MIN, Quota, QuotaChange, Role, Secret};
 
 use crate::admin::parse_duration;
 use crate::target::{self, Target};
@@ -24,8 +24,25 @@ pub(crate) enum UserCommand {
         /// admin or user.
         #[arg(long, default_value = "user", value_parser = parse_role)]
         role: Role,
+        /// Bytes per second the user may produce on each node (e.g. 1MiB/s).
+        #[arg(long, value_parser = parse_rate)]
+        produce_rate: Option<Rate>,
+        /// Bytes per second the user may fetch on each node (e.g. 10MiB/s).
+        #[arg(long, value_parser = parse_rate)]
+        fetch_rate: Option<Rate>,
     },
-    /// List users, their roles and ACLs.
+    /// Change a user's quotas; `none` removes one, and a rate left out is kept.
+    Alter {
+        /// User name.
+        name: String,
+        /// Bytes per second the user may produce on each node, or none.
+        #[arg(long, value_parser = parse_rate)]
+        produce_rate: Option<Rate>,
+        /// Bytes per second the user may fetch on each node, or none.
+        #[arg(long, value_parser = parse_rate)]
+        fetch_rate: Option<Rate>,
+    },
+    /// List users, their roles, ACLs and quotas.
     List,
     /// Delete a user with its tokens and ACLs.
     Delete {
@@ -84,6 +101,64 @@ pub(crate) enum TokenCommand {
     },
 }
 
+/// A quota rate: bytes per second, or `None` for no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Rate(Option<u64>);
+
+/// `1048576`, `64KiB/s`, `10MB/s`, `1GiB` or `none` (decimal and binary units; `/s`
+/// optional).
+fn parse_rate(s: &str) -> Result<Rate, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("none") {
+        return Ok(Rate(None));
+    }
+    let t = t.strip_suffix("/s").unwrap_or(t).trim_end();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let unit_bytes: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {s:?} (expected B, KB, MB, GB, KiB, MiB or GiB, optionally /s, or none)"
+            ));
+        }
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a rate (e.g. 1048576, 64KiB/s, 10MB/s, none)"))?;
+    let bytes = n
+        .checked_mul(unit_bytes)
+        .ok_or_else(|| format!("{s:?} is too large"))?;
+    if bytes < QUOTA_RATE_MIN {
+        return Err(format!(
+            "{s:?} is below the least rate, {QUOTA_RATE_MIN} bytes/s (use none for no limit)"
+        ));
+    }
+    Ok(Rate(Some(bytes)))
+}
+
+/// A quota as `user list` and `user alter` print it.
+fn quota_text(q: &Quota) -> String {
+    let mut parts = Vec::new();
+    if let Some(r) = q.produce_bytes_per_second {
+        parts.push(format!("produce={r}B/s"));
+    }
+    if let Some(r) = q.fetch_bytes_per_second {
+        parts.push(format!("fetch={r}B/s"));
+    }
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(",")
+    }
+}
+
 fn parse_role(s: &str) -> Result<Role, String> {
     Role::parse(s).map_err(|e| e.to_string())
 }
@@ -138,10 +213,33 @@ pub(crate) async fn user(command: UserCommand, target: &Target) -> anyhow::Resul
     };
     let client = target.client().await?;
     match command {
-        UserCommand::Create { name, role, .. } => {
+        UserCommand::Create {
+            name,
+            role,
+            produce_rate,
+            fetch_rate,
+            ..
+        } => {
             let password = password.expect("read above");
             client.create_user(&name, role, &password).await?;
+            let change = quota_change(produce_rate, fetch_rate);
+            if change != QuotaChange::new() {
+                client.set_quota(&name, change).await?;
+            }
             println!("created");
+        }
+        UserCommand::Alter {
+            name,
+            produce_rate,
+            fetch_rate,
+        } => {
+            if produce_rate.is_none() && fetch_rate.is_none() {
+                anyhow::bail!("nothing to change: pass --produce-rate and/or --fetch-rate");
+            }
+            let quota = client
+                .set_quota(&name, quota_change(produce_rate, fetch_rate))
+                .await?;
+            println!("{}", quota_text(&quota));
         }
         UserCommand::List => {
             for u in client.list_users().await? {
@@ -154,7 +252,7 @@ pub(crate) async fn user(command: UserCommand, target: &Target) -> anyhow::Resul
                     })
                     .collect();
                 println!(
-                    "{}\t{}\t{}\t{}",
+                    "{}\t{}\t{}\t{}\t{}",
                     u.name,
                     role_name(u.role),
                     time(u.created_ms),
@@ -162,7 +260,8 @@ pub(crate) async fn user(command: UserCommand, target: &Target) -> anyhow::Resul
                         "-".into()
                     } else {
                         acls.join(",")
-                    }
+                    },
+                    quota_text(&u.quota)
                 );
             }
         }
@@ -177,6 +276,17 @@ pub(crate) async fn user(command: UserCommand, target: &Target) -> anyhow::Resul
         }
     }
     target::finish(&client).await
+}
+
+fn quota_change(produce: Option<Rate>, fetch: Option<Rate>) -> QuotaChange {
+    let mut change = QuotaChange::new();
+    if let Some(Rate(r)) = produce {
+        change = change.produce(r);
+    }
+    if let Some(Rate(r)) = fetch {
+        change = change.fetch(r);
+    }
+    change
 }
 
 pub(crate) async fn acl(command: AclCommand, target: &Target) -> anyhow::Result<()> {
@@ -232,4 +342,26 @@ pub(crate) async fn token(command: TokenCommand, target: &Target) -> anyhow::Res
         }
     }
     target::finish(&client).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_take_decimal_and_binary_units_and_none() {
+        for (text, want) in [
+            ("1048576", Some(1 << 20)),
+            ("64KiB/s", Some(64 << 10)),
+            ("10MB/s", Some(10_000_000)),
+            ("1GiB", Some(1 << 30)),
+            ("2 MiB/s", Some(2 << 20)),
+            ("none", None),
+        ] {
+            assert_eq!(parse_rate(text), Ok(Rate(want)), "{text}");
+        }
+        for bad in ["", "fast", "10XB/s", "-5", "1023", "99999999999GiB"] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -29,6 +29,8 @@ struct Node {
     http: String,
     /// A settings file (`RILL_CONFIG`).
     config: Option<PathBuf>,
+    /// More environment for the process.
+    env: Vec<(String, String)>,
 }
 
 impl Node {
@@ -46,7 +48,9 @@ impl Node {
                 .env("RILL_LOG", "warn")
                 .env_remove("RILL_SERVER")
                 .env_remove("RILL_CONFIG")
+                .env_remove("RILL_ADMIN_PASSWORD")
                 .envs(self.config.iter().map(|c| ("RILL_CONFIG", c)))
+                .envs(self.env.iter().map(|(k, v)| (k, v)))
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -130,6 +134,7 @@ fn cluster(dir: &Path) -> (Vec<Node>, String) {
             child: None,
             http: String::new(),
             config: None,
+            env: Vec::new(),
         })
         .collect();
     let url = format!(
@@ -593,4 +598,183 @@ async fn retention_runs_on_every_replica_of_a_cluster_and_readers_go_on_from_the
     for n in &mut nodes {
         n.terminate();
     }
+}
+
+/// The CLI as a user, with `input` on its standard input.
+fn rill_as(
+    url: &str,
+    user: &str,
+    password: &str,
+    args: &[&str],
+    input: &str,
+) -> std::process::Output {
+    let args = [&["--server", url][..], args].concat();
+    common::rill_in(
+        &args,
+        &[
+            ("RILL_LOG", "warn"),
+            ("RILL_USER", user),
+            ("RILL_PASSWORD", password),
+        ],
+        input,
+    )
+}
+
+/// Runs `args` as `user` until it succeeds (at most 30 s): the cluster electing its
+/// leaders, or a node catching up with the credentials.
+fn until_ok(url: &str, user: &str, password: &str, args: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let o = rill_as(url, user, password, args, "");
+        if o.status.success() {
+            return String::from_utf8_lossy(&o.stdout).into_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{args:?} as {user} on {url} kept failing: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Users, ACLs and tokens are the cluster's (docs/SECURITY.md §2.3): the first admin
+/// made on one node logs in on the others, a user made through one node works through
+/// any, two admins creating users at once through two nodes lose neither, and a node
+/// that was down while a user was deleted refuses that user once it is back.
+#[test]
+fn users_made_through_any_node_hold_on_every_node_and_survive_a_kill9() {
+    const ADMIN: &str = "cluster-admin-pw";
+    let dir = tempfile::tempdir().unwrap();
+    let (mut nodes, _) = cluster(dir.path());
+    let settings = dir.path().join("rill.toml");
+    std::fs::write(&settings, "auth = true\n").unwrap();
+    for n in nodes.iter_mut() {
+        n.config = Some(settings.clone());
+    }
+    nodes[0]
+        .env
+        .push(("RILL_ADMIN_PASSWORD".into(), ADMIN.into()));
+    for n in nodes.iter_mut() {
+        n.start();
+    }
+    let at = |n: &Node| format!("rill://127.0.0.1:{}", n.client_port);
+    let (u1, u2, u3) = (at(&nodes[0]), at(&nodes[1]), at(&nodes[2]));
+
+    // The admin node 1 made logs in through node 2, which was given no password.
+    // (Each node takes it when it applies the entry: asked until it has.)
+    for url in [&u2, &u3] {
+        until_ok(url, "admin", ADMIN, &["stream", "list"]);
+    }
+    let o = rill_as(&u2, "admin", "wrong-password", &["stream", "list"], "");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unauthenticated"));
+
+    // alice, made through node 3, may read "shop" through node 1.
+    let o = rill_as(
+        &u3,
+        "admin",
+        ADMIN,
+        &["user", "create", "alice", "--password-stdin"],
+        "alice-password\n",
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    until_ok(
+        &u3,
+        "admin",
+        ADMIN,
+        &["topic", "create", "shop/orders", "--partitions", "1"],
+    );
+    let o = rill_as(
+        &u3,
+        "admin",
+        ADMIN,
+        &[
+            "acl", "grant", "alice", "--stream", "shop", "--allow", "read",
+        ],
+        "",
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let streams = until_ok(&u1, "alice", "alice-password", &["stream", "list"]);
+    assert!(streams.starts_with("shop\t"), "{streams}");
+
+    // Two admins at once through two nodes: both users exist afterwards.
+    let spawn = |url: &str, name: &str| {
+        use std::io::Write;
+        let mut child = Command::new(rill_bin())
+            .args(["--server", url, "user", "create", name, "--password-stdin"])
+            .env("RILL_LOG", "warn")
+            .env("RILL_USER", "admin")
+            .env("RILL_PASSWORD", ADMIN)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(format!("{name}-password\n").as_bytes())
+            .unwrap();
+        child
+    };
+    let (a, b) = (spawn(&u1, "bob"), spawn(&u2, "carol"));
+    for child in [a, b] {
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    // Through the third node, once it has applied both.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let users = until_ok(&u3, "admin", ADMIN, &["user", "list"]);
+        let all = ["admin", "alice", "bob", "carol"]
+            .iter()
+            .all(|name| users.lines().any(|l| l.starts_with(&format!("{name}\t"))));
+        if all {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a user is missing: {users}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Node 3 is down while alice is deleted; back, it refuses her.
+    nodes[2].kill9();
+    let o = rill_as(&u1, "admin", ADMIN, &["user", "delete", "alice"], "");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    nodes[2].start();
+    // Once node 3 serves the admin again, it has caught up with at least the delete's
+    // entry or is still catching up: ask until alice is refused.
+    until_ok(&u3, "admin", ADMIN, &["stream", "list"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let o = rill_as(&u3, "alice", "alice-password", &["stream", "list"], "");
+        if String::from_utf8_lossy(&o.stderr).contains("unauthenticated") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node 3 still lets alice in");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // bob's password works through the node that was down.
+    until_ok(&u3, "bob", "bob-password", &["stream", "list"]);
+
+    // No clear password anywhere in the nodes' data directories (raft logs included),
+    // and the metadata's files, which hold the verifiers, are their owner's alone.
+    let mut metadata_files = 0;
+    for n in &nodes {
+        for entry in common::walk(&n.data) {
+            let name = entry.file_name().unwrap().to_string_lossy().into_owned();
+            if name == "meta.log" || name == "meta.snapshot" {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = std::fs::metadata(&entry).unwrap().permissions().mode() & 0o777;
+                assert_eq!(mode, 0o600, "{}", entry.display());
+                metadata_files += 1;
+            }
+            let bytes = std::fs::read(&entry).unwrap_or_default();
+            let text = String::from_utf8_lossy(&bytes);
+            for secret in [ADMIN, "alice-password", "bob-password", "carol-password"] {
+                assert!(!text.contains(secret), "{} holds {secret}", entry.display());
+            }
+        }
+    }
+    assert!(metadata_files >= 3, "every node has a meta.log");
 }

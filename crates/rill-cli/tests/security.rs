@@ -7,67 +7,11 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::process::{Command, Output, Stdio};
 
-use common::rill_bin;
+use common::{rill_bin, rill_in, serve};
 
 const ADMIN_PASSWORD: &str = "first-admin-Pa55";
-
-/// A `rill serve` with extra arguments and environment; its whole stderr is kept.
-struct Served {
-    child: Child,
-    addr: String,
-    log: Arc<Mutex<String>>,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(data: &Path, args: &[&str], env: &[(&str, &str)]) -> Served {
-    let mut cmd = Command::new(rill_bin());
-    cmd.args([
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-        "--data",
-    ])
-    .arg(data)
-    .args(args)
-    .env("RILL_LOG", "info")
-    .env_remove("RILL_ADMIN_PASSWORD")
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("spawn rill serve");
-    let stderr = child.stderr.take().unwrap();
-    let log = Arc::new(Mutex::new(String::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let kept = Arc::clone(&log);
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line.strip_prefix("rill listening on ") {
-                let _ = tx.send(rest.split_once(" (http ").unwrap().0.to_owned());
-            }
-            let mut log = kept.lock().unwrap();
-            log.push_str(&line);
-            log.push('\n');
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .unwrap_or_else(|_| panic!("rill serve did not start: {}", log.lock().unwrap()));
-    Served { child, addr, log }
-}
 
 /// `rill serve` that is expected to refuse to start: its exit code and stderr.
 fn refused(data: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
@@ -233,7 +177,7 @@ fn the_cli_authenticates_from_the_url_or_the_environment_and_says_unauthenticate
     );
     assert!(!log.contains(ADMIN_PASSWORD), "{log}");
     drop(server);
-    for file in walk(&data) {
+    for file in common::walk(&data) {
         let bytes = std::fs::read(&file).unwrap();
         assert!(
             !String::from_utf8_lossy(&bytes).contains(ADMIN_PASSWORD),
@@ -244,44 +188,7 @@ fn the_cli_authenticates_from_the_url_or_the_environment_and_says_unauthenticate
     assert!(data.join("auth.json").exists());
 }
 
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
-}
-
 /// `rill` with `input` on standard input.
-fn rill_in(args: &[&str], env: &[(&str, &str)], input: &str) -> Output {
-    use std::io::Write;
-    let mut cmd = Command::new(rill_bin());
-    cmd.args(args)
-        .env_remove("RILL_USER")
-        .env_remove("RILL_PASSWORD")
-        .env_remove("RILL_TOKEN")
-        .env_remove("RILL_SERVER")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
-
 #[test]
 fn users_acls_and_tokens_from_the_cli_decide_what_each_may_do() {
     let dir = tempfile::tempdir().unwrap();
@@ -385,7 +292,7 @@ fn users_acls_and_tokens_from_the_cli_decide_what_each_may_do() {
     assert!(
         users
             .lines()
-            .any(|l| l.starts_with("alice\tuser\t") && l.ends_with("\tshop:read")),
+            .any(|l| l.starts_with("alice\tuser\t") && l.ends_with("\tshop:read\t-")),
         "{users}"
     );
     assert!(
@@ -504,4 +411,166 @@ fn users_acls_and_tokens_from_the_cli_decide_what_each_may_do() {
     ] {
         assert!(!log.contains(secret), "the log holds a secret: {log}");
     }
+}
+
+#[test]
+fn quotas_from_the_cli_are_stored_listed_and_counted_in_the_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let password_file = dir.path().join("admin-password");
+    std::fs::write(&password_file, format!("{ADMIN_PASSWORD}\n")).unwrap();
+    let server = serve(
+        &data,
+        &[
+            "--auth",
+            "--admin-password-file",
+            password_file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let url = format!("rill://{}", server.addr);
+    let admin = [("RILL_USER", "admin"), ("RILL_PASSWORD", ADMIN_PASSWORD)];
+    let bob = [("RILL_USER", "bob"), ("RILL_PASSWORD", "bob-password")];
+    let ok = |o: Output| {
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    ok(rill(
+        &["topic", "create", "shop/orders", "--server", &url],
+        &admin,
+    ));
+    ok(rill_in(
+        &[
+            "user",
+            "create",
+            "bob",
+            "--password-stdin",
+            "--produce-rate",
+            "64KiB/s",
+            "--server",
+            &url,
+        ],
+        &admin,
+        "bob-password\n",
+    ));
+    ok(rill(
+        &[
+            "acl",
+            "grant",
+            "bob",
+            "--stream",
+            "shop",
+            "--allow",
+            "read,write",
+            "--server",
+            &url,
+        ],
+        &admin,
+    ));
+    let users = ok(rill(&["user", "list", "--server", &url], &admin));
+    assert!(
+        users
+            .lines()
+            .any(|l| l.starts_with("bob\tuser\t") && l.ends_with("\tproduce=65536B/s")),
+        "{users}"
+    );
+    // A rate left out is kept; none removes one.
+    let now = ok(rill(
+        &[
+            "user",
+            "alter",
+            "bob",
+            "--fetch-rate",
+            "1MiB/s",
+            "--server",
+            &url,
+        ],
+        &admin,
+    ));
+    assert_eq!(now.trim(), "produce=65536B/s,fetch=1048576B/s");
+    // Bad rates are usage errors; an alter with nothing to change says so.
+    for bad in ["fast", "10", "5XB/s"] {
+        let o = rill(
+            &[
+                "user",
+                "alter",
+                "bob",
+                "--produce-rate",
+                bad,
+                "--server",
+                &url,
+            ],
+            &admin,
+        );
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
+    }
+    let o = rill(&["user", "alter", "bob", "--server", &url], &admin);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("nothing to change"), "{}", stderr(&o));
+    // Only an admin sets quotas.
+    let o = rill(
+        &[
+            "user",
+            "alter",
+            "bob",
+            "--produce-rate",
+            "none",
+            "--server",
+            &url,
+        ],
+        &bob,
+    );
+    assert!(stderr(&o).contains("permission denied"), "{}", stderr(&o));
+
+    for v in ["one", "two", "three"] {
+        ok(rill(&["produce", "shop/orders", v, "--server", &url], &bob));
+    }
+    let read = ok(rill(
+        &[
+            "consume",
+            "shop/orders",
+            "--from",
+            "first",
+            "--count",
+            "3",
+            "--server",
+            &url,
+        ],
+        &bob,
+    ));
+    assert_eq!(read.lines().count(), 3, "{read}");
+    let metrics = common::http_get(&server.http, "/metrics");
+    let value = |name: &str, kind: &str| -> f64 {
+        let prefix = format!("{name}{{user=\"bob\",kind=\"{kind}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in {metrics}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(value("rill_quota_bytes_total", "produce") > 0.0);
+    assert!(value("rill_quota_bytes_total", "fetch") > 0.0);
+    // Three small records are far within 64 KiB/s: nothing was held back.
+    assert_eq!(value("rill_quota_throttle_seconds_total", "produce"), 0.0);
+    assert!(
+        !metrics.contains("user=\"admin\""),
+        "a user without a quota has no series"
+    );
+
+    let now = ok(rill(
+        &[
+            "user",
+            "alter",
+            "bob",
+            "--produce-rate",
+            "none",
+            "--fetch-rate",
+            "none",
+            "--server",
+            &url,
+        ],
+        &admin,
+    ));
+    assert_eq!(now.trim(), "-");
 }

@@ -120,6 +120,7 @@ pub struct ClientBuilder {
     init_retries: u32,
     init_interval: Duration,
     credentials: Option<Credentials>,
+    tls: Option<crate::TlsOptions>,
 }
 
 impl Default for ClientBuilder {
@@ -132,6 +133,7 @@ impl Default for ClientBuilder {
             init_retries: 3,
             init_interval: Duration::from_secs(1),
             credentials: None,
+            tls: None,
         }
     }
 }
@@ -168,26 +170,48 @@ impl ClientBuilder {
         self
     }
 
-    /// How long a TCP connect may take (default 5 s).
+    /// How to speak TLS to a `rills://` server: the certificate authorities to trust
+    /// and a client certificate (default [`TlsOptions::new`](crate::TlsOptions::new):
+    /// the public roots, no client certificate). A `rill://` URL with TLS options is
+    /// refused, so a plaintext connection is never made by mistake.
+    pub fn tls(mut self, tls: crate::TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// How long a TCP connect (and a TLS handshake) may take (default 5 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
-    /// Connects to a server at `rill://HOST:PORT`. The connection is made by the first
-    /// request (and re-made after it breaks); this checks the URL and reachability.
+    /// Connects to a server at `rill://HOST:PORT`, or with TLS at `rills://HOST:PORT`.
+    /// The connection is made by the first request (and re-made after it breaks); this
+    /// checks the URL and reachability.
     pub async fn connect(mut self, url: &str) -> Result<Client, ClientError> {
         let (url, in_url) = split_credentials(url)?;
         let addrs = parse_urls(&url)?;
         if in_url.is_some() {
             self.credentials = in_url;
         }
+        let tls = match (url_uses_tls(&url), &self.tls) {
+            (true, Some(tls)) => Some(tls.connector()?),
+            (true, None) => Some(crate::TlsOptions::new().connector()?),
+            (false, Some(_)) => {
+                return Err(ClientError::InvalidUrl {
+                    url: redact_url(&url),
+                    reason: "TLS options were given for a rill:// URL; use rills://",
+                });
+            }
+            (false, None) => None,
+        };
         let transport = crate::routed::Routed::new(
             addrs,
             TcpOptions {
                 connect_timeout: self.connect_timeout,
                 max_frame_bytes: self.max_frame_bytes,
                 credentials: self.credentials.clone(),
+                tls,
             },
         );
         let init = RetryPolicy {
@@ -284,7 +308,12 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// Parses `rill://HOST:PORT` (or a bare `HOST:PORT`).
+/// Whether a URL asks for TLS (`rills://`).
+pub fn url_uses_tls(url: &str) -> bool {
+    url.split_once("://")
+        .is_some_and(|(scheme, _)| scheme == "rills")
+}
+
 /// Checks a URL that may name several nodes of a cluster, `rill://HOST:PORT,HOST:PORT`,
 /// and returns their `HOST:PORT`s (at least one, none twice).
 pub fn parse_urls(url: &str) -> Result<Vec<String>, ClientError> {
@@ -323,8 +352,8 @@ pub fn parse_url(url: &str) -> Result<String, ClientError> {
         reason,
     };
     let rest = match url.split_once("://") {
-        Some(("rill", rest)) => rest,
-        Some(_) => return Err(bad("the scheme must be rill://")),
+        Some(("rill" | "rills", rest)) => rest,
+        Some(_) => return Err(bad("the scheme must be rill:// or rills:// (TLS)")),
         None => url,
     };
     let rest = rest.trim_end_matches('/');

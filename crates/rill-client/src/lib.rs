@@ -53,6 +53,7 @@ pub mod raw;
 mod reader;
 mod routed;
 mod routing;
+mod tls;
 mod topic;
 mod transport;
 mod users;
@@ -64,7 +65,7 @@ pub use avro::Avro;
 pub use batching::{Batching, BatchingBuilder};
 pub use client::{
     Client, ClientBuilder, DEFAULT_URL, RetryPolicy, StreamHandle, parse_url, parse_urls,
-    redact_url, split_credentials,
+    redact_url, split_credentials, url_uses_tls,
 };
 pub use code::ErrorCode;
 pub use codec::{Codec, Json, MsgPack};
@@ -89,6 +90,9 @@ pub use rill_format::{Durability, ParseDurabilityError};
 /// §7): why a name breaks it, if it does, so a caller can check before it asks.
 pub use rill_proto::{NAME_LEN_MAX, name_problem};
 pub use routing::{Routing, partition_for_key};
+pub use tls::TlsOptions;
 pub use topic::{Fetched, Publish, Topic, TopicOptions, TypedTopic};
 pub use transport::Credentials;
-pub use users::{NewToken, Permission, Role, TokenInfo, UserInfo, WhoAmI};
+pub use users::{
+    NewToken, Permission, QUOTA_RATE_MIN, Quota, QuotaChange, Role, TokenInfo, UserInfo, WhoAmI,
+};

@@ -346,6 +346,7 @@ mod tests {
                 connect_timeout: Duration::from_secs(2),
                 max_frame_bytes: 1 << 20,
                 credentials: None,
+                tls: None,
             },
         )
     }

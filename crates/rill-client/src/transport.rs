@@ -130,6 +130,8 @@ pub(crate) struct TcpOptions {
     pub(crate) max_frame_bytes: u32,
     /// What each connection authenticates with, right after its handshake.
     pub(crate) credentials: Option<Credentials>,
+    /// TLS (`rills://`), if the URL asks for it.
+    pub(crate) tls: Option<crate::tls::Connector>,
 }
 
 /// What a client authenticates with to a server started with `--auth`
@@ -232,7 +234,30 @@ impl Tcp {
         stream
             .set_nodelay(true)
             .map_err(|e| CallError::NotSent(e.to_string()))?;
-        let connection = Arc::new(spawn_connection(stream, self.options.max_frame_bytes));
+        let max_frame_bytes = self.options.max_frame_bytes;
+        let connection = match &self.options.tls {
+            None => {
+                let (read, write) = stream.into_split();
+                Arc::new(spawn_connection(read, write, max_frame_bytes))
+            }
+            Some(tls) => {
+                let handshake = tls.connect(&self.addr, stream);
+                let stream = tokio::time::timeout(self.options.connect_timeout, handshake)
+                    .await
+                    .map_err(|_| {
+                        CallError::NotSent(format!(
+                            "the TLS handshake timed out after {:?} (is it a rills:// port?)",
+                            self.options.connect_timeout
+                        ))
+                    })?
+                    .map_err(|e| match e {
+                        crate::tls::TlsFailure::Io(m) => CallError::NotSent(m),
+                        crate::tls::TlsFailure::Refused(m) => CallError::Protocol(m),
+                    })?;
+                let (read, write) = tokio::io::split(stream);
+                Arc::new(spawn_connection(read, write, max_frame_bytes))
+            }
+        };
         // Handshake: checks that the peer speaks this protocol.
         let hello = Request::new(RequestBody::Hello(HelloRequest {
             client: format!("rill-client {}", env!("CARGO_PKG_VERSION")),
@@ -383,7 +408,7 @@ impl Transport for Tcp {
                 fail_all(
                     &connection.pending,
                     &connection.alive,
-                    "the client was closed",
+                    &CallError::Lost("the client was closed".into()),
                 );
             }
             Ok(())
@@ -392,15 +417,33 @@ impl Transport for Tcp {
 }
 
 /// Fails every pending call of a broken connection.
-fn fail_all(pending: &Pending, alive: &AtomicBool, reason: &str) {
+fn fail_all(pending: &Pending, alive: &AtomicBool, error: &CallError) {
     alive.store(false, Ordering::Release);
     for (_, tx) in pending.lock().drain() {
-        let _ = tx.send(Err(CallError::Lost(reason.to_owned())));
+        let _ = tx.send(Err(error.clone()));
     }
 }
 
-fn spawn_connection(stream: TcpStream, max_frame_bytes: u32) -> Connection {
-    let (mut read, write) = stream.into_split();
+/// What a connection's end fails its pending calls with: lost, unless the server said
+/// why in a reply with correlation id 0 (docs/PROTOCOL.md §1.5) and the reason will not
+/// pass on a retry (a plaintext client on a TLS port, a frame the server cannot read).
+fn closed_error(reason: String, last_word: Option<&rill_proto::pb::ErrorResponse>) -> CallError {
+    use rill_proto::ErrorCode;
+    let Some(word) = last_word else {
+        return CallError::Lost(reason);
+    };
+    let message = format!("the server closed the connection: {}", word.message);
+    match ErrorCode::try_from(word.code) {
+        Ok(code) if !code.is_transient() => CallError::Protocol(message),
+        _ => CallError::Lost(message),
+    }
+}
+
+fn spawn_connection<R, W>(mut read: R, write: W, max_frame_bytes: u32) -> Connection
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (frames, mut outgoing) = mpsc::channel::<EncodedFrame>(1024);
     let pending: Pending = Arc::default();
     let alive = Arc::new(AtomicBool::new(true));
@@ -414,13 +457,13 @@ fn spawn_connection(stream: TcpStream, max_frame_bytes: u32) -> Connection {
             let mut next = Some(frame);
             while let Some(frame) = next.take() {
                 if let Err(e) = write_frame(&mut out, &frame).await {
-                    fail_all(&w_pending, &w_alive, &e.to_string());
+                    fail_all(&w_pending, &w_alive, &CallError::Lost(e.to_string()));
                     return;
                 }
                 next = outgoing.try_recv().ok();
             }
             if let Err(e) = out.flush().await {
-                fail_all(&w_pending, &w_alive, &e.to_string());
+                fail_all(&w_pending, &w_alive, &CallError::Lost(e.to_string()));
                 return;
             }
         }
@@ -432,6 +475,9 @@ fn spawn_connection(stream: TcpStream, max_frame_bytes: u32) -> Connection {
     let reader = tokio::spawn(async move {
         let decoder = FrameDecoder::new(max_frame_bytes);
         let mut buf = BytesMut::with_capacity(64 * 1024);
+        // The server's reply with correlation id 0, which fails no request but tells
+        // why it is closing the connection.
+        let mut last_word = None;
         let reason = loop {
             match decoder.decode(&mut buf) {
                 Ok(Some(frame)) => {
@@ -440,24 +486,34 @@ fn spawn_connection(stream: TcpStream, max_frame_bytes: u32) -> Connection {
                         Response::decode(frame).map_err(|e| CallError::Protocol(e.to_string()));
                     if let Some(tx) = r_pending.lock().remove(&id) {
                         let _ = tx.send(response);
+                    } else if let (0, Ok(Response::Err { error, .. })) = (id, response) {
+                        tracing::debug!(message = %error.message, "the server's last word");
+                        last_word = Some(error);
                     } else {
                         tracing::debug!(correlation_id = id, "response for no pending request");
                     }
                     continue;
                 }
                 Ok(None) => {}
-                Err(e) => break format!("bad frame from server: {e}"),
+                Err(e) => break Ok(format!("bad frame from server: {e}")),
             }
             if buf.capacity() - buf.len() < 16 * 1024 {
                 buf.reserve(64 * 1024);
             }
             match read.read_buf(&mut buf).await {
-                Ok(0) => break "connection closed by the server".to_owned(),
+                Ok(0) => break Ok("connection closed by the server".to_owned()),
                 Ok(_) => {}
-                Err(e) => break e.to_string(),
+                Err(e) => match crate::tls::describe_read_error(&e) {
+                    (reason, true) => break Err(reason),
+                    (reason, false) => break Ok(reason),
+                },
             }
         };
-        fail_all(&r_pending, &r_alive, &reason);
+        let error = match reason {
+            Ok(reason) => closed_error(reason, last_word.as_ref()),
+            Err(fatal) => CallError::Protocol(fatal),
+        };
+        fail_all(&r_pending, &r_alive, &error);
     });
 
     Connection {

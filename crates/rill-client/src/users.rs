@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use rill_auth::Secret;
 use rill_auth::password::{PasswordVerifiers, SCRAM_ITERATIONS_DEFAULT};
-pub use rill_auth::store::{Permission, Role};
+pub use rill_auth::store::{Permission, QUOTA_RATE_MIN, Quota, Role};
 use rill_proto::pb;
 use rill_proto::{RequestBody, ResponseBody};
 
@@ -25,6 +25,45 @@ pub struct UserInfo {
     pub created_ms: u64,
     /// Per stream, what the user may do there.
     pub acls: Vec<(String, Vec<Permission>)>,
+    /// The user's byte rates on each node (unlimited where `None`).
+    pub quota: Quota,
+}
+
+/// A change to a user's quota for [`Client::set_quota`]: the rates it names are set,
+/// the others kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QuotaChange {
+    /// On the wire: absent keeps the rate, 0 removes it.
+    produce: Option<u64>,
+    fetch: Option<u64>,
+}
+
+impl QuotaChange {
+    /// Changes nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the produce rate in bytes per second; `None` removes the limit.
+    pub fn produce(mut self, bytes_per_second: Option<u64>) -> Self {
+        self.produce = Some(bytes_per_second.unwrap_or(0));
+        self
+    }
+
+    /// Sets the fetch rate in bytes per second; `None` removes the limit.
+    pub fn fetch(mut self, bytes_per_second: Option<u64>) -> Self {
+        self.fetch = Some(bytes_per_second.unwrap_or(0));
+        self
+    }
+}
+
+fn quota_from_wire(q: Option<pb::Quota>) -> Quota {
+    let q = q.unwrap_or_default();
+    let rate = |r: u64| (r != 0).then_some(r);
+    Quota {
+        produce_bytes_per_second: rate(q.produce_bytes_per_second),
+        fetch_bytes_per_second: rate(q.fetch_bytes_per_second),
+    }
 }
 
 /// A token as `list_tokens` reports it (never its string).
@@ -126,6 +165,7 @@ impl Client {
             name: name.to_owned(),
             role: role_to_wire(role),
             password: Some(verifiers(password)?),
+            quota: None,
         });
         match self.auth_call(body).await? {
             ResponseBody::CreateUser(_) => Ok(()),
@@ -157,6 +197,7 @@ impl Client {
                     name: u.name,
                     role: role_from_wire(u.role).unwrap_or(Role::User),
                     created_ms: u.created_ms,
+                    quota: quota_from_wire(u.quota),
                     acls: u
                         .acls
                         .into_iter()
@@ -172,6 +213,20 @@ impl Client {
                         .collect(),
                 })
                 .collect()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Changes a user's byte rates (an admin's request; docs/SECURITY.md §7) and
+    /// returns the quota now in force. A rate is at least 1024 bytes/s.
+    pub async fn set_quota(&self, user: &str, change: QuotaChange) -> Result<Quota, ClientError> {
+        let body = RequestBody::SetQuota(pb::SetQuotaRequest {
+            user: user.to_owned(),
+            produce_bytes_per_second: change.produce,
+            fetch_bytes_per_second: change.fetch,
+        });
+        match self.auth_call(body).await? {
+            ResponseBody::SetQuota(r) => Ok(quota_from_wire(r.quota)),
             other => Err(unexpected(&other)),
         }
     }

@@ -24,10 +24,12 @@ pub(crate) fn invalid(what: impl std::fmt::Display) -> io::Error {
 }
 
 /// Writes `bytes` to `path` so that after a crash the file is either the old one or
-/// the new one, whole.
+/// the new one, whole. The file is its owner's alone (mode 0600): the metadata's
+/// snapshots hold the credentials' verifiers (docs/SECURITY.md §2.3).
 pub(crate) fn replace_file(io: &dyn Io, path: &Path, bytes: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
     let f = io.open(&tmp, true)?;
+    io.restrict_to_owner(&tmp)?;
     f.set_len(0)?;
     f.write_all_at(bytes, 0)?;
     f.sync_data()?;

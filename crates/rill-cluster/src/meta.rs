@@ -9,6 +9,7 @@
 //! same on every node.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +66,16 @@ pub struct OffsetKey {
     pub consumer: String,
 }
 
+/// The credential file (`auth.json`'s text; docs/SECURITY.md §2.3), opaque here, with
+/// the number of changes made to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthBlob {
+    /// 1 for the first file, one more per change.
+    pub version: u64,
+    /// The file's text (shared: every catalog view holds it).
+    pub text: Arc<str>,
+}
+
 /// A change to the metadata, proposed by the controller and applied by every node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MetaCommand {
@@ -111,6 +122,14 @@ pub enum MetaCommand {
         /// Whose.
         key: OffsetKey,
     },
+    /// Replaces the credential file if it is still at version `expected` (0: there is
+    /// none yet); a compare-and-set, so two concurrent changes never lose one.
+    ReplaceAuth {
+        /// The version the change was made against.
+        expected: u64,
+        /// The whole new file.
+        text: Arc<str>,
+    },
 }
 
 /// What applying a command did.
@@ -145,6 +164,9 @@ pub struct MetaState {
     /// Stored consumer offsets (a list of pairs in JSON: its keys are not strings).
     #[serde(with = "pairs")]
     pub offsets: BTreeMap<OffsetKey, u64>,
+    /// Users, tokens, ACLs and quotas (absent in states from before security).
+    #[serde(default)]
+    pub auth: Option<AuthBlob>,
 }
 
 /// A map with keys that are not strings, as a JSON list of pairs.
@@ -242,7 +264,25 @@ impl MetaState {
             MetaCommand::DeleteOffset { key } => {
                 MetaResponse::Deleted(self.offsets.remove(key).is_some())
             }
+            MetaCommand::ReplaceAuth { expected, text } => {
+                let version = self.auth_version();
+                if version != *expected {
+                    return MetaResponse::Conflict(format!(
+                        "the credentials are at version {version}, not {expected}: changed meanwhile"
+                    ));
+                }
+                self.auth = Some(AuthBlob {
+                    version: version + 1,
+                    text: Arc::clone(text),
+                });
+                MetaResponse::Done
+            }
         }
+    }
+
+    /// The credential file's version; 0 when there is none.
+    pub fn auth_version(&self) -> u64 {
+        self.auth.as_ref().map_or(0, |a| a.version)
     }
 
     /// The topic of `stream`/`topic`, if it exists.
@@ -289,6 +329,12 @@ impl std::fmt::Display for MetaCommand {
                 f,
                 "delete the offset of {} in {}/{}:{}",
                 key.consumer, key.stream, key.topic, key.partition
+            ),
+            // Never the text: it holds verifiers.
+            Self::ReplaceAuth { expected, text } => write!(
+                f,
+                "replace the credentials at version {expected} ({} bytes)",
+                text.len()
             ),
         }
     }

@@ -157,6 +157,18 @@ impl Cluster for NodeCluster {
         self.node.metadata_current()
     }
 
+    fn replace_auth(&self, expected: u64, text: Arc<str>) -> ClusterFuture<'_, CatalogOutcome> {
+        Box::pin(async move {
+            let (response, index) = self
+                .node
+                .propose_indexed(MetaCommand::ReplaceAuth { expected, text })
+                .await
+                .map_err(cluster_error)?;
+            self.node.wait_published(index).await?;
+            Ok(outcome(response))
+        })
+    }
+
     fn health(&self) -> rill_broker::cluster::ClusterHealth {
         self.node.health()
     }
@@ -319,6 +331,10 @@ pub(crate) fn catalog_view(
         streams,
         offsets,
         members,
+        auth: state
+            .auth
+            .as_ref()
+            .map(|a| (a.version, Arc::clone(&a.text))),
     }
 }
 

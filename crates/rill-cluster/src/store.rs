@@ -136,6 +136,8 @@ impl MetaLogStore {
         let bytes = read_file(io.as_ref(), &path)?.unwrap_or_default();
         let (entries, whole) = decode_log(&bytes)?;
         let file = io.open(&path, true)?;
+        // Its entries hold the credentials' verifiers (docs/SECURITY.md §2.3).
+        io.restrict_to_owner(&path)?;
         if !existed {
             // The new file's entry, durable before anything in it is said to be.
             io.sync_dir(&dir)?;

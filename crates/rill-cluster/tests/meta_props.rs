@@ -55,6 +55,10 @@ fn command() -> impl Strategy<Value = MetaCommand> {
         proptest::collection::vec((key(), any::<u64>()), 0..4)
             .prop_map(|offsets| MetaCommand::StoreOffsets { offsets }),
         key().prop_map(|key| MetaCommand::DeleteOffset { key }),
+        (0u64..4, "[a-z]{0,8}").prop_map(|(expected, text)| MetaCommand::ReplaceAuth {
+            expected,
+            text: text.into(),
+        }),
     ]
 }
 
@@ -116,6 +120,34 @@ proptest! {
                 prop_assert!(matches!(response, MetaResponse::Conflict(_) | MetaResponse::NotFound(_)));
             }
             prop_assert!(state.consistent(), "after {c}: {state:?}");
+        }
+    }
+
+    /// The credentials change only by a compare-and-set against their version: each
+    /// applied replacement raises it by one, any other leaves text and version alone.
+    #[test]
+    fn credentials_change_only_against_the_version_they_were_made_from(
+        commands in proptest::collection::vec(command(), 0..60),
+    ) {
+        let mut state = MetaState::default();
+        for c in &commands {
+            let before = state.auth.clone();
+            let response = state.apply(c);
+            match c {
+                MetaCommand::ReplaceAuth { expected, text } => {
+                    let version = before.as_ref().map_or(0, |a| a.version);
+                    if *expected == version {
+                        prop_assert_eq!(response, MetaResponse::Done);
+                        let now = state.auth.as_ref().unwrap();
+                        prop_assert_eq!(now.version, version + 1);
+                        prop_assert_eq!(&now.text, text);
+                    } else {
+                        prop_assert!(matches!(response, MetaResponse::Conflict(_)));
+                        prop_assert_eq!(&state.auth, &before);
+                    }
+                }
+                _ => prop_assert_eq!(&state.auth, &before),
+            }
         }
     }
 }

@@ -135,6 +135,7 @@ protocol! {
     32 => ListTokens(ListTokensRequest, ListTokensResponse),
     33 => RevokeToken(RevokeTokenRequest, RevokeTokenResponse),
     34 => WhoAmI(WhoAmIRequest, WhoAmIResponse),
+    35 => SetQuota(SetQuotaRequest, SetQuotaResponse),
 }
 
 /// A request: its control message and its payload (the batch of a `Produce`).

@@ -51,6 +51,9 @@ pub struct ServerConfig {
     /// At shutdown, how long in-flight requests may take to finish before their
     /// connections are cut (default 10 s).
     pub drain_timeout: Duration,
+    /// TLS on both listeners (default none): the files are read at
+    /// [`Server::bind`](crate::Server::bind) and on [`Tls::reload`](crate::Tls::reload).
+    pub tls: Option<crate::TlsSettings>,
 }
 
 impl Default for ServerConfig {
@@ -67,6 +70,7 @@ impl Default for ServerConfig {
             buffer_bytes_max: 1 << 30,
             files_reserved: 256,
             drain_timeout: Duration::from_secs(10),
+            tls: None,
         }
     }
 }

@@ -33,13 +33,13 @@ use rill_proto::{
     EncodedFrame, ErrorCode, Frame, FrameDecoder, Kind, ProtoError, Request, RequestBody, Response,
     ResponseBody,
 };
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::budget::{Budget, Grant, Pool};
+use crate::tls::{Accepted, Sniffed, Tls};
 use crate::writer::{Outgoing, is_write_timeout, write_loop};
 use crate::{CloseReason, Metrics};
 
@@ -83,6 +83,8 @@ pub(crate) struct Context {
     pub(crate) connection_buffer_bytes_max: usize,
     /// The budget all connections share.
     pub(crate) buffer: Arc<Pool>,
+    /// TLS, if the port speaks it.
+    pub(crate) tls: Option<Arc<Tls>>,
 }
 
 /// Why the reader stopped.
@@ -105,14 +107,79 @@ enum End {
 }
 
 /// Serves one accepted connection until the client leaves, a fatal framing error, the
-/// idle timeout, or shutdown (see [`Phase`]); in-flight requests are answered first.
+/// idle timeout, or shutdown (see [`Phase`]); in-flight requests are answered first. On
+/// a TLS port the handshake comes first; a client certificate naming a user
+/// authenticates the session as that user.
 pub(crate) async fn serve(
     socket: TcpStream,
     peer: SocketAddr,
     ctx: Arc<Context>,
-    mut phase: watch::Receiver<Phase>,
+    phase: watch::Receiver<Phase>,
 ) {
-    let (read_half, write_half) = socket.into_split();
+    let Some(tls) = ctx.tls.clone() else {
+        match crate::tls::sniff(&socket).await {
+            // A quiet client is served as usual: the idle timeout governs it.
+            Sniffed::Plain | Sniffed::Quiet => {}
+            Sniffed::Tls => {
+                refuse(socket, peer, &ctx, TLS_ON_PLAINTEXT).await;
+                return;
+            }
+            Sniffed::Gone => return,
+        }
+        let session = ctx.broker.session(Some(peer.ip()));
+        let (read_half, write_half) = socket.into_split();
+        serve_stream(read_half, write_half, peer, session, ctx, phase).await;
+        return;
+    };
+    match crate::tls::accept(&tls, socket, peer).await {
+        Accepted::Tls(stream, common_name) => {
+            let session = match common_name {
+                Some(name) => ctx.broker.session_with_certificate(Some(peer.ip()), &name),
+                None => ctx.broker.session(Some(peer.ip())),
+            };
+            let (read_half, write_half) = tokio::io::split(*stream);
+            serve_stream(read_half, write_half, peer, session, ctx, phase).await;
+        }
+        Accepted::Plaintext(socket) => refuse(socket, peer, &ctx, PLAINTEXT_ON_TLS).await,
+        Accepted::Gone => {}
+    }
+}
+
+/// Tells a client that speaks the wrong layer (plaintext on a TLS port, TLS on a
+/// plaintext port) what is wrong in a plaintext frame, and closes (after reading what it
+/// sent, so that it reads the reply rather than a reset).
+async fn refuse(mut socket: TcpStream, peer: SocketAddr, ctx: &Context, message: &str) {
+    tracing::info!(%peer, message, "connection refused");
+    ctx.metrics.rejected(None);
+    let frame = Response::error(NO_KIND, ErrorCode::InvalidRequest, message)
+        .encode(0)
+        .expect("an error frame is small")
+        .to_bytes();
+    let reply = async {
+        socket.write_all(&frame).await?;
+        socket.flush().await
+    };
+    if tokio::time::timeout(LINGER, reply).await.is_ok() {
+        let _ = tokio::time::timeout(LINGER, discard(&mut socket, LINGER_BYTES_MAX)).await;
+    }
+}
+
+/// What a plaintext client on a TLS port is told (docs/SECURITY.md §5).
+pub(crate) const PLAINTEXT_ON_TLS: &str = "this port requires TLS; connect with rills://";
+/// What a TLS client on a plaintext port is sent (its TLS stack cannot read it).
+pub(crate) const TLS_ON_PLAINTEXT: &str = "this port does not speak TLS; connect with rill://";
+
+async fn serve_stream<R, W>(
+    read_half: R,
+    write_half: W,
+    peer: SocketAddr,
+    session: Session,
+    ctx: Arc<Context>,
+    mut phase: watch::Receiver<Phase>,
+) where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
     let (tx, rx) = mpsc::unbounded_channel();
     let budget = Budget::new(
         Arc::new(Pool::new(ctx.connection_buffer_bytes_max)),
@@ -130,7 +197,7 @@ pub(crate) async fn serve(
         tx,
         ctx: Arc::clone(&ctx),
         peer,
-        session: Arc::new(ctx.broker.session(Some(peer.ip()))),
+        session: Arc::new(session),
     };
     let session = Arc::clone(&reader.session);
     let read_side = async {
@@ -189,8 +256,8 @@ fn busy(message: String) -> EncodedFrame {
 }
 
 #[derive(Debug)]
-struct Reader {
-    socket: OwnedReadHalf,
+struct Reader<R> {
+    socket: R,
     buf: BytesMut,
     /// The in-flight slot and the grant for the frame at the front of `buf`, taken in
     /// that order once its length prefix is in (empty between frames).
@@ -207,7 +274,7 @@ struct Reader {
     session: Arc<Session>,
 }
 
-impl Reader {
+impl<R: AsyncRead + Unpin + Send> Reader<R> {
     async fn read_loop(&mut self, phase: &mut watch::Receiver<Phase>) -> End {
         loop {
             // Every whole frame already buffered, before reading more.
@@ -595,7 +662,7 @@ impl Drop for Reply {
 }
 
 /// Reads and throws away up to `limit` bytes, until EOF.
-async fn discard(half: &mut OwnedReadHalf, limit: usize) {
+async fn discard(half: &mut (impl AsyncRead + Unpin), limit: usize) {
     let mut scratch = vec![0; 16 << 10];
     let mut seen = 0;
     while seen < limit {

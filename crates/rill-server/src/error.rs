@@ -15,6 +15,9 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    /// The TLS files could not be used.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::TlsError),
     /// A socket operation on a listener failed.
     #[error("server I/O: {0}")]
     Io(#[from] std::io::Error),

@@ -5,14 +5,50 @@
 //! A minimal HTTP/1.1 responder rather than an HTTP library: one request per
 //! connection, the request head read up to 8 KiB, a response with `Content-Length` and
 //! `Connection: close`. Every exchange is bounded in bytes and time.
+//!
+//! With TLS configured it speaks HTTPS only. With authentication required, every path
+//! but `/health`, `/health/live` and `/metrics` needs `Authorization: Basic` (checked
+//! with Argon2id, at most [`PASSWORD_CHECKS_MAX`] at once) or `Authorization: Bearer`
+//! (docs/SECURITY.md §6).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use base64::Engine as _;
+use rill_broker::{Broker, HttpCredential};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
 
 use crate::Metrics;
+use crate::tls::{Accepted, Tls};
+
+/// Paths served without a credential.
+const PUBLIC_PATHS: &[&str] = &["/health", "/health/live", "/metrics"];
+/// Argon2id checks of HTTP Basic passwords run at once (each takes ~19 MiB and a core
+/// for a few tens of ms); more wait.
+pub(crate) const PASSWORD_CHECKS_MAX: usize = 2;
+
+/// What every admin connection shares.
+#[derive(Debug)]
+pub(crate) struct Context {
+    broker: Arc<Broker>,
+    metrics: Arc<Metrics>,
+    tls: Option<Arc<Tls>>,
+    password_checks: Semaphore,
+}
+
+impl Context {
+    pub(crate) fn new(broker: Arc<Broker>, metrics: Arc<Metrics>, tls: Option<Arc<Tls>>) -> Self {
+        Self {
+            broker,
+            metrics,
+            tls,
+            password_checks: Semaphore::new(PASSWORD_CHECKS_MAX),
+        }
+    }
+}
 
 /// Largest request head read.
 const REQUEST_HEAD_BYTES_MAX: usize = 8 << 10;
@@ -22,21 +58,55 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
 
-/// Serves one admin connection.
-pub(crate) async fn serve(mut socket: TcpStream, metrics: Arc<Metrics>) {
-    match tokio::time::timeout(EXCHANGE_TIMEOUT, exchange(&mut socket, &metrics)).await {
+/// Serves one admin connection (after the TLS handshake, on a TLS port).
+pub(crate) async fn serve(socket: TcpStream, peer: SocketAddr, ctx: Arc<Context>) {
+    match &ctx.tls {
+        None => serve_stream(socket, peer, &ctx).await,
+        Some(tls) => match crate::tls::accept(tls, socket, peer).await {
+            Accepted::Tls(stream, _) => serve_stream(*stream, peer, &ctx).await,
+            Accepted::Plaintext(mut socket) => {
+                let reply = response(
+                    400,
+                    "Bad Request",
+                    TEXT_CONTENT_TYPE,
+                    b"this port requires TLS; use https://\n",
+                    true,
+                );
+                let _ = tokio::time::timeout(EXCHANGE_TIMEOUT, async {
+                    socket.write_all(&reply).await?;
+                    socket.shutdown().await
+                })
+                .await;
+            }
+            Accepted::Gone => {}
+        },
+    }
+}
+
+async fn serve_stream<S>(mut socket: S, peer: SocketAddr, ctx: &Context)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    match tokio::time::timeout(EXCHANGE_TIMEOUT, exchange(&mut socket, peer, ctx)).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::debug!(error = %e, "admin HTTP exchange failed"),
         Err(_) => tracing::debug!("admin HTTP exchange timed out"),
     }
 }
 
-async fn exchange(socket: &mut TcpStream, metrics: &Metrics) -> std::io::Result<()> {
+async fn exchange<S>(socket: &mut S, peer: SocketAddr, ctx: &Context) -> std::io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     let response = loop {
         if let Some(end) = head_end(&head) {
-            break respond(&head[..end], metrics);
+            let head = &head[..end];
+            break match check_credential(head, peer, ctx).await {
+                Ok(()) => respond(head, &ctx.metrics),
+                Err(refusal) => refusal,
+            };
         }
         if head.len() >= REQUEST_HEAD_BYTES_MAX {
             break response(
@@ -57,6 +127,90 @@ async fn exchange(socket: &mut TcpStream, metrics: &Metrics) -> std::io::Result<
     };
     socket.write_all(&response).await?;
     socket.shutdown().await
+}
+
+/// Lets a request through if its path is public, the server does not require
+/// authentication, or it carries a good credential; otherwise the `401` to send.
+async fn check_credential(head: &[u8], peer: SocketAddr, ctx: &Context) -> Result<(), Vec<u8>> {
+    let Some((_, target)) = request_line(head) else {
+        // `respond` answers 400.
+        return Ok(());
+    };
+    let path = target.split('?').next().unwrap_or(target);
+    if PUBLIC_PATHS.contains(&path) || !ctx.broker.auth_required() {
+        return Ok(());
+    }
+    let credential = match credential(head) {
+        Ok(Some(credential)) => credential,
+        Ok(None) => {
+            return Err(unauthorized(
+                "this path needs a credential: HTTP Basic or a Bearer token",
+            ));
+        }
+        Err(why) => return Err(unauthorized(why)),
+    };
+    let broker = Arc::clone(&ctx.broker);
+    let ip = Some(peer.ip());
+    let outcome = match &credential {
+        // Argon2id: off the runtime's threads, a bounded number at once.
+        HttpCredential::Basic { .. } => {
+            let _slot = ctx
+                .password_checks
+                .acquire()
+                .await
+                .expect("the semaphore is never closed");
+            tokio::task::spawn_blocking(move || broker.authenticate_http(ip, &credential))
+                .await
+                .map_err(|_| unauthorized("the credential check failed"))?
+        }
+        HttpCredential::Bearer(_) => broker.authenticate_http(ip, &credential),
+    };
+    match outcome {
+        Ok(_) => Ok(()),
+        Err(e) => Err(unauthorized(&e.to_string())),
+    }
+}
+
+/// The `Authorization` header's credential: `None` without the header, an error for
+/// one that cannot be read.
+fn credential(head: &[u8]) -> Result<Option<HttpCredential>, &'static str> {
+    let Ok(text) = std::str::from_utf8(head) else {
+        return Err("the request head is not UTF-8");
+    };
+    let Some(value) = text.split("\r\n").skip(1).find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("authorization")
+            .then(|| value.trim())
+    }) else {
+        return Ok(None);
+    };
+    let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
+    let rest = rest.trim();
+    if scheme.eq_ignore_ascii_case("bearer") && !rest.is_empty() {
+        return Ok(Some(HttpCredential::bearer(rest)));
+    }
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return Err("the Authorization header must be Basic or Bearer");
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(rest)
+        .map_err(|_| "the Basic credential is not base64")?;
+    let decoded = String::from_utf8(decoded).map_err(|_| "the Basic credential is not UTF-8")?;
+    let (user, password) = decoded
+        .split_once(':')
+        .ok_or("the Basic credential is not USER:PASSWORD")?;
+    Ok(Some(HttpCredential::basic(user, password)))
+}
+
+fn unauthorized(why: &str) -> Vec<u8> {
+    response(
+        401,
+        "Unauthorized",
+        TEXT_CONTENT_TYPE,
+        format!("unauthenticated: {why}\n").as_bytes(),
+        true,
+    )
 }
 
 /// The length of the request head through its blank line, if it is complete.
@@ -141,10 +295,10 @@ fn response(
     body: &[u8],
     with_body: bool,
 ) -> Vec<u8> {
-    let allow = if status == 405 {
-        "Allow: GET, HEAD\r\n"
-    } else {
-        ""
+    let allow = match status {
+        405 => "Allow: GET, HEAD\r\n",
+        401 => "WWW-Authenticate: Basic realm=\"rill\", charset=\"UTF-8\"\r\n",
+        _ => "",
     };
     let mut out = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
@@ -204,7 +358,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let config = rill_broker::BrokerConfig::new(dir.path());
         {
-            let broker = rill_broker::Broker::open(config.clone()).unwrap();
+            let broker = Broker::open(config.clone()).unwrap();
             let options = rill_proto::pb::TopicOptions {
                 partitions: 2,
                 segment_bytes: Some(1024),
@@ -230,7 +384,7 @@ mod tests {
             .collect();
         logs.sort();
         std::fs::remove_file(&logs[1]).unwrap();
-        let broker = Arc::new(rill_broker::Broker::open(config).unwrap());
+        let broker = Arc::new(Broker::open(config).unwrap());
         let metrics = Metrics::new();
         assert!(answer_with("GET /health HTTP/1.1\r\n\r\n", &metrics).starts_with("HTTP/1.1 200 "));
         metrics.attach_broker(Arc::clone(&broker));
@@ -250,6 +404,38 @@ mod tests {
 
     fn answer_with(request: &str, metrics: &Metrics) -> String {
         String::from_utf8(respond(request.as_bytes(), metrics)).unwrap()
+    }
+
+    #[test]
+    fn authorization_headers_are_read() {
+        let head = |h: &str| format!("GET /api HTTP/1.1\r\nHost: x\r\n{h}\r\n\r\n");
+        assert!(matches!(
+            credential(head("X-Other: 1").as_bytes()),
+            Ok(None)
+        ));
+        // "alice:pa:ss" in base64.
+        match credential(head("authorization:  Basic YWxpY2U6cGE6c3M=").as_bytes()) {
+            Ok(Some(HttpCredential::Basic { user, password })) => {
+                assert_eq!(user, "alice");
+                assert_eq!(password.expose(), "pa:ss");
+            }
+            other => panic!("{other:?}"),
+        }
+        match credential(head("Authorization: Bearer rill_abc").as_bytes()) {
+            Ok(Some(HttpCredential::Bearer(t))) => assert_eq!(t.expose(), "rill_abc"),
+            other => panic!("{other:?}"),
+        }
+        for bad in [
+            "Authorization: Digest abc",
+            "Authorization: Basic !!!",
+            "Authorization: Basic YWxpY2U=",
+            "Authorization: Bearer",
+        ] {
+            assert!(credential(head(bad).as_bytes()).is_err(), "{bad}");
+        }
+        let r = String::from_utf8(unauthorized("no")).unwrap();
+        assert!(r.starts_with("HTTP/1.1 401 Unauthorized\r\n"), "{r}");
+        assert!(r.contains("WWW-Authenticate: Basic realm=\"rill\""), "{r}");
     }
 
     #[test]

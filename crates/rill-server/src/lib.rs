@@ -32,7 +32,8 @@
 //! `connection.rs` (one client: reader, per-request tasks), `writer.rs` (the single
 //! writer and its write timeout), `budget.rs` (the byte budgets), `fds.rs` (the
 //! descriptor-derived connection limit and the spare descriptor), `http.rs` (the admin
-//! responder), `metrics.rs` (counters and histograms, Prometheus text).
+//! responder), `metrics.rs` (counters and histograms, Prometheus text), `tls.rs` (TLS
+//! on both listeners, reloadable, and the plaintext check before the handshake).
 //!
 //! Architecture Invariant: no business logic here: every decision about streams, topics,
 //! records and offsets is in `rill-broker`; this crate decodes frames, calls
@@ -48,9 +49,11 @@ mod fds;
 mod http;
 mod metrics;
 mod server;
+mod tls;
 mod writer;
 
 pub use config::ServerConfig;
 pub use error::ServerError;
 pub use metrics::{CloseReason, DURATION_BUCKETS_SECONDS, Metrics};
 pub use server::Server;
+pub use tls::{Tls, TlsError, TlsSettings};

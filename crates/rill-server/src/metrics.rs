@@ -341,6 +341,7 @@ impl Metrics {
         if let Some(broker) = self.broker.get() {
             render_group_lag(&mut out, broker);
             render_member_reports(&mut out, broker);
+            render_quotas(&mut out, broker);
             render_partition_health(&mut out, broker);
             if let Some(health) = broker.cluster_health() {
                 render_cluster(&mut out, &health);
@@ -591,6 +592,36 @@ fn render_group_lag(out: &mut String, broker: &rill_broker::Broker) {
             escape(&group)
         );
         line(out, "rill_group_lag", &labels, lag);
+    }
+}
+
+/// The users' quotas on this node (docs/SECURITY.md §7): only users with a quota.
+fn render_quotas(out: &mut String, broker: &rill_broker::Broker) {
+    let usage = broker.quota_usage();
+    header(
+        out,
+        "rill_quota_bytes_total",
+        "counter",
+        "Bytes counted against a user's produce or fetch quota on this node.",
+    );
+    for u in &usage {
+        let labels = format!("user=\"{}\",kind=\"{}\"", escape(&u.user), u.kind.as_str());
+        line(out, "rill_quota_bytes_total", &labels, u.bytes);
+    }
+    header(
+        out,
+        "rill_quota_throttle_seconds_total",
+        "counter",
+        "Time responses to a user were held back by its quota on this node.",
+    );
+    for u in &usage {
+        let labels = format!("user=\"{}\",kind=\"{}\"", escape(&u.user), u.kind.as_str());
+        line(
+            out,
+            "rill_quota_throttle_seconds_total",
+            &labels,
+            u.throttled.as_secs_f64(),
+        );
     }
 }
 

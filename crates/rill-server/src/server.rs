@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 use crate::budget::Pool;
 use crate::connection::{self, Context, Phase};
 use crate::fds::{self, Spare};
-use crate::{Metrics, ServerConfig, ServerError, http};
+use crate::{Metrics, ServerConfig, ServerError, Tls, http};
 
 /// Admin HTTP connections served at once; more are closed unanswered. Their file
 /// descriptors are kept out of the connection limit.
@@ -46,6 +46,8 @@ pub struct Server {
     /// The same for the admin listener, so a stalled admin client cannot take the
     /// protocol listener's.
     http_spare: Spare,
+    /// TLS on both listeners, if configured.
+    tls: Option<Arc<Tls>>,
 }
 
 impl Server {
@@ -60,6 +62,10 @@ impl Server {
     /// connection.
     pub async fn bind(config: ServerConfig, broker: Arc<Broker>) -> Result<Server, ServerError> {
         config.validate()?;
+        let tls = match &config.tls {
+            Some(settings) => Some(Arc::new(Tls::load(settings.clone())?)),
+            None => None,
+        };
         let listener = bind(config.listen).await?;
         let local_addr = listener.local_addr()?;
         let http = match config.http {
@@ -112,7 +118,14 @@ impl Server {
             max_connections,
             spare,
             http_spare,
+            tls,
         })
+    }
+
+    /// The TLS configuration in force, if the server speaks TLS: call
+    /// [`Tls::reload`] on it (on SIGHUP) to read the files again.
+    pub fn tls(&self) -> Option<Arc<Tls>> {
+        self.tls.clone()
     }
 
     /// The connection limit in force: the configured `max_connections`, lowered (on
@@ -160,6 +173,7 @@ impl Server {
             max_connections,
             mut spare,
             mut http_spare,
+            tls,
         } = self;
         let buffer = Arc::new(Pool::new(config.buffer_bytes_max));
         metrics.attach_buffer(Arc::clone(&buffer));
@@ -172,7 +186,13 @@ impl Server {
             write_timeout: config.write_timeout,
             connection_buffer_bytes_max: config.connection_buffer_bytes_max,
             buffer,
+            tls: tls.clone(),
         });
+        let http_ctx = Arc::new(http::Context::new(
+            Arc::clone(&ctx.broker),
+            Arc::clone(&metrics),
+            tls,
+        ));
         let connection_limit = Arc::new(Semaphore::new(max_connections));
         let http_limit = Arc::new(Semaphore::new(HTTP_CONNECTIONS_MAX));
         let (phase_tx, phase_rx) = watch::channel(Phase::Running);
@@ -224,9 +244,9 @@ impl Server {
                             // Served even when it holds the spare's descriptor: /health
                             // must answer most when the server is short of them. The
                             // spare is taken back when an exchange ends.
-                            let metrics = Arc::clone(&metrics);
+                            let http_ctx = Arc::clone(&http_ctx);
                             admin.spawn(async move {
-                                http::serve(socket, metrics).await;
+                                http::serve(socket, peer, http_ctx).await;
                                 drop(permit);
                             });
                         }

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use rill_proto::EncodedFrame;
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio::time::{Instant, Sleep};
 
@@ -48,8 +47,8 @@ pub(crate) fn is_write_timeout(e: &io::Error) -> bool {
 /// The single writer: writes responses as they come, flushing only when none is waiting,
 /// so a burst of pipelined responses leaves in few system calls. Fails if the socket
 /// takes no byte for `timeout` while there is something to write.
-pub(crate) async fn write_loop(
-    half: OwnedWriteHalf,
+pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
+    half: W,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     timeout: Duration,
 ) -> io::Result<()> {
@@ -66,8 +65,8 @@ pub(crate) async fn write_loop(
 
 /// Writes the two parts of a frame without joining them; `BufWriter` passes a payload at
 /// least as large as its buffer straight to the socket.
-async fn write_frame(
-    out: &mut BufWriter<Deadline<OwnedWriteHalf>>,
+async fn write_frame<W: AsyncWrite + Unpin>(
+    out: &mut BufWriter<Deadline<W>>,
     outgoing: Outgoing,
 ) -> io::Result<()> {
     out.write_all(&outgoing.frame.head).await?;

@@ -203,6 +203,10 @@ impl Io for FaultyIo {
     fn try_lock(&self, path: &Path) -> io::Result<Box<dyn std::fmt::Debug + Send + Sync>> {
         StdIo.try_lock(path)
     }
+
+    fn restrict_to_owner(&self, path: &Path) -> io::Result<()> {
+        StdIo.restrict_to_owner(path)
+    }
 }
 
 impl IoFile for FaultyFile {

@@ -38,6 +38,13 @@ pub trait Io: Send + Sync + fmt::Debug {
         let _ = path;
         Ok(Box::new(()))
     }
+    /// Makes the file `path` readable and writable by its owner only (mode 0600), for
+    /// files that hold credentials. The default does nothing (an in-memory disk has no
+    /// other readers).
+    fn restrict_to_owner(&self, path: &Path) -> io::Result<()> {
+        let _ = path;
+        Ok(())
+    }
 }
 
 /// One open file, used with positional I/O only (safe to share across threads).
@@ -179,6 +186,11 @@ impl Io for StdIo {
             fs::TryLockError::Error(e) => e,
         })?;
         Ok(Box::new(file))
+    }
+
+    fn restrict_to_owner(&self, path: &Path) -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(0o600))
     }
 }
 

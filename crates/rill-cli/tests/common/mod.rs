@@ -4,7 +4,8 @@
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub fn rill_bin() -> &'static str {
@@ -301,4 +302,105 @@ pub fn http_get(addr: &str, path: &str) -> String {
     let mut body = String::new();
     let _ = s.read_to_string(&mut body);
     body
+}
+
+/// A `rill serve` with extra arguments and environment; its whole stderr is kept.
+pub struct Served {
+    pub child: Child,
+    pub addr: String,
+    pub http: String,
+    pub log: Arc<Mutex<String>>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn serve(data: &Path, args: &[&str], env: &[(&str, &str)]) -> Served {
+    let mut cmd = Command::new(rill_bin());
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--data",
+    ])
+    .arg(data)
+    .args(args)
+    .env("RILL_LOG", "info")
+    .env_remove("RILL_ADMIN_PASSWORD")
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn rill serve");
+    let stderr = child.stderr.take().unwrap();
+    let log = Arc::new(Mutex::new(String::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let kept = Arc::clone(&log);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.strip_prefix("rill listening on ") {
+                let (addr, http) = rest.split_once(" (http ").unwrap();
+                let _ = tx.send((addr.to_owned(), http.trim_end_matches(')').to_owned()));
+            }
+            let mut log = kept.lock().unwrap();
+            log.push_str(&line);
+            log.push('\n');
+        }
+    });
+    let (addr, http) = rx
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("rill serve did not start: {}", log.lock().unwrap()));
+    Served {
+        child,
+        addr,
+        http,
+        log,
+    }
+}
+
+/// Runs the CLI with `input` on its stdin, with no credential or server from the
+/// test's own environment.
+pub fn rill_in(args: &[&str], env: &[(&str, &str)], input: &str) -> Output {
+    use std::io::Write;
+    let mut cmd = Command::new(rill_bin());
+    cmd.args(args)
+        .env_remove("RILL_USER")
+        .env_remove("RILL_PASSWORD")
+        .env_remove("RILL_TOKEN")
+        .env_remove("RILL_SERVER")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Every file under `dir`, at any depth.
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }
