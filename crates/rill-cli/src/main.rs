@@ -10,6 +10,7 @@
 mod admin;
 mod bench;
 mod consume;
+mod copies;
 mod events;
 mod produce;
 mod serve;
@@ -87,6 +88,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    copies::restart_with_vector_copies();
     let cli = Cli::parse();
     init_logging(matches!(cli.command, Command::Serve(_)));
     let runtime = match tokio::runtime::Builder::new_multi_thread()

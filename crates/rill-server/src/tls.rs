@@ -21,6 +21,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::BufReader;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
@@ -31,6 +32,17 @@ const PEM_BYTES_MAX: u64 = 1 << 20;
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many bytes [`sniff`] looks at.
 const SNIFF_BYTES: usize = 6;
+/// Read-ahead under TLS. rustls asks the socket for 4 KiB at a time, so a 16 KiB
+/// record costs several system calls; reading ahead makes one call carry several
+/// records (docs/SECURITY.md §5).
+const TLS_READ_AHEAD_BYTES: usize = 64 << 10;
+/// How much encrypted output rustls holds before a write waits for the socket (its
+/// default is 64 KiB): a fetch payload leaves in fewer, larger writes.
+const TLS_WRITE_BUFFER_BYTES: usize = 256 << 10;
+
+/// The socket under a TLS session: reads ahead, writes straight through.
+pub(crate) type Wire = BufReader<TcpStream>;
+
 /// Pause between peeks while fewer than [`SNIFF_BYTES`] have come (a peek returns at
 /// once while any byte is buffered).
 const SNIFF_PAUSE: Duration = Duration::from_millis(5);
@@ -263,7 +275,7 @@ fn server_config(settings: &TlsSettings) -> Result<Arc<rustls::ServerConfig>, Tl
 pub(crate) enum Accepted {
     /// A TLS session; with the client certificate's subject common name, if the client
     /// presented one.
-    Tls(Box<TlsStream<TcpStream>>, Option<String>),
+    Tls(Box<TlsStream<Wire>>, Option<String>),
     /// The first byte was not a TLS handshake: the caller answers in plaintext.
     Plaintext(TcpStream),
     /// The client left, timed out or failed the handshake (logged here).
@@ -279,8 +291,13 @@ pub(crate) async fn accept(tls: &Tls, socket: TcpStream, peer: std::net::SocketA
             Sniffed::Plain => return Accepted::Plaintext(socket),
             Sniffed::Tls => {}
         }
-        match acceptor.accept(socket).await {
-            Ok(stream) => {
+        let wire = BufReader::with_capacity(TLS_READ_AHEAD_BYTES, socket);
+        match acceptor.accept(wire).await {
+            Ok(mut stream) => {
+                stream
+                    .get_mut()
+                    .1
+                    .set_buffer_limit(Some(TLS_WRITE_BUFFER_BYTES));
                 let name = stream
                     .get_ref()
                     .1
