@@ -1,0 +1,350 @@
+"""Plain values of the SDK: positions, typed headers, messages, records, and what the
+admin calls answer."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Dict, Generic, Iterable, List, NamedTuple, Optional, Tuple, TypeVar, Union
+
+from . import _native
+from .errors import InvalidArgumentError
+
+T = TypeVar("T")
+
+#: The header value types, as ``HeaderValue.type`` names them: one per variant of the
+#: Rust SDK's ``Value``.
+HEADER_TYPES: Tuple[str, ...] = tuple(_native.HEADER_TYPES)
+
+
+class Position(NamedTuple):
+    """Where a record is: its partition and its offset in it."""
+
+    partition: int
+    offset: int
+
+
+class HeaderValue(NamedTuple):
+    """A typed header value: ``type`` is one of :data:`HEADER_TYPES`.
+
+    It is a ``(type, value)`` tuple, so ``HeaderValue("uint16", 7) == ("uint16", 7)``;
+    headers may be given either way. The class methods name each type::
+
+        headers={"attempt": HeaderValue.uint8(3), "source": "web", "raw": b"\\x00"}
+
+    A plain ``str``, ``bytes``, ``bool`` or ``float`` header value is ``str``,
+    ``bytes``, ``bool`` or ``float64``; an ``int`` must say its type.
+    """
+
+    type: str
+    value: Any
+
+    @classmethod
+    def str(cls, value: str) -> "HeaderValue":
+        """A UTF-8 string."""
+        return cls("str", value)
+
+    @classmethod
+    def bytes(cls, value: bytes) -> "HeaderValue":
+        """Bytes."""
+        return cls("bytes", value)
+
+    @classmethod
+    def bool(cls, value: bool) -> "HeaderValue":
+        """A boolean."""
+        return cls("bool", value)
+
+    @classmethod
+    def int8(cls, value: int) -> "HeaderValue":
+        """A signed 8-bit integer."""
+        return cls("int8", value)
+
+    @classmethod
+    def int16(cls, value: int) -> "HeaderValue":
+        """A signed 16-bit integer."""
+        return cls("int16", value)
+
+    @classmethod
+    def int32(cls, value: int) -> "HeaderValue":
+        """A signed 32-bit integer."""
+        return cls("int32", value)
+
+    @classmethod
+    def int64(cls, value: int) -> "HeaderValue":
+        """A signed 64-bit integer."""
+        return cls("int64", value)
+
+    @classmethod
+    def int128(cls, value: int) -> "HeaderValue":
+        """A signed 128-bit integer."""
+        return cls("int128", value)
+
+    @classmethod
+    def uint8(cls, value: int) -> "HeaderValue":
+        """An unsigned 8-bit integer."""
+        return cls("uint8", value)
+
+    @classmethod
+    def uint16(cls, value: int) -> "HeaderValue":
+        """An unsigned 16-bit integer."""
+        return cls("uint16", value)
+
+    @classmethod
+    def uint32(cls, value: int) -> "HeaderValue":
+        """An unsigned 32-bit integer."""
+        return cls("uint32", value)
+
+    @classmethod
+    def uint64(cls, value: int) -> "HeaderValue":
+        """An unsigned 64-bit integer."""
+        return cls("uint64", value)
+
+    @classmethod
+    def uint128(cls, value: int) -> "HeaderValue":
+        """An unsigned 128-bit integer."""
+        return cls("uint128", value)
+
+    @classmethod
+    def float32(cls, value: float) -> "HeaderValue":
+        """A 32-bit float (stored as the nearest one)."""
+        return cls("float32", value)
+
+    @classmethod
+    def float64(cls, value: float) -> "HeaderValue":
+        """A 64-bit float."""
+        return cls("float64", value)
+
+
+#: Headers as the SDK takes them: a dict of name to value, or ``(name, value)`` pairs
+#: (which may repeat a name). A value is a :class:`HeaderValue` (or a ``(type, value)``
+#: tuple), or a plain ``str``, ``bytes``, ``bool`` or ``float``.
+Headers = Union[Dict[str, Any], Iterable[Tuple[str, Any]]]
+
+
+@dataclasses.dataclass
+class Message(Generic[T]):
+    """A message to publish with a key or headers, for ``publish_batch`` and
+    ``send_batch`` (a plain value there is a message without either)."""
+
+    value: T
+    key: Optional[Union[bytes, str]] = None
+    headers: Optional[Headers] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Record(Generic[T]):
+    """A record read from a partition. ``value`` is decoded by the topic's codec (raw
+    ``bytes`` on a topic without one)."""
+
+    partition: int
+    offset: int
+    #: Append time, microseconds since the Unix epoch.
+    timestamp_us: int
+    key: Optional[bytes]
+    #: Typed headers, in order.
+    headers: List[Tuple[str, HeaderValue]]
+    value: T
+
+    @property
+    def position(self) -> Position:
+        """Where the record is."""
+        return Position(self.partition, self.offset)
+
+    def header(self, name: str) -> Optional[HeaderValue]:
+        """The first header named ``name``."""
+        for n, v in self.headers:
+            if n == name:
+                return v
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicConfig:
+    """A topic's options as the broker keeps them."""
+
+    partitions: int
+    #: Delete data older than this (``None``: kept until deleted by size or by hand).
+    retention_ms: Optional[int]
+    #: Per partition: delete the oldest data beyond this many bytes.
+    retention_bytes: Optional[int]
+    segment_bytes: int
+    #: ``"always"``, ``"interval:MS"`` or ``"never"``.
+    durability: str
+    max_record_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DamagedRange:
+    """Records a partition cannot serve: their bytes are damaged or missing."""
+
+    from_offset: int
+    to_offset: Optional[int]
+    segment: str
+    position: int
+    reason: str
+    accepted: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionInfo:
+    """One partition's offsets, size and health."""
+
+    partition: int
+    first_offset: int
+    next_offset: int
+    size_bytes: int
+    segments: int
+    #: Why the partition refuses appends, or ``None`` while it takes them.
+    failure: Optional[str]
+    damaged: List[DamagedRange]
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicDescription:
+    """A topic with the state of each partition."""
+
+    stream: str
+    name: str
+    config: TopicConfig
+    partitions: List[PartitionInfo]
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamInfo:
+    """A stream and how many topics it has."""
+
+    name: str
+    topics: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicInfo:
+    """A topic of a stream with its options."""
+
+    stream: str
+    name: str
+    config: TopicConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupMember:
+    """A member of a consumer group."""
+
+    id: str
+    owned: List[int]
+    revoking: List[int]
+    metrics: Dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupPartition:
+    """A partition as a consumer group sees it."""
+
+    partition: int
+    #: The group's stored next offset (``None``: none stored).
+    stored_offset: Optional[int]
+    log_end: int
+    lag: int
+    owner: Optional[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupDescription:
+    """A consumer group: members, assignment, stored offsets and lag."""
+
+    generation: int
+    members: List[GroupMember]
+    partitions: List[GroupPartition]
+
+
+@dataclasses.dataclass(frozen=True)
+class Fetched(Generic[T]):
+    """The answer of ``Topic.fetch``."""
+
+    records: List[Record[T]]
+    next_offset: int
+    log_start: int
+    log_end: int
+
+
+# ---- from the native module's plain values ---------------------------------------------
+
+
+def _config(d: Dict[str, Any]) -> TopicConfig:
+    return TopicConfig(**d)
+
+
+def _description(d: Dict[str, Any]) -> TopicDescription:
+    partitions = [
+        PartitionInfo(**{**p, "damaged": [DamagedRange(**r) for r in p["damaged"]]})
+        for p in d["partitions"]
+    ]
+    return TopicDescription(d["stream"], d["name"], _config(d["config"]), partitions)
+
+
+def _group(d: Dict[str, Any]) -> GroupDescription:
+    return GroupDescription(
+        d["generation"],
+        [GroupMember(**m) for m in d["members"]],
+        [GroupPartition(**p) for p in d["partitions"]],
+    )
+
+
+# ---- checks of arguments ---------------------------------------------------------------
+
+_U32_MAX = (1 << 32) - 1
+_U64_MAX = (1 << 64) - 1
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _int(name: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{name} must be an int, not {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise InvalidArgumentError(f"{name} must be in {lo}..={hi}, not {value}")
+    return value
+
+
+def _u32(name: str, value: Any) -> int:
+    return _int(name, value, 0, _U32_MAX)
+
+
+def _u64(name: str, value: Any) -> int:
+    return _int(name, value, 0, _U64_MAX)
+
+
+def _i64(name: str, value: Any) -> int:
+    return _int(name, value, _I64_MIN, _I64_MAX)
+
+
+def _opt(check: Any, name: str, value: Any) -> Any:
+    return None if value is None else check(name, value)
+
+
+def _str(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{name} must be a str, not {type(value).__name__}")
+    return value
+
+
+def _seconds(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgumentError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not math.isfinite(value) or value < 0:
+        raise InvalidArgumentError(f"{name} must be a finite number of seconds >= 0, not {value}")
+    return float(value)
+
+
+def _position_of(what: Any) -> Position:
+    """The position of a record, a position, a ``(partition, offset)`` pair, or an
+    exception naming a record (``DecodeError``)."""
+    if isinstance(what, tuple) and len(what) == 2:
+        partition, offset = what
+    else:
+        partition = getattr(what, "partition", None)
+        offset = getattr(what, "offset", None)
+        if partition is None or offset is None:
+            raise InvalidArgumentError(
+                f"a record, a Position or a (partition, offset) pair, not {type(what).__name__}"
+            )
+    return Position(_u32("partition", partition), _u64("offset", offset))

@@ -1,0 +1,281 @@
+"""Named consumers and group members: every start variant, every commit policy's store
+points, commit-after-success, next_within, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+import rill
+from conftest import unique
+
+# Short waits so that a consumer that caught up answers quickly.
+FAST: Dict[str, Any] = {"max_wait_ms": 100, "poll_interval_ms": 5}
+
+
+async def topic_with(client: rill.Client, n: int, partitions: int = 1) -> rill.Topic:
+    topic = client.stream(unique("s")).topic("t")
+    await topic.ensure(partitions)
+    for i in range(n):
+        await topic.publish(f"r{i}").partition(0).send()
+    return topic
+
+
+def make(topic: rill.Topic, kind: str, name: str, **options: Any) -> Any:
+    """A named consumer of partition 0 or a group member (the only one, so it owns
+    partition 0), with these options."""
+    options = {**FAST, **options}
+    if kind == "named":
+        return topic.consumer(name, 0, **options)
+    return topic.consumer_group(name, session_timeout_ms=5000, **options)
+
+
+async def stored(topic: rill.Topic, kind: str, name: str) -> Optional[int]:
+    """The offset the broker has stored as consumed for `name` (not what the consumer
+    believes)."""
+    if kind == "named":
+        return await topic.stored_offset(name, 0)
+    try:
+        group = await topic.describe_group(name)
+    except rill.GroupNotFoundError:
+        return None  # no member left and no offset stored
+    nxt = group.partitions[0].stored_offset
+    return None if nxt is None else nxt - 1
+
+
+@pytest.fixture(params=["named", "group"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+# ---- where a consumer starts ---------------------------------------------------------
+
+
+async def test_every_start_variant(client: rill.Client, kind: str) -> None:
+    topic = await topic_with(client, 5)
+    records = [r async for r in topic.records("all")]
+    third_ts = records[2].timestamp_us
+
+    async def first_offset(**options: Any) -> int:
+        c = await make(topic, kind, unique("c"), auto_commit="disabled", **options).init()
+        try:
+            r = await c.next_within(10)
+            return r.offset
+        finally:
+            await c.shutdown()
+
+    assert await first_offset(polling="first") == 0
+    assert await first_offset(polling="last") == 4
+    assert await first_offset(polling="next") == 0, "next with nothing stored: the beginning"
+    assert await first_offset(polling="offset", offset=3) == 3
+    assert await first_offset(offset=2) == 2, "offset= alone means polling=\"offset\""
+    assert await first_offset(polling="timestamp", timestamp_micros=third_ts) == 2
+    if kind == "named":
+        assert await first_offset() == 0, "the named default is next: the beginning"
+    else:
+        assert await first_offset() == 0, "the group default is first"
+
+
+async def test_a_stored_offset_wins_unless_replay_is_allowed(client: rill.Client, kind: str) -> None:
+    topic = await topic_with(client, 6)
+    name = unique("c")
+    # Store offset 2 as consumed through a first consumer.
+    c = await make(topic, kind, name, auto_commit="disabled", polling="first").init()
+    for _ in range(3):
+        r = await c.next_within(10)
+    await c.commit(r)
+    await c.shutdown()
+    assert await stored(topic, kind, name) == 2
+
+    async def first_offset(**options: Any) -> int:
+        c = await make(topic, kind, name, auto_commit="disabled", **options).init()
+        try:
+            return (await c.next_within(10)).offset
+        finally:
+            await c.shutdown()
+
+    assert await first_offset(polling="next") == 3
+    assert await first_offset(polling="first") == 3, "a stored offset wins over polling"
+    assert await first_offset(polling="last") == 3
+    assert await first_offset(polling="first", allow_replay=True) == 0
+    assert await first_offset(polling="offset", offset=1, allow_replay=True) == 1
+    assert await first_offset(polling="last", allow_replay=True) == 5
+
+
+# ---- commit policies -----------------------------------------------------------------
+
+LONG_MS = 60_000
+
+# Per policy, over 6 records read in polls of 3: the offset stored (as the consumer
+# knows it) after each of the 6 `next()` calls that hand out records, then after one
+# more call that finds nothing (the caller is done with the last record), then what the
+# broker has after shutdown. These mirror the Rust SDK's own unit test of the policies.
+POLICIES = [
+    (dict(auto_commit="disabled"), [None] * 6, None, None),
+    (dict(auto_commit="polling"), [None, None, None, 2, 2, 2], 5, 5),
+    (dict(auto_commit="all"), [None, None, None, 2, 2, 2], 5, 5),
+    (dict(auto_commit="each"), [None, 0, 1, 2, 3, 4], 5, 5),
+    (dict(auto_commit="every", commit_every=2), [None, None, 1, 1, 3, 3], 5, 5),
+    (dict(auto_commit="interval", commit_interval_ms=LONG_MS), [None] * 6, None, 5),
+    (dict(auto_commit="interval_or_polling", commit_interval_ms=LONG_MS), [None, None, None, 2, 2, 2], 5, 5),
+    (dict(auto_commit="interval_or_all", commit_interval_ms=LONG_MS), [None, None, None, 2, 2, 2], 5, 5),
+    (dict(auto_commit="interval_or_each", commit_interval_ms=LONG_MS), [None, 0, 1, 2, 3, 4], 5, 5),
+    (
+        dict(auto_commit="interval_or_every", commit_interval_ms=LONG_MS, commit_every=2),
+        [None, None, 1, 1, 3, 3],
+        5,
+        5,
+    ),
+]
+
+
+@pytest.mark.parametrize("options,after_each,after_done,after_shutdown", POLICIES,
+                         ids=[p[0]["auto_commit"] for p in POLICIES])
+async def test_every_commit_policy_stores_where_it_says(
+    client: rill.Client,
+    kind: str,
+    options: Dict[str, Any],
+    after_each: List[Optional[int]],
+    after_done: Optional[int],
+    after_shutdown: Optional[int],
+) -> None:
+    topic = await topic_with(client, 6)
+    name = unique("c")
+    c = await make(topic, kind, name, batch_length=3, polling="first", **options).init()
+    seen = []
+    for i in range(6):
+        r = await c.next_within(10)
+        assert r.offset == i
+        seen.append(c.last_stored_offset(0))
+        assert c.last_consumed_offset(0) == i
+    assert seen == after_each
+    # Long enough for the store a policy makes at this call, even on a loaded machine.
+    with pytest.raises(rill.TimeoutError):
+        await c.next_within(1.0)
+    assert c.last_stored_offset(0) == after_done
+    assert await stored(topic, kind, name) == after_done, "the broker has what the consumer says"
+    await c.shutdown()
+    assert await stored(topic, kind, name) == after_shutdown
+
+
+async def test_interval_policies_store_on_the_timer(client: rill.Client, kind: str) -> None:
+    for options in (
+        dict(auto_commit="interval", commit_interval_ms=50),
+        dict(auto_commit="interval_or_every", commit_interval_ms=50, commit_every=100),
+    ):
+        topic = await topic_with(client, 4)
+        name = unique("c")
+        c = await make(topic, kind, name, polling="first", **options).init()
+        await c.next_within(10)
+        await c.next_within(10)
+        assert c.last_stored_offset(0) is None
+        await asyncio.sleep(0.1)
+        await c.next_within(10)  # done with record 1, and the interval passed
+        assert c.last_stored_offset(0) == 1, options
+        assert await stored(topic, kind, name) == 1
+        await c.shutdown()
+        assert await stored(topic, kind, name) == 2, "shutdown stores the last record handed out"
+
+
+async def test_commit_after_success_resumes_after_the_last_commit(client: rill.Client, kind: str) -> None:
+    topic = await topic_with(client, 5)
+    name = unique("workers")
+    c = await make(topic, kind, name, auto_commit="disabled", polling="first", allow_replay=False).init()
+    handled = []
+    async for message in c:
+        handled.append(message.offset)
+        if message.offset == 2:
+            break  # "crash" while handling 2: it was never committed
+        await c.commit(message)
+    await c.shutdown()
+    assert await stored(topic, kind, name) == 1
+    again = await make(topic, kind, name, auto_commit="disabled").init()
+    r = await again.next_within(10)
+    assert r.offset == 2, "the record not committed is delivered again"
+    await again.store_offset(0, 4)
+    assert again.last_stored_offset(0) == 4
+    await again.shutdown()
+    assert await stored(topic, kind, name) == 4
+
+
+async def test_delete_offset(client: rill.Client, kind: str) -> None:
+    topic = await topic_with(client, 3)
+    name = unique("c")
+    c = await make(topic, kind, name, auto_commit="each", polling="first").init()
+    await c.next_within(10)
+    await c.next_within(10)
+    assert await stored(topic, kind, name) == 0
+    await c.delete_offset(0)
+    assert await stored(topic, kind, name) is None
+    await c.shutdown()
+
+
+async def test_shutdown_ends_a_waiting_next_and_later_calls(client: rill.Client, kind: str) -> None:
+    topic = await topic_with(client, 0)
+    c = await make(topic, kind, unique("c"), max_wait_ms=1000).init()
+    waiting = asyncio.ensure_future(c.next())
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    await asyncio.wait_for(c.shutdown(), 10)
+    assert await asyncio.wait_for(waiting, 10) is None
+    assert await c.next() is None
+    with pytest.raises(rill.ShutdownError):
+        await c.next_within(1)
+    await c.shutdown()  # again: nothing
+
+
+async def test_next_within_times_out_with_a_typed_error_and_loses_nothing(client: rill.Client, kind: str) -> None:
+    topic = await topic_with(client, 0)
+    c = await make(topic, kind, unique("c")).init()
+    with pytest.raises(rill.TimeoutError) as e:
+        await c.next_within(0.2)
+    assert isinstance(e.value, TimeoutError) and e.value.timeout == pytest.approx(0.2)
+    await topic.publish(b"late").partition(0).send()
+    r = await c.next_within(10)
+    assert r.value == b"late" and r.offset == 0
+    await c.shutdown()
+
+
+async def test_a_consumer_must_be_initialized(client: rill.Client, kind: str) -> None:
+    topic = await topic_with(client, 1)
+    c = make(topic, kind, unique("c"))
+    with pytest.raises(rill.InvalidArgumentError, match="init"):
+        await c.next()
+    async with c:
+        assert (await c.next_within(10)).offset == 0
+    with pytest.raises(rill.ShutdownError):
+        await c.init()
+
+
+async def test_group_member_reports_and_describe(client: rill.Client) -> None:
+    topic = await topic_with(client, 2, partitions=2)
+    group = unique("g")
+    c = await topic.consumer_group(group, member_id="member-a", **FAST).init()
+    assert c.member_id == "member-a"
+    assert c.assignment() == [0, 1]
+    assert c.position(0) == 0
+    await c.report({"handled": 7})
+    await c.next_within(10)
+    description = await topic.describe_group(group)
+    assert [m.id for m in description.members] == ["member-a"]
+    assert sorted(description.members[0].owned) == [0, 1]
+    await c.shutdown()
+    assert (await topic.describe_group(group)).members == []
+
+
+async def test_cancelling_a_waiting_next_loses_no_record(client: rill.Client, kind: str) -> None:
+    topic = await topic_with(client, 0)
+    c = await make(topic, kind, unique("c"), max_wait_ms=1000).init()
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(c.next(), 0.2)  # cancels the awaitable: the task is aborted
+    await topic.publish(b"after").partition(0).send()
+    r = await c.next_within(10)
+    assert (r.offset, r.value) == (0, b"after")
+    await c.shutdown()
+
+
+def test_awaitables_need_a_running_event_loop() -> None:
+    with pytest.raises(RuntimeError):
+        rill._native.open("/nonexistent-dir-for-a-test")
