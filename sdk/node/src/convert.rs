@@ -1,0 +1,304 @@
+//! Values between JavaScript and the SDK: messages and typed headers in, records and
+//! positions out, admin answers as JSON text (`index.cjs` parses them).
+//!
+//! Bytes cross as `Buffer`s (JS hands every `Uint8Array` over as one); integer header
+//! values cross as decimal text so that 64- and 128-bit values keep every digit.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use napi::bindgen_prelude::Buffer;
+use napi_derive::napi;
+use rill_client::{
+    ClientError, GroupDescription, Message, Position, Record, TopicConfig, TopicDescription, Value,
+};
+use serde_json::{Value as Json, json};
+
+use crate::error::{invalid, invalid_napi};
+
+/// Most headers one message may carry: a bound on what one call copies.
+pub(crate) const HEADERS_MAX: usize = 4096;
+/// Most messages one batch call takes.
+pub(crate) const BATCH_MESSAGES_MAX: usize = 100_000;
+
+/// The header types, by the names JS uses (`HeaderValue.uint16(7)` has kind `uint16`).
+pub(crate) const HEADER_TYPES: [&str; 15] = [
+    "str", "bytes", "bool", "int8", "int16", "int32", "int64", "int128", "uint8", "uint16",
+    "uint32", "uint64", "uint128", "float32", "float64",
+];
+
+/// A typed header as it crosses: `kind` names the type; the value is in `text` (str
+/// and integers, in decimal), `bytes`, `number` (floats) or `flag` (bool).
+#[napi(object)]
+#[allow(missing_debug_implementations)] // `Buffer` has no `Debug`.
+pub struct Header {
+    pub name: String,
+    pub kind: String,
+    pub text: Option<String>,
+    pub bytes: Option<Buffer>,
+    pub number: Option<f64>,
+    pub flag: Option<bool>,
+}
+
+/// A message as it crosses into the SDK.
+#[napi(object)]
+#[allow(missing_debug_implementations)] // `Buffer` has no `Debug`.
+pub struct MessageIn {
+    pub value: Buffer,
+    pub key: Option<Buffer>,
+    pub headers: Option<Vec<Header>>,
+}
+
+/// A record as it crosses out of the SDK.
+#[napi(object)]
+#[allow(missing_debug_implementations)] // `Buffer` has no `Debug`.
+pub struct RecordOut {
+    pub partition: u32,
+    pub offset: i64,
+    pub timestamp_us: i64,
+    pub key: Option<Buffer>,
+    pub headers: Vec<Header>,
+    pub value: Buffer,
+}
+
+/// Where a record was stored.
+#[napi(object)]
+#[derive(Debug, Clone, Copy)]
+pub struct PositionOut {
+    pub partition: u32,
+    pub offset: i64,
+}
+
+/// An offset as JS gives one: a safe integer >= 0.
+pub(crate) fn offset_in(what: &str, n: i64) -> Result<u64, ClientError> {
+    u64::try_from(n).map_err(|_| invalid(format!("{what} must be >= 0, not {n}")))
+}
+
+/// An offset for JS (saturating, past 2^63 no real log reaches).
+pub(crate) fn offset_out(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A position for JS.
+pub(crate) fn position_out(p: Position) -> PositionOut {
+    PositionOut {
+        partition: p.partition,
+        offset: offset_out(p.offset),
+    }
+}
+
+/// A duration of `ms` milliseconds that must be positive.
+pub(crate) fn positive_ms(what: &str, ms: u32) -> Result<Duration, ClientError> {
+    if ms == 0 {
+        return Err(invalid(format!("{what} must be positive")));
+    }
+    Ok(Duration::from_millis(u64::from(ms)))
+}
+
+fn int<T: std::str::FromStr>(name: &str, kind: &str, text: Option<&str>) -> napi::Result<T> {
+    let text =
+        text.ok_or_else(|| invalid_napi(format!("header {name:?}: {kind} needs a value")))?;
+    text.parse::<T>().map_err(|_| {
+        invalid_napi(format!(
+            "header {name:?}: {text:?} is not a {kind} (out of range or not an integer)"
+        ))
+    })
+}
+
+fn header_in(h: Header) -> napi::Result<(String, Value)> {
+    let name = h.name;
+    let missing = |what: &str| invalid_napi(format!("header {name:?}: {} needs {what}", h.kind));
+    let text = h.text.as_deref();
+    let value = match h.kind.as_str() {
+        "str" => Value::Str(h.text.clone().ok_or_else(|| missing("a string"))?),
+        "bytes" => Value::Bytes(Bytes::copy_from_slice(
+            h.bytes.as_deref().ok_or_else(|| missing("bytes"))?,
+        )),
+        "bool" => Value::Bool(h.flag.ok_or_else(|| missing("a boolean"))?),
+        "int8" => Value::I8(int(&name, "int8", text)?),
+        "int16" => Value::I16(int(&name, "int16", text)?),
+        "int32" => Value::I32(int(&name, "int32", text)?),
+        "int64" => Value::I64(int(&name, "int64", text)?),
+        "int128" => Value::I128(int(&name, "int128", text)?),
+        "uint8" => Value::U8(int(&name, "uint8", text)?),
+        "uint16" => Value::U16(int(&name, "uint16", text)?),
+        "uint32" => Value::U32(int(&name, "uint32", text)?),
+        "uint64" => Value::U64(int(&name, "uint64", text)?),
+        "uint128" => Value::U128(int(&name, "uint128", text)?),
+        // f64 to f32 rounds, as `new Float32Array([x])[0]` does in JS.
+        #[allow(clippy::cast_possible_truncation)]
+        "float32" => Value::F32(h.number.ok_or_else(|| missing("a number"))? as f32),
+        "float64" => Value::F64(h.number.ok_or_else(|| missing("a number"))?),
+        other => {
+            return Err(invalid_napi(format!(
+                "header {name:?}: unknown header type {other:?}; expected one of {}",
+                HEADER_TYPES.join(", ")
+            )));
+        }
+    };
+    Ok((name, value))
+}
+
+/// Headers from JS, in order (a name may come twice).
+pub(crate) fn headers_in(headers: Option<Vec<Header>>) -> napi::Result<Vec<(String, Value)>> {
+    let headers = headers.unwrap_or_default();
+    if headers.len() > HEADERS_MAX {
+        return Err(invalid_napi(format!(
+            "{} headers: at most {HEADERS_MAX} per message",
+            headers.len()
+        )));
+    }
+    headers.into_iter().map(header_in).collect()
+}
+
+/// A message from JS.
+pub(crate) fn message_in(m: MessageIn) -> napi::Result<Message> {
+    let mut message = Message::new(Bytes::copy_from_slice(&m.value));
+    message.key = m.key.map(|k| Bytes::copy_from_slice(&k));
+    message.headers = headers_in(m.headers)?;
+    Ok(message)
+}
+
+/// Messages from JS, at most [`BATCH_MESSAGES_MAX`].
+pub(crate) fn messages_in(messages: Vec<MessageIn>) -> napi::Result<Vec<Message>> {
+    if messages.len() > BATCH_MESSAGES_MAX {
+        return Err(invalid_napi(format!(
+            "{} messages: at most {BATCH_MESSAGES_MAX} per batch",
+            messages.len()
+        )));
+    }
+    messages.into_iter().map(message_in).collect()
+}
+
+fn header_out(name: &str, value: &Value) -> Header {
+    let mut h = Header {
+        name: name.to_owned(),
+        kind: String::new(),
+        text: None,
+        bytes: None,
+        number: None,
+        flag: None,
+    };
+    let (kind, text) = match value {
+        Value::Str(v) => ("str", Some(v.clone())),
+        Value::Bytes(v) => {
+            h.bytes = Some(Buffer::from(v.to_vec()));
+            ("bytes", None)
+        }
+        Value::Bool(v) => {
+            h.flag = Some(*v);
+            ("bool", None)
+        }
+        Value::I8(v) => ("int8", Some(v.to_string())),
+        Value::I16(v) => ("int16", Some(v.to_string())),
+        Value::I32(v) => ("int32", Some(v.to_string())),
+        Value::I64(v) => ("int64", Some(v.to_string())),
+        Value::I128(v) => ("int128", Some(v.to_string())),
+        Value::U8(v) => ("uint8", Some(v.to_string())),
+        Value::U16(v) => ("uint16", Some(v.to_string())),
+        Value::U32(v) => ("uint32", Some(v.to_string())),
+        Value::U64(v) => ("uint64", Some(v.to_string())),
+        Value::U128(v) => ("uint128", Some(v.to_string())),
+        Value::F32(v) => {
+            h.number = Some(f64::from(*v));
+            ("float32", None)
+        }
+        Value::F64(v) => {
+            h.number = Some(*v);
+            ("float64", None)
+        }
+    };
+    h.kind = kind.to_owned();
+    h.text = text;
+    h
+}
+
+/// A record for JS.
+pub(crate) fn record_out(r: Record) -> RecordOut {
+    RecordOut {
+        partition: r.partition,
+        offset: offset_out(r.offset),
+        timestamp_us: r.timestamp_us,
+        key: r.key.map(|k| Buffer::from(k.to_vec())),
+        headers: r.headers.iter().map(|(n, v)| header_out(n, v)).collect(),
+        value: Buffer::from(r.value.to_vec()),
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A topic's options as JSON.
+pub(crate) fn config_json(c: &TopicConfig) -> Json {
+    json!({
+        "partitions": c.partitions,
+        "retentionMs": c.retention.map(millis),
+        "retentionBytes": c.retention_bytes,
+        "segmentBytes": c.segment_bytes,
+        "durability": c.durability.to_string(),
+        "maxRecordBytes": c.max_record_bytes,
+    })
+}
+
+/// A topic's description as JSON.
+pub(crate) fn description_json(t: &TopicDescription) -> Json {
+    let partitions: Vec<Json> = t
+        .partitions
+        .iter()
+        .map(|p| {
+            let damaged: Vec<Json> = p
+                .damaged
+                .iter()
+                .map(|r| {
+                    json!({
+                        "fromOffset": r.from, "toOffset": r.to, "segment": r.segment,
+                        "position": r.position, "reason": r.reason, "accepted": r.accepted,
+                    })
+                })
+                .collect();
+            json!({
+                "partition": p.partition,
+                "firstOffset": p.first_offset,
+                "nextOffset": p.next_offset,
+                "sizeBytes": p.size_bytes,
+                "segments": p.segments,
+                "failure": p.failure,
+                "damaged": damaged,
+            })
+        })
+        .collect();
+    json!({
+        "stream": t.stream,
+        "name": t.name,
+        "config": config_json(&t.config),
+        "partitions": partitions,
+    })
+}
+
+/// A consumer group's description as JSON.
+pub(crate) fn group_json(g: &GroupDescription) -> Json {
+    let members: Vec<Json> = g
+        .members
+        .iter()
+        .map(|m| {
+            let metrics: serde_json::Map<String, Json> = m
+                .metrics
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v)))
+                .collect();
+            json!({ "id": m.id, "owned": m.owned, "revoking": m.revoking, "metrics": metrics })
+        })
+        .collect();
+    let partitions: Vec<Json> = g
+        .partitions
+        .iter()
+        .map(|p| {
+            json!({
+                "partition": p.partition, "storedOffset": p.stored_offset, "logEnd": p.log_end,
+                "lag": p.lag, "owner": p.owner,
+            })
+        })
+        .collect();
+    json!({ "generation": g.generation, "members": members, "partitions": partitions })
+}

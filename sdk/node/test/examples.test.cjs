@@ -1,0 +1,30 @@
+'use strict'
+// The examples run, embedded and against a server, and print what they promise.
+const test = require('node:test')
+const assert = require('node:assert/strict')
+const { execFileSync } = require('node:child_process')
+const path = require('node:path')
+const { tempDir, startServer } = require('./helpers.cjs')
+
+const run = (name, arg) =>
+  execFileSync(process.execPath, [path.join(__dirname, '..', 'examples', name), arg], { encoding: 'utf8', timeout: 60_000 })
+
+test('examples run embedded', () => {
+  const dir = tempDir()
+  const q = run('quickstart.mjs', path.join(dir, 'data'))
+  assert.match(q, /published order 5/)
+  assert.match(q, /read 5 orders/)
+  assert.match(run('quickstart.mjs', path.join(dir, 'data')), /read 5 orders/, 'the cursor file resumes after the first 5')
+  assert.match(run('producer.mjs', path.join(dir, 'p')), /sent 100 messages/)
+  assert.match(run('consumer.mjs', path.join(dir, 'c')), /handled 10 jobs/)
+})
+
+test('examples run against a server', async () => {
+  const server = await startServer()
+  try {
+    assert.match(run('producer.mjs', server.url), /sent 100 messages/)
+    assert.match(run('consumer.mjs', server.url), /handled 10 jobs/)
+  } finally {
+    await server.stop()
+  }
+})
