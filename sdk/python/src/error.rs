@@ -9,7 +9,7 @@ use std::any::Any;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use rill_client::ClientError;
+use rill_client::{ClientError, ErrorCode};
 
 /// An error value of a field of an exception.
 enum Field {
@@ -63,12 +63,15 @@ fn shape(error: &ClientError) -> Shape {
             ..
         } => Shape {
             class: Some("DataLossError"),
-            code: Some("DATA_LOSS"),
+            code: Some(ErrorCode::DataLoss.name()),
             fields: vec![
                 ("partition", Field::U64(u64::from(*partition))),
                 ("from_offset", Field::U64(*from)),
                 ("to_offset", Field::OptU64(*to)),
-                ("wire_code", Field::I64(34)),
+                (
+                    "wire_code",
+                    Field::I64(i64::from(ErrorCode::DataLoss.wire())),
+                ),
             ],
         },
         ClientError::Connection { addr, .. } => Shape {
