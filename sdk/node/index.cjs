@@ -323,35 +323,73 @@ function encodeWith(codec, value) {
 
 // ---- records ------------------------------------------------------------------------
 
-function recordOut(r, codec) {
-  const raw = new Uint8Array(r.value.buffer, r.value.byteOffset, r.value.byteLength)
-  const record = {
-    partition: r.partition,
-    offset: r.offset,
-    timestampUs: r.timestampUs,
-    key: r.key ? new Uint8Array(r.key.buffer, r.key.byteOffset, r.key.byteLength) : null,
-    headers: r.headers.map((h) => [h.name, headerOut(h)]),
-    value: raw,
+/** A record as the SDK hands it out. */
+class RillRecord {
+  constructor(partition, offset, timestampUs, key, headers, value) {
+    this.partition = partition
+    this.offset = offset
+    this.timestampUs = timestampUs
+    this.key = key
+    this.headers = headers
+    this.value = value
   }
-  Object.defineProperty(record, 'header', {
-    value(name) {
-      const found = this.headers.find(([n]) => n === name)
-      return found ? found[1] : undefined
-    },
-  })
+  /** The value of the first header named `name`. */
+  header(name) {
+    const found = this.headers.find(([n]) => n === name)
+    return found ? found[1] : undefined
+  }
+}
+/** `record` with its value decoded by `codec` (a DecodeError naming it if it fails). */
+function decoded(record, codec) {
   if (codec && codec !== BYTES_CODEC) {
     try {
-      record.value = codec.decode(raw)
+      record.value = codec.decode(record.value)
     } catch (e) {
+      const { partition, offset } = record
       const err = new errors.DecodeError(
-        `record at partition ${r.partition} offset ${r.offset} could not be decoded: ${e && e.message}`,
-        { kind: 'Decode', fields: { partition: r.partition, offset: r.offset, reason: String(e && e.message) } },
+        `record at partition ${partition} offset ${offset} could not be decoded: ${e && e.message}`,
+        { kind: 'Decode', fields: { partition, offset, reason: String(e && e.message) } },
       )
       err.cause = e
       throw err
     }
   }
   return record
+}
+/** A record from the addon's `RecordOut`. */
+function recordOut(r, codec) {
+  const raw = new Uint8Array(r.value.buffer, r.value.byteOffset, r.value.byteLength)
+  const key = r.key ? new Uint8Array(r.key.buffer, r.key.byteOffset, r.key.byteLength) : null
+  const headers = r.headers.map((h) => [h.name, headerOut(h)])
+  return decoded(new RillRecord(r.partition, r.offset, r.timestampUs, key, headers, raw), codec)
+}
+/** The poll results of the addon's `PackedRecords`: views into its buffers. */
+function unpackRecords(p, codec, results) {
+  const { values, keys, valueLengths, keyLengths, headerIndexes } = p
+  let at = values.byteOffset
+  let keyAt = keys.byteOffset
+  let h = 0
+  for (let i = 0; i < valueLengths.length; i++) {
+    const value = new Uint8Array(values.buffer, at, valueLengths[i])
+    at += valueLengths[i]
+    let key = null
+    if (keyLengths[i] >= 0) {
+      key = new Uint8Array(keys.buffer, keyAt, keyLengths[i])
+      keyAt += keyLengths[i]
+    }
+    let headers = []
+    if (h < headerIndexes.length && headerIndexes[h] === i) {
+      headers = p.headers[h].map((x) => [x.name, headerOut(x)])
+      h += 1
+    }
+    const record = new RillRecord(p.partitions[i], p.offsets[i], p.timestampsUs[i], key, headers, value)
+    try {
+      results.push({ kind: 'record', record: decoded(record, codec) })
+    } catch (e) {
+      results.push({ kind: 'error', error: e })
+    }
+  }
+  return results
 }
 
 // ---- abort signals ------------------------------------------------------------------
@@ -374,7 +412,12 @@ async function withSignal(signal, f) {
 }
 function waitOptions(options) {
   const o = checkOptions('wait', options, ['signal'])
-  return o.signal
+  const signal = o.signal
+  if (signal !== undefined && signal !== null &&
+    (typeof signal.aborted !== 'boolean' || typeof signal.addEventListener !== 'function')) {
+    throw invalid('signal must be an AbortSignal')
+  }
+  return signal
 }
 
 // ---- client -------------------------------------------------------------------------
@@ -475,6 +518,46 @@ function messageIn(value, options, codec, allowPartition) {
   return [m, partition]
 }
 
+const NO_BYTES = Buffer.alloc(0)
+
+/** A batch as `sendPacked`/`publishPacked` take it when no message has headers: every
+ * value in one buffer with their lengths, every key in another (-1: none). One native
+ * argument per batch instead of an object per message. `null` when one has headers. */
+function packMessages(what, messages, codec) {
+  if (!Array.isArray(messages)) throw invalid(`${what} takes an array of {value, key?, headers?}`)
+  const n = messages.length
+  const values = new Array(n)
+  const valueLengths = new Uint32Array(n)
+  let keys = null
+  let keyLengths = null
+  for (let i = 0; i < n; i++) {
+    const m = messages[i]
+    if (!m || typeof m !== 'object') throw invalid('a message is {value, key?, headers?}')
+    if (m.headers !== undefined && m.headers !== null) return null
+    const v = encodeWith(codec, m.value)
+    values[i] = v
+    valueLengths[i] = v.length
+    if (m.key !== undefined && m.key !== null) {
+      if (keys === null) {
+        keys = new Array(n).fill(NO_BYTES)
+        keyLengths = new Int32Array(n).fill(-1)
+      }
+      const k = bytesOf('a key', m.key)
+      keys[i] = k
+      keyLengths[i] = k.length
+    }
+  }
+  return [Buffer.concat(values), valueLengths, keys && Buffer.concat(keys), keyLengths ?? undefined]
+}
+
+/** Positions from `packed_positions`: `{partition, offset}` objects made here. */
+function unpackPositions(packed) {
+  const { partitions, offsets } = packed
+  const out = new Array(partitions.length)
+  for (let i = 0; i < out.length; i++) out[i] = { partition: partitions[i], offset: offsets[i] }
+  return out
+}
+
 class Topic {
   #native
   #codec
@@ -519,7 +602,8 @@ class Topic {
   publish() { return new Publish(this.#native, this.#codec) }
   /** Publishes many `{value, key?, headers?}` messages in one call. */
   async publishBatch(messages) {
-    if (!Array.isArray(messages)) throw invalid('publishBatch takes an array of {value, key?, headers?}')
+    const packed = packMessages('publishBatch', messages, this.#codec)
+    if (packed) return unpackPositions(await call(() => this.#native.publishPacked(...packed)))
     const ms = messages.map((m) => {
       if (!m || typeof m !== 'object') throw invalid('a message is {value, key?, headers?}')
       return messageIn(m.value, { key: m.key, headers: m.headers }, this.#codec, false)[0]
@@ -616,15 +700,10 @@ class Reader {
    * (an error names records that cannot be delivered; reading goes on after them).
    * An empty array once caught up with the tails it saw. */
   async poll() {
-    const results = await call(() => this.#native.poll(this.#maxResults))
-    return results.map((r) => {
-      if (r.error != null) return { kind: 'error', error: fromNative({ message: r.error }) }
-      try {
-        return { kind: 'record', record: recordOut(r.record, this.#codec) }
-      } catch (e) {
-        return { kind: 'error', error: e }
-      }
-    })
+    const out = await call(() => this.#native.poll(this.#maxResults))
+    const results = []
+    if (out.error != null) results.push({ kind: 'error', error: fromNative({ message: out.error }) })
+    return unpackRecords(out.records, this.#codec, results)
   }
   /** Per partition, the next offset after the records handed out: `{partition: offset}`. */
   offsets() {
@@ -678,7 +757,11 @@ class Producer {
   }
   /** Sends many `{value, key?, headers?}` messages, each checked before any is sent. */
   async sendBatch(messages) {
-    if (!Array.isArray(messages)) throw invalid('sendBatch takes an array of {value, key?, headers?}')
+    const packed = packMessages('sendBatch', messages, this.#codec)
+    if (packed) {
+      const p = await this.#ready
+      return unpackPositions(await call(() => p.sendPacked(...packed)))
+    }
     const ms = messages.map((m) => {
       if (!m || typeof m !== 'object') throw invalid('a message is {value, key?, headers?}')
       return messageIn(m.value, { key: m.key, headers: m.headers }, this.#codec, false)[0]
@@ -757,6 +840,10 @@ class BaseConsumer {
   /** The next record, waiting for one; null after shutdown(). */
   async next(options) {
     const signal = waitOptions(options)
+    // A record fetched already, with nothing to store first, comes without a promise
+    // of the native side's.
+    const ready = signal?.aborted ? null : this._native.tryNext()
+    if (ready != null) return recordOut(ready, this.#codec)
     const r = await withSignal(signal, (c) => this._native.next(c))
     return r == null ? null : recordOut(r, this.#codec)
   }
@@ -765,6 +852,8 @@ class BaseConsumer {
   async nextWithin(timeoutMs, options) {
     checkU32('timeoutMs', timeoutMs)
     const signal = waitOptions(options)
+    const ready = signal?.aborted ? null : this._native.tryNext()
+    if (ready != null) return recordOut(ready, this.#codec)
     const r = await withSignal(signal, (c) => this._native.nextWithin(timeoutMs, c))
     return recordOut(r, this.#codec)
   }

@@ -256,6 +256,27 @@ impl Consumer {
         }
     }
 
+    /// The next record if one was fetched already and the commit policy has nothing
+    /// to store first, without waiting: `None` says only that [`Consumer::next`] is
+    /// needed now (nothing is buffered, a store is due, or the consumer is shut down).
+    /// Hands out as [`Consumer::next`] does (the record before counts as handled), so
+    /// the SDKs for other languages hand out a fetched batch without an `await` per
+    /// record; mixing the two keeps the order.
+    pub fn try_next(&mut self) -> Option<Record> {
+        if self.closed || self.buffered.is_empty() {
+            return None;
+        }
+        let now = Instant::now();
+        if self.committer.clone().done(now).is_some() {
+            return None;
+        }
+        let stored = self.committer.done(now);
+        debug_assert!(stored.is_none(), "checked on a copy above");
+        let record = self.buffered.pop_front()?;
+        self.committer.handed_out(record.offset);
+        Some(record)
+    }
+
     /// Like [`Consumer::next`], failing with [`ClientError::Timeout`] if no record
     /// arrives within `timeout`.
     pub async fn next_within(&mut self, timeout: Duration) -> Result<Record, ClientError> {

@@ -790,6 +790,41 @@ impl GroupConsumer {
         }
     }
 
+    /// The next record of an owned partition if one was fetched already and the commit
+    /// policy has nothing to store first, without waiting: `None` says only that
+    /// [`GroupConsumer::next`] is needed now (nothing is buffered, a store is due, the
+    /// member has not joined or is shut down). Hands out as [`GroupConsumer::next`] does
+    /// (the record before counts as handled), so the SDKs for other languages hand out
+    /// a fetched batch without an `await` per record; mixing the two keeps the order.
+    pub fn try_next(&mut self) -> Option<Record> {
+        self.heartbeat.as_ref()?;
+        let mut st = self.inner.lock().ok()?;
+        if st.closed {
+            return None;
+        }
+        let keys: Vec<u32> = st.partitions.keys().copied().collect();
+        let start = st.next;
+        let p = (0..keys.len())
+            .map(|i| keys[(start + i) % keys.len()])
+            .find(|p| !st.partitions[p].buffered.is_empty())?;
+        let now = Instant::now();
+        let due = st
+            .pending
+            .and_then(|q| st.partitions.get(&q))
+            .is_some_and(|part| part.committer.clone().done(now).is_some());
+        if due {
+            return None;
+        }
+        let stored = st.done(now);
+        debug_assert!(stored.is_none(), "checked on a copy above");
+        st.next = st.next.wrapping_add(1);
+        st.pending = Some(p);
+        let part = st.partitions.get_mut(&p).expect("found above");
+        let record = part.buffered.pop_front().expect("not empty");
+        part.committer.handed_out(record.offset);
+        Some(record)
+    }
+
     /// Like [`GroupConsumer::next`], failing with [`ClientError::Timeout`] if no record
     /// arrives within `timeout`.
     pub async fn next_within(&mut self, timeout: Duration) -> Result<Record, ClientError> {

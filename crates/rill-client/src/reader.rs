@@ -131,16 +131,7 @@ impl<V> Reader<V> {
         }
         loop {
             if let Some(record) = self.buffered.pop_front() {
-                self.handed[record.partition as usize] = record.offset + 1;
-                let decoded = (self.decode)(record.value.clone());
-                return Some(match decoded {
-                    Ok(v) => Ok(record.map(v)),
-                    Err(reason) => Err(ClientError::Decode {
-                        partition: record.partition,
-                        offset: record.offset,
-                        reason,
-                    }),
-                });
+                return Some(self.hand_out(record));
             }
             let partitions = self.fetch_at.len();
             let pending = (0..partitions)
@@ -176,6 +167,27 @@ impl<V> Reader<V> {
                     }
                 }
             }
+        }
+    }
+
+    /// The next record if one was fetched already, without waiting: `None` says only
+    /// that nothing is buffered now (call [`Reader::next`]), not that the reader caught
+    /// up. For handing out a fetched batch without an `await` per record (the SDKs for
+    /// other languages do); mixing it with [`Reader::next`] keeps the order.
+    pub fn try_next(&mut self) -> Option<Result<Record<V>, ClientError>> {
+        let record = self.buffered.pop_front()?;
+        Some(self.hand_out(record))
+    }
+
+    fn hand_out(&mut self, record: Record) -> Result<Record<V>, ClientError> {
+        self.handed[record.partition as usize] = record.offset + 1;
+        match (self.decode)(record.value.clone()) {
+            Ok(v) => Ok(record.map(v)),
+            Err(reason) => Err(ClientError::Decode {
+                partition: record.partition,
+                offset: record.offset,
+                reason,
+            }),
         }
     }
 

@@ -184,13 +184,26 @@ impl<C: Send + 'static> Shared<C> {
         self.stop.send_replace(true);
     }
 
+    /// The consumer, if it runs, no call holds it and the stop flag is down: for the
+    /// calls that do not wait (`tryNext`).
+    pub(crate) fn try_running(&self) -> Option<tokio::sync::MutexGuard<'_, InRuntime<C>>> {
+        if *self.stop.borrow() {
+            return None;
+        }
+        let state = self.state.try_lock().ok()?;
+        state.get()?;
+        Some(state)
+    }
+
     /// Waits for the next record with `next`, unless the stop flag is raised (then
     /// `None`) or `cancel` fires (then `Aborted`). The SDK's `next` is cancel-safe.
+    /// `snapshot` runs before (records `tryNext` handed out count while this call
+    /// holds the consumer) and after.
     pub(crate) async fn next<F>(
         &self,
         cancel: &mut Cancel,
         next: F,
-        after: impl FnOnce(&C),
+        snapshot: impl Fn(&C),
     ) -> Result<Option<Record>, Fail>
     where
         F: for<'a> FnOnce(
@@ -210,12 +223,13 @@ impl<C: Send + 'static> Shared<C> {
         let Some(consumer) = state.get_mut() else {
             return Ok(None);
         };
+        snapshot(consumer);
         let result = tokio::select! {
             r = next(consumer) => r.transpose().map_err(Fail::from),
             _ = stop.wait_for(|s| *s) => Ok(None),
             () = cancel.fired() => Err(Fail::Aborted),
         };
-        after(consumer);
+        snapshot(consumer);
         result
     }
 }
@@ -317,6 +331,15 @@ impl NativeConsumer {
                 .await?
                 .map(record_out))
         })
+    }
+
+    /// The next record if one was fetched already and nothing must be stored first,
+    /// without a promise; else `null`, and `next()` is needed. Hands out as `next()`
+    /// does (`rill_client::Consumer::try_next`).
+    #[napi]
+    pub fn try_next(&self) -> Option<RecordOut> {
+        let mut state = self.shared.try_running()?;
+        state.get_mut()?.try_next().map(record_out)
     }
 
     /// Like `next()`, failing with `TimeoutError` after `timeoutMs`.

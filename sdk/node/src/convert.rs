@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use napi::bindgen_prelude::Buffer;
+use napi::bindgen_prelude::{Buffer, Float64Array, Int32Array, Uint32Array};
 use napi_derive::napi;
 use rill_client::{
     ClientError, GroupDescription, Message, Position, Record, TopicConfig, TopicDescription, Value,
@@ -59,6 +59,73 @@ pub struct RecordOut {
     pub key: Option<Buffer>,
     pub headers: Vec<Header>,
     pub value: Buffer,
+}
+
+/// Records as one poll hands them to JS: a column per field and every value (and key)
+/// in one buffer, so JS makes the record objects (and views into the buffers) itself
+/// instead of the addon making an object and a buffer per record.
+#[napi(object)]
+#[allow(missing_debug_implementations)] // `Buffer` has no `Debug`.
+pub struct PackedRecords {
+    pub partitions: Uint32Array,
+    /// Exact below 2^53, as every offset JS sees.
+    pub offsets: Float64Array,
+    pub timestamps_us: Float64Array,
+    pub values: Buffer,
+    pub value_lengths: Uint32Array,
+    pub keys: Buffer,
+    /// -1: no key.
+    pub key_lengths: Int32Array,
+    /// The records that have headers, by index, with their headers.
+    pub header_indexes: Vec<u32>,
+    pub headers: Vec<Vec<Header>>,
+}
+
+pub(crate) fn pack_records(records: &[Record]) -> PackedRecords {
+    let n = records.len();
+    let (mut partitions, mut offsets, mut timestamps) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut value_lengths, mut key_lengths) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let values_len: usize = records.iter().map(|r| r.value.len()).sum();
+    let keys_len: usize = records
+        .iter()
+        .filter_map(|r| r.key.as_ref())
+        .map(Bytes::len)
+        .sum();
+    let (mut values, mut keys) = (Vec::with_capacity(values_len), Vec::with_capacity(keys_len));
+    let (mut header_indexes, mut headers) = (Vec::new(), Vec::new());
+    for (i, r) in records.iter().enumerate() {
+        partitions.push(r.partition);
+        offsets.push(offset_out(r.offset) as f64);
+        timestamps.push(r.timestamp_us as f64);
+        values.extend_from_slice(&r.value);
+        value_lengths.push(u32::try_from(r.value.len()).unwrap_or(u32::MAX));
+        match &r.key {
+            Some(k) => {
+                keys.extend_from_slice(k);
+                key_lengths.push(i32::try_from(k.len()).unwrap_or(i32::MAX));
+            }
+            None => key_lengths.push(-1),
+        }
+        if !r.headers.is_empty() {
+            header_indexes.push(u32::try_from(i).unwrap_or(u32::MAX));
+            headers.push(r.headers.iter().map(|(n, v)| header_out(n, v)).collect());
+        }
+    }
+    PackedRecords {
+        partitions: Uint32Array::new(partitions),
+        offsets: Float64Array::new(offsets),
+        timestamps_us: Float64Array::new(timestamps),
+        values: Buffer::from(values),
+        value_lengths: Uint32Array::new(value_lengths),
+        keys: Buffer::from(keys),
+        key_lengths: Int32Array::new(key_lengths),
+        header_indexes,
+        headers,
+    }
 }
 
 /// Where a record was stored.
@@ -157,6 +224,76 @@ pub(crate) fn message_in(m: MessageIn) -> napi::Result<Message> {
     message.key = m.key.map(|k| Bytes::copy_from_slice(&k));
     message.headers = headers_in(m.headers)?;
     Ok(message)
+}
+
+/// A batch's messages as JS packs them when none has headers: every value in one
+/// buffer with their lengths, and every key in another with theirs (-1: no key). One
+/// copy of each buffer, then a slice per message.
+pub(crate) fn packed_in(
+    values: &[u8],
+    value_lengths: &[u32],
+    keys: Option<(&[u8], &[i32])>,
+) -> napi::Result<Vec<Message>> {
+    let n = value_lengths.len();
+    if n > BATCH_MESSAGES_MAX {
+        return Err(invalid_napi(format!(
+            "{n} messages: at most {BATCH_MESSAGES_MAX} per batch"
+        )));
+    }
+    let total: u64 = value_lengths.iter().map(|&l| u64::from(l)).sum();
+    if total != values.len() as u64 {
+        return Err(invalid_napi("packed values do not match their lengths"));
+    }
+    let keys = match keys {
+        None => None,
+        Some((bytes, lengths)) => {
+            if lengths.len() != n || lengths.iter().any(|&l| l < -1) {
+                return Err(invalid_napi("packed keys do not match the values"));
+            }
+            let total: u64 = lengths.iter().filter_map(|&l| u64::try_from(l).ok()).sum();
+            if total != bytes.len() as u64 {
+                return Err(invalid_napi("packed keys do not match their lengths"));
+            }
+            Some((Bytes::copy_from_slice(bytes), lengths))
+        }
+    };
+    let values = Bytes::copy_from_slice(values);
+    let (mut at, mut key_at) = (0usize, 0usize);
+    let mut messages = Vec::with_capacity(n);
+    for (i, &len) in value_lengths.iter().enumerate() {
+        let end = at + len as usize;
+        let mut message = Message::new(values.slice(at..end));
+        at = end;
+        if let Some((bytes, lengths)) = &keys
+            && let Ok(len) = usize::try_from(lengths[i])
+        {
+            message.key = Some(bytes.slice(key_at..key_at + len));
+            key_at += len;
+        }
+        messages.push(message);
+    }
+    Ok(messages)
+}
+
+/// A batch's positions for JS to unpack: partitions and offsets, in input order.
+#[napi(object)]
+#[allow(missing_debug_implementations)] // Typed arrays have no `Debug`.
+pub struct PackedPositions {
+    pub partitions: Uint32Array,
+    pub offsets: Float64Array,
+}
+
+pub(crate) fn packed_positions(positions: Vec<Position>) -> PackedPositions {
+    PackedPositions {
+        partitions: Uint32Array::new(positions.iter().map(|p| p.partition).collect()),
+        // Offsets are below 2^53 (JS numbers are exact there), as `offset_out` says.
+        offsets: Float64Array::new(
+            positions
+                .iter()
+                .map(|p| offset_out(p.offset) as f64)
+                .collect(),
+        ),
+    }
 }
 
 /// Messages from JS, at most [`BATCH_MESSAGES_MAX`].

@@ -218,6 +218,15 @@ impl NativeGroupConsumer {
         })
     }
 
+    /// The next record if one was fetched already and nothing must be stored first,
+    /// without a promise; else `null`, and `next()` is needed. Hands out as `next()`
+    /// does (`rill_client::GroupConsumer::try_next`).
+    #[napi]
+    pub fn try_next(&self) -> Option<RecordOut> {
+        let mut state = self.shared.try_running()?;
+        state.get_mut()?.try_next().map(record_out)
+    }
+
     /// Like `next()`, failing with `TimeoutError` after `timeoutMs`.
     #[napi]
     pub fn next_within<'env>(

@@ -11,7 +11,10 @@ use rill_client::{
     Background, Backpressure, ClientError, Producer, ProducerBuilder, Routing, Sharding, Topic,
 };
 
-use crate::convert::{MessageIn, PositionOut, message_in, messages_in, position_out, positive_ms};
+use crate::convert::{
+    MessageIn, PackedPositions, PositionOut, message_in, messages_in, packed_in, packed_positions,
+    position_out, positive_ms,
+};
 use crate::error::{invalid, to_napi};
 use crate::runtime::{InRuntime, spawn};
 
@@ -199,6 +202,26 @@ impl NativeProducer {
             let producer = state.get().ok_or(ClientError::Shutdown)?;
             let positions = producer.send_batch(messages).await?;
             Ok(positions.into_iter().map(position_out).collect())
+        })
+    }
+
+    /// `sendBatch` of messages without headers, packed by JS (`packed_in`): one
+    /// buffer of values and one of keys instead of an object per message.
+    #[napi]
+    pub fn send_packed<'env>(
+        &self,
+        env: &'env Env,
+        values: &[u8],
+        value_lengths: &[u32],
+        keys: Option<&[u8]>,
+        key_lengths: Option<&[i32]>,
+    ) -> napi::Result<PromiseRaw<'env, PackedPositions>> {
+        let messages = packed_in(values, value_lengths, keys.zip(key_lengths))?;
+        let state = Arc::clone(&self.state);
+        spawn(env, async move {
+            let state = state.read().await;
+            let producer = state.get().ok_or(ClientError::Shutdown)?;
+            Ok(packed_positions(producer.send_batch(messages).await?))
         })
     }
 

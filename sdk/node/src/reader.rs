@@ -9,20 +9,20 @@ use napi::bindgen_prelude::PromiseRaw;
 use napi_derive::napi;
 use rill_client::Reader;
 
-use crate::convert::{RecordOut, offset_out, record_out};
+use crate::convert::{PackedRecords, offset_out, pack_records};
 use crate::error::to_reason;
 use crate::runtime::{InRuntime, spawn};
 
 /// Most results one `poll()` returns: each is a copy JS holds at once.
 const POLL_RESULTS_MAX: u32 = 100_000;
 
-/// One result of `poll()`: a record, or an error that names records that cannot be
-/// delivered (its marked reason, decoded by JS), after which reading goes on.
+/// What one `poll()` brings: an error that names records that cannot be delivered
+/// (its marked reason, decoded by JS; reading goes on after them), or records.
 #[napi(object)]
 #[allow(missing_debug_implementations)] // `Buffer` has no `Debug`.
-pub struct PollResult {
-    pub record: Option<RecordOut>,
+pub struct PollOut {
     pub error: Option<String>,
+    pub records: PackedRecords,
 }
 
 /// A cursor over every partition of a topic (`rill_client::Reader`).
@@ -56,52 +56,50 @@ impl NativeReader {
         self.name.clone()
     }
 
-    /// What is there now, up to `maxResults` results: records in partition order per
-    /// partition, and errors for records that cannot be delivered. Empty once caught up
-    /// with the tails it saw.
+    /// What is there now, up to `maxResults` records: what one fetch of one partition
+    /// brought (records in order, or an error that names records that cannot be
+    /// delivered), so at most one batch per partition. No records and no error once
+    /// caught up with the tails it saw.
     #[napi]
     pub fn poll<'env>(
         &self,
         env: &'env Env,
         max_results: u32,
-    ) -> napi::Result<PromiseRaw<'env, Vec<PollResult>>> {
+    ) -> napi::Result<PromiseRaw<'env, PollOut>> {
         let max_results = max_results.clamp(1, POLL_RESULTS_MAX) as usize;
         let (reader, offsets) = (Arc::clone(&self.reader), Arc::clone(&self.offsets));
         spawn(env, async move {
             let mut guard = reader.lock().await;
-            let mut out = Vec::new();
-            let Some(reader) = guard.get_mut() else {
-                return Ok(out);
-            };
-            while out.len() < max_results {
+            let mut records = Vec::new();
+            let mut error = None;
+            if let Some(reader) = guard.get_mut() {
                 match reader.next().await {
-                    None => break,
-                    Some(Ok(r)) => out.push(PollResult {
-                        record: Some(record_out(r)),
-                        error: None,
-                    }),
+                    None => {}
+                    Some(Ok(r)) => records.push(r),
                     Some(Err(e))
                         if e.lost_range().is_some()
                             || matches!(e, rill_client::ClientError::Corrupt { .. }) =>
                     {
-                        out.push(PollResult {
-                            record: None,
-                            error: Some(to_reason(e)),
-                        });
+                        error = Some(to_reason(e));
                     }
                     Some(Err(e)) => {
                         *offsets.lock() = reader.offsets().0;
-                        if out.is_empty() {
-                            return Err(e.into());
-                        }
-                        // What was read is handed out; a failed fetch moved no position,
-                        // so the error comes again with the next poll.
-                        break;
+                        return Err(e.into());
                     }
                 }
+                // The rest of that fetch, handed out without waiting. A raw reader's
+                // values always decode.
+                while records.len() < max_results
+                    && let Some(Ok(r)) = reader.try_next()
+                {
+                    records.push(r);
+                }
+                *offsets.lock() = reader.offsets().0;
             }
-            *offsets.lock() = reader.offsets().0;
-            Ok(out)
+            Ok(PollOut {
+                error,
+                records: pack_records(&records),
+            })
         })
     }
 

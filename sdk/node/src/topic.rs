@@ -10,8 +10,8 @@ use rill_client::{Durability, Offsets, Position, Topic, TopicOptions};
 
 use crate::consumer::{ConsumerOptions, NativeConsumer};
 use crate::convert::{
-    Header, MessageIn, PositionOut, config_json, description_json, group_json, headers_in,
-    messages_in, offset_in, offset_out, position_out,
+    Header, MessageIn, PackedPositions, PositionOut, config_json, description_json, group_json,
+    headers_in, messages_in, offset_in, offset_out, packed_in, packed_positions, position_out,
 };
 use crate::error::{invalid_napi, to_napi};
 use crate::group::{GroupOptions, NativeGroupConsumer};
@@ -216,6 +216,23 @@ impl NativeTopic {
         spawn(env, async move {
             let positions = topic.publish_batch(messages).await?;
             Ok(positions.into_iter().map(position_out).collect())
+        })
+    }
+
+    /// `publishBatch` of messages without headers, packed by JS (`packed_in`).
+    #[napi]
+    pub fn publish_packed<'env>(
+        &self,
+        env: &'env Env,
+        values: &[u8],
+        value_lengths: &[u32],
+        keys: Option<&[u8]>,
+        key_lengths: Option<&[i32]>,
+    ) -> napi::Result<PromiseRaw<'env, PackedPositions>> {
+        let messages = packed_in(values, value_lengths, keys.zip(key_lengths))?;
+        let topic = self.topic.clone();
+        spawn(env, async move {
+            Ok(packed_positions(topic.publish_batch(messages).await?))
         })
     }
 

@@ -248,6 +248,17 @@ impl<C: Send + 'static> Shared<C> {
         self.stop.send_replace(true);
     }
 
+    /// The consumer, if it runs, no call holds it and the stop flag is down: for the
+    /// calls that do not wait (`try_next`).
+    pub(crate) fn try_running(&self) -> Option<tokio::sync::MutexGuard<'_, State<C>>> {
+        if *self.stop.borrow() {
+            return None;
+        }
+        let mut state = self.state.try_lock().ok()?;
+        state.running().ok()?;
+        Some(state)
+    }
+
     /// The consumer's state, locked, with the stop flag to watch while waiting on
     /// it; `None` if the stop flag is raised first (a `next` waiting for another call
     /// ends when `shutdown` is called).
@@ -365,6 +376,14 @@ impl PyConsumer {
         spawn(py, async move {
             Ok(next(&shared, &snapshot, p).await?.map(PyRecord))
         })
+    }
+
+    /// The next record if one was fetched already and nothing must be stored first,
+    /// without an awaitable; else `None`, and `next()` is needed. Hands out as
+    /// `next()` does (`rill_client::Consumer::try_next`).
+    fn try_next(&self) -> Option<PyRecord> {
+        let mut state = self.shared.try_running()?;
+        state.running().ok()?.try_next().map(PyRecord)
     }
 
     /// Like `next()`, raising `TimeoutError` if no record arrives within `timeout`
@@ -489,6 +508,9 @@ async fn next(
         return Ok(None);
     };
     let c = state.running()?;
+    // Records handed out by `try_next` since the last call count for `last_*_offset`
+    // while this one waits.
+    *snapshot.lock() = snapshot_of(c, partition);
     let next = unless_stopped(&mut stop, c.next()).await;
     *snapshot.lock() = snapshot_of(c, partition);
     next.flatten().transpose()

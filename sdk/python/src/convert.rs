@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{
     PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple,
 };
@@ -16,10 +17,20 @@ use rill_client::{
 
 use crate::error::{invalid, invalid_py, to_py};
 
+/// Values at least this long are shared with Python, not copied: below it, a copy is
+/// cheaper than a reference released later.
+const SHARE_BYTES_MIN: usize = 512;
+
 /// Bytes of a value or key given from Python: `bytes`, `bytearray` or `str` (UTF-8).
 pub(crate) fn bytes_of(what: &str, obj: &Bound<'_, PyAny>) -> PyResult<Bytes> {
     if let Ok(b) = obj.cast::<PyBytes>() {
-        return Ok(Bytes::copy_from_slice(b.as_bytes()));
+        let data = b.as_bytes();
+        if data.len() < SHARE_BYTES_MIN {
+            return Ok(Bytes::copy_from_slice(data));
+        }
+        // `bytes` are immutable: share them instead of copying. The reference is
+        // released without the GIL wherever the SDK drops the message (PyO3 defers it).
+        return Ok(Bytes::from_owner(PyBackedBytes::from(b.clone())));
     }
     if let Ok(b) = obj.cast::<PyByteArray>() {
         return Ok(Bytes::from(b.to_vec()));
@@ -249,12 +260,17 @@ pub(crate) fn message_of(
     Ok(message)
 }
 
-/// Messages from a sequence of `(value, key, headers)` triples.
+/// Messages from a sequence of `(value, key, headers)` triples or bare values
+/// (`bytes`, `bytearray`, `str`).
 pub(crate) fn messages_of(items: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
     let py = items.py();
-    let mut messages = Vec::new();
+    let mut messages = Vec::with_capacity(items.len().unwrap_or(0));
     for item in items.try_iter()? {
         let item = item?;
+        if !item.is_instance_of::<PyTuple>() {
+            messages.push(Message::new(bytes_of("a message value", &item)?));
+            continue;
+        }
         let triple = item
             .cast::<PyTuple>()
             .ok()
@@ -327,6 +343,33 @@ impl<'py> IntoPyObject<'py> for PyRecord {
 }
 
 /// A position on its way to Python: `(partition, offset)`.
+/// The positions of a batch, packed as two `bytes` of native-endian `u32` partitions
+/// and `u64` offsets (`rill.Positions` reads them without a tuple per record).
+#[derive(Debug)]
+pub(crate) struct PackedPositions(Vec<Position>);
+
+impl PackedPositions {
+    pub(crate) fn new(positions: Vec<Position>) -> Self {
+        Self(positions)
+    }
+}
+
+impl<'py> IntoPyObject<'py> for PackedPositions {
+    type Target = PyTuple;
+    type Output = Bound<'py, PyTuple>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Self::Output> {
+        let partitions: Vec<u8> = self
+            .0
+            .iter()
+            .flat_map(|p| p.partition.to_ne_bytes())
+            .collect();
+        let offsets: Vec<u8> = self.0.iter().flat_map(|p| p.offset.to_ne_bytes()).collect();
+        (PyBytes::new(py, &partitions), PyBytes::new(py, &offsets)).into_pyobject(py)
+    }
+}
+
 pub(crate) fn position_out(p: Position) -> (u32, u64) {
     (p.partition, p.offset)
 }

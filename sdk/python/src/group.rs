@@ -163,6 +163,9 @@ async fn next(
         return Ok(None);
     };
     let c = state.running()?;
+    // Records handed out by `try_next` since the last call count for the accessors
+    // while this one waits.
+    *snapshot.lock() = snapshot_of(c);
     let next = unless_stopped(&mut stop, c.next()).await;
     *snapshot.lock() = snapshot_of(c);
     next.flatten().transpose()
@@ -203,6 +206,14 @@ impl PyGroupConsumer {
         spawn(py, async move {
             Ok(next(&shared, &snapshot).await?.map(PyRecord))
         })
+    }
+
+    /// The next record if one was fetched already and nothing must be stored first,
+    /// without an awaitable; else `None`, and `next()` is needed. Hands out as
+    /// `next()` does (`rill_client::GroupConsumer::try_next`).
+    fn try_next(&self) -> Option<PyRecord> {
+        let mut state = self.shared.try_running()?;
+        state.running().ok()?.try_next().map(PyRecord)
     }
 
     /// Like `next()`, raising `TimeoutError` if no record arrives within `timeout`

@@ -10,7 +10,7 @@ use rill_client::{
     Background, Backpressure, ClientError, Producer, ProducerBuilder, Routing, Sharding, Topic,
 };
 
-use crate::convert::{Kwargs, bytes_of, message_of, messages_of, position_out};
+use crate::convert::{Kwargs, PackedPositions, bytes_of, message_of, messages_of, position_out};
 use crate::error::{invalid, to_py};
 use crate::runtime::{InRuntime, spawn};
 
@@ -266,7 +266,7 @@ impl PyProducer {
         spawn(py, async move {
             let state = state.read().await;
             let positions = running(&state)?.send_batch(messages).await?;
-            Ok(positions.into_iter().map(position_out).collect::<Vec<_>>())
+            Ok(PackedPositions::new(positions))
         })
     }
 

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use rill_client::Reader;
 
 use crate::convert::PyRecord;
+use crate::error::to_py;
 use crate::runtime::{InRuntime, spawn};
 
 /// A cursor over every partition of a topic (`rill_client::Reader`): `next()` returns
@@ -51,10 +52,29 @@ impl PyReader {
             let Some(reader) = guard.get_mut() else {
                 return Ok(None);
             };
+            // Records handed out by `try_next` since the last call count for
+            // `offsets()` while this one waits.
+            *offsets.lock() = reader.offsets().0;
             let next = reader.next().await;
             *offsets.lock() = reader.offsets().0;
             next.transpose().map(|r| r.map(PyRecord))
         })
+    }
+
+    /// The next record if one was fetched already, without an awaitable; else `None`,
+    /// and `next()` is needed (it says whether the reader caught up).
+    fn try_next(&self, py: Python<'_>) -> PyResult<Option<PyRecord>> {
+        let Ok(mut guard) = self.reader.try_lock() else {
+            return Ok(None);
+        };
+        let Some(reader) = guard.get_mut() else {
+            return Ok(None);
+        };
+        reader
+            .try_next()
+            .transpose()
+            .map(|r| r.map(PyRecord))
+            .map_err(|e| to_py(py, e))
     }
 
     /// Per partition, the next offset after the records handed out so far: save it and

@@ -8,7 +8,8 @@ use rill_client::{Durability, Offsets, Position, Topic, TopicOptions};
 
 use crate::consumer::{ConsumerOptions, PyConsumer};
 use crate::convert::{
-    PyRecord, PyTopicConfig, PyTopicDescription, headers_of, message_of, messages_of, position_out,
+    PackedPositions, PyRecord, PyTopicConfig, PyTopicDescription, headers_of, message_of,
+    messages_of, position_out,
 };
 use crate::error::{invalid, to_py};
 use crate::group::{GroupOptions, PyGroupConsumer};
@@ -178,12 +179,7 @@ impl PyTopic {
         let messages = messages_of(messages)?;
         let topic = self.topic.clone();
         spawn(py, async move {
-            Ok(topic
-                .publish_batch(messages)
-                .await?
-                .into_iter()
-                .map(position_out)
-                .collect::<Vec<_>>())
+            Ok(PackedPositions::new(topic.publish_batch(messages).await?))
         })
     }
 

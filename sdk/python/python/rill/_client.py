@@ -6,7 +6,7 @@ import os
 from typing import Any, Dict, Generator, Generic, Iterable, List, Optional, Type, TypeVar, Union, overload
 
 from . import _native
-from ._codec import Codec, codec_for, decode_record
+from ._codec import Codec, RawCodec, codec_for, decode_record
 from ._consume import Consumer, GroupConsumer, Reader
 from ._produce import Producer, _message_triple
 from ._types import (
@@ -14,6 +14,7 @@ from ._types import (
     Headers,
     Message,
     Position,
+    Positions,
     StreamInfo,
     TopicConfig,
     TopicDescription,
@@ -317,12 +318,18 @@ class Topic(Generic[T]):
         ``.header()``, then ``await .send()`` (or await the publish itself)."""
         return Publish(self, value)
 
-    async def publish_batch(self, messages: Iterable[Union[T, "Message[T]"]]) -> List[Position]:
+    async def publish_batch(self, messages: Iterable[Union[T, "Message[T]"]]) -> Positions:
         """Publishes many messages (values, or :class:`rill.Message` with a key or
         headers) in one round trip per partition: keyed ones to their key's partition,
-        unkeyed ones all to one. Positions in input order."""
-        triples = [_message_triple(self.codec, m) for m in messages]
-        return [Position(*p) for p in await self._native.publish_batch(triples)]
+        unkeyed ones all to one. Their positions in input order (a
+        :class:`rill.Positions` sequence)."""
+        codec = self.codec
+        if type(codec) is RawCodec:
+            # Bare `bytes` go as they are (the native side takes them as values).
+            items = [m if type(m) is bytes else _message_triple(codec, m) for m in messages]
+        else:
+            items = [_message_triple(codec, m) for m in messages]
+        return Positions(*await self._native.publish_batch(items))
 
     # ---- read ------------------------------------------------------------------------
 

@@ -33,7 +33,10 @@ class Reader(Generic[T]):
 
     async def next(self) -> Optional[Record[T]]:
         """The next record, ``None`` once caught up."""
-        raw = await self._native.next()
+        # A record fetched already comes without an awaitable of its own.
+        raw = self._native.try_next()
+        if raw is None:
+            raw = await self._native.next()
         return None if raw is None else decode_record(self.codec, raw)
 
     def offsets(self) -> Dict[int, int]:
@@ -69,13 +72,19 @@ class _Consumer(Generic[T]):
         """The next record, waiting for one; ``None`` after :meth:`shutdown` (which also
         ends a ``next()`` that waits). Asking for the next record says the caller is
         done with the one before: the commit policy may store it now."""
-        raw = await self._native.next()
+        # A record fetched already, with nothing to store first, comes without an
+        # awaitable of its own.
+        raw = self._native.try_next()
+        if raw is None:
+            raw = await self._native.next()
         return None if raw is None else decode_record(self.codec, raw)
 
     async def next_within(self, timeout: float) -> Record[T]:
         """Like :meth:`next`, raising ``rill.TimeoutError`` if no record arrives within
         ``timeout`` seconds (no record is lost), and ``ShutdownError`` after shutdown."""
-        raw = await self._native.next_within(_seconds("timeout", timeout))
+        raw = self._native.try_next()
+        if raw is None:
+            raw = await self._native.next_within(_seconds("timeout", timeout))
         record: Record[T] = decode_record(self.codec, raw)
         return record
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any, Generic, Iterable, List, Optional, Tuple, TypeVar, Union
 
 from . import _native
-from ._codec import Codec
-from ._types import Headers, Message, Position, _u32
+from ._codec import Codec, RawCodec
+from ._types import Headers, Message, Position, Positions, _u32
 
 T = TypeVar("T")
 
@@ -57,12 +57,17 @@ class Producer(Generic[T]):
         )
         return None if p is None else Position(*p)
 
-    async def send_batch(self, messages: Iterable[Union[T, Message[T]]]) -> List[Position]:
+    async def send_batch(self, messages: Iterable[Union[T, Message[T]]]) -> Positions:
         """Sends many messages (values, or :class:`rill.Message` with a key or headers),
-        each checked before anything is sent. Positions in direct mode, ``[]`` in
-        background mode."""
-        triples = [_message_triple(self.codec, m) for m in messages]
-        return [Position(*p) for p in await self._native.send_batch(triples)]
+        each checked before anything is sent. Their positions in direct mode (a
+        :class:`rill.Positions` sequence), an empty one in background mode."""
+        codec = self.codec
+        if type(codec) is RawCodec:
+            # Bare `bytes` go as they are (the native side takes them as values).
+            items = [m if type(m) is bytes else _message_triple(codec, m) for m in messages]
+        else:
+            items = [_message_triple(codec, m) for m in messages]
+        return Positions(*await self._native.send_batch(items))
 
     async def flush(self) -> None:
         """Waits until everything buffered is sent (raises a failed background send)."""

@@ -5,7 +5,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, Generic, Iterable, List, NamedTuple, Optional, Tuple, TypeVar, Union
+from typing import (
+    Any,
+    Dict,
+    Generic,
+    Iterable,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+    overload,
+)
 
 from . import _native
 from .errors import InvalidArgumentError
@@ -22,6 +36,45 @@ class Position(NamedTuple):
 
     partition: int
     offset: int
+
+
+class Positions(Sequence[Position]):
+    """The positions of a batch's records, in input order: a read-only sequence of
+    :class:`Position` made on access (so a batch whose positions nobody reads costs no
+    object per record). Equal to any sequence of the same positions."""
+
+    __slots__ = ("_partitions", "_offsets")
+
+    def __init__(self, partitions: bytes, offsets: bytes) -> None:
+        self._partitions = memoryview(partitions).cast("I")
+        self._offsets = memoryview(offsets).cast("Q")
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    @overload
+    def __getitem__(self, i: int) -> Position: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> List[Position]: ...
+
+    def __getitem__(self, i: Union[int, slice]) -> Union[Position, List[Position]]:
+        if isinstance(i, slice):
+            return list(map(Position, self._partitions[i], self._offsets[i]))
+        return Position(self._partitions[i], self._offsets[i])
+
+    def __iter__(self) -> Iterator[Position]:
+        return map(Position, self._partitions, self._offsets)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (str, bytes)) or not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Positions({list(self)!r})"
 
 
 class HeaderValue(NamedTuple):

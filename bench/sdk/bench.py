@@ -1,0 +1,84 @@
+"""Throughput of the Python SDK against a running server, one JSON line per run.
+
+Usage: bench.py produce|consume|group URL --messages N --size BYTES --batch N
+  produce: one producer, `send_batch` of BATCH records of SIZE bytes, awaited in turn,
+           into a fresh one-partition topic;
+  consume: publishes that topic first (not timed), then one cursor reads it all;
+  group:   the same, read by one consumer-group member (commit policy: polling).
+Prints {"sdk":"python","workload":..,"records":N,"seconds":F,"records_per_s":F,"mb_per_s":F}
+(MB = 10^6 bytes of record values), the fields `rill bench --json` has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+
+import rill
+
+
+def report(workload: str, records: int, size: int, seconds: float) -> None:
+    print(json.dumps({
+        "sdk": "python",
+        "workload": workload,
+        "records": records,
+        "size": size,
+        "seconds": seconds,
+        "records_per_s": records / seconds,
+        "mb_per_s": records * size / seconds / 1e6,
+    }), flush=True)
+
+
+async def produce(topic: "rill.Topic[bytes]", n: int, size: int, batch: int) -> float:
+    value = os.urandom(size)
+    values = [value] * batch
+    producer = topic.producer(batch_length=batch)
+    await producer.init()
+    start = time.perf_counter()
+    sent = 0
+    while sent < n:
+        await producer.send_batch(values[: min(batch, n - sent)])
+        sent += min(batch, n - sent)
+    seconds = time.perf_counter() - start
+    await producer.shutdown()
+    return seconds
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("workload", choices=["produce", "consume", "group"])
+    ap.add_argument("url")
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=1000)
+    a = ap.parse_args()
+    client = await rill.connect(a.url)
+    topic = client.stream("sdk-bench").topic(f"py-{a.workload}-{os.getpid()}-{time.time_ns()}")
+    await topic.ensure(partitions=1)
+    if a.workload == "produce":
+        report("produce", a.messages, a.size, await produce(topic, a.messages, a.size, a.batch))
+    else:
+        await produce(topic, a.messages, a.size, a.batch)
+        start = time.perf_counter()
+        seen = 0
+        if a.workload == "consume":
+            async for record in topic.records("bench"):
+                seen += 1
+        else:
+            consumer = topic.consumer_group("bench", batch_length=a.batch, polling="first")
+            await consumer.init()
+            while seen < a.messages:
+                await consumer.next_within(30)
+                seen += 1
+            await consumer.shutdown()
+        seconds = time.perf_counter() - start
+        assert seen == a.messages, (seen, a.messages)
+        report(a.workload, seen, a.size, seconds)
+    await topic.delete()
+    await client.close()
+
+
+asyncio.run(main())
