@@ -3,8 +3,11 @@
 // Usage: node bench.mjs produce|consume|group URL [--messages N] [--size BYTES] [--batch N]
 //   produce: one producer, `sendBatch` of BATCH records of SIZE bytes, awaited in turn,
 //            into a fresh one-partition topic;
-//   consume: publishes that topic first (not timed), then one cursor polls it all;
-//   group:   the same, read by one consumer-group member (commit policy: polling).
+//   consume: publishes that topic first (not timed, with a tenth more as a warm-up part,
+//            as `rill bench consume` does), then one cursor reads it with `poll()`; the
+//            clock starts with the first batch after the warm-up part;
+//   group:   the same, read by one consumer-group member's `poll()` (commit policy:
+//            the default).
 // Prints {"sdk":"node","workload":..,"records":N,"seconds":F,"records_per_s":F,"mb_per_s":F}
 // (MB = 10^6 bytes of record values), the fields `rill bench --json` has.
 import { randomBytes } from 'node:crypto'
@@ -30,7 +33,7 @@ function report(records, seconds) {
   }))
 }
 
-async function produce(topic) {
+async function produce(topic, n) {
   const value = randomBytes(size)
   const messages = Array.from({ length: batch }, () => ({ value }))
   const producer = topic.producer({ batchLength: batch })
@@ -47,32 +50,43 @@ const client = await Rill.connect(url)
 const topic = client.stream('sdk-bench').topic(`node-${workload}-${process.pid}-${Date.now()}`)
 await topic.ensure(1)
 if (workload === 'produce') {
-  report(n, await produce(topic))
+  report(n, await produce(topic, n))
 } else {
-  await produce(topic)
+  // As `rill bench consume` does: a warm-up part is read first; the clock starts with
+  // the first batch after it and counts the records from there.
+  const warm = Math.floor(n / 10)
+  const total = warm + n
+  await produce(topic, total)
   let seen = 0
-  const start = performance.now()
+  let start = 0
+  let atStart = 0
+  const count = (batch) => {
+    for (const r of batch) if (r.kind !== 'record') throw r.error
+    if (seen < warm && warm <= seen + batch.length) {
+      start = performance.now()
+      atStart = seen + batch.length
+    }
+    seen += batch.length
+  }
   if (workload === 'consume') {
     const reader = topic.records('bench')
     for (;;) {
-      const results = await reader.poll()
-      if (results.length === 0) break
-      for (const r of results) {
-        if (r.kind !== 'record') throw r.error
-        seen += 1
-      }
+      const batch = await reader.poll()
+      if (batch.length === 0) break
+      count(batch)
     }
   } else {
     const consumer = await topic.consumerGroup('bench', { batchLength: batch, startFrom: { kind: 'first' } })
-    while (seen < n) {
-      await consumer.nextWithin(30_000)
-      seen += 1
+    while (seen < total) {
+      const got = await consumer.poll({ timeoutMs: 30_000 })
+      if (got.length === 0) throw new Error('no record within 30 s')
+      count(got)
     }
     await consumer.shutdown()
   }
   const seconds = (performance.now() - start) / 1000
-  if (seen !== n) throw new Error(`read ${seen} of ${n}`)
-  report(seen, seconds)
+  if (seen !== total) throw new Error(`read ${seen} of ${total}`)
+  report(seen - atStart, seconds)
 }
 await topic.delete()
 await client.close()

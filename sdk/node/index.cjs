@@ -857,6 +857,41 @@ class BaseConsumer {
     const r = await withSignal(signal, (c) => this._native.nextWithin(timeoutMs, c))
     return recordOut(r, this.#codec)
   }
+  /** Up to `maxResults` (10,000) records at once, as `{kind: "record", record}` or
+   * `{kind: "error", error}` results (a value that failed to decode): what was fetched
+   * already, else it waits for the next fetch (for `timeoutMs` at most, then `[]`;
+   * without it as long as next() does). `[]` after shutdown(). Asking for the next poll
+   * (or record) says the caller is done with every record of the poll before: the
+   * commit policy may store them then, never a record of a poll before the next call. */
+  async poll(options) {
+    const o = checkOptions('poll', options, ['maxResults', 'timeoutMs', 'signal'])
+    const max = o.maxResults == null ? 10_000 : checkU32('maxResults', o.maxResults)
+    if (max < 1) throw invalid('maxResults must be at least 1')
+    const timeoutMs = o.timeoutMs == null ? null : checkU32('timeoutMs', o.timeoutMs)
+    const signal = waitOptions({ signal: o.signal })
+    const results = []
+    if (!signal?.aborted) {
+      const packed = this._native.tryTake(max)
+      if (packed.partitions.length > 0) return unpackRecords(packed, this.#codec, results)
+    }
+    let first
+    try {
+      first = await withSignal(signal, (c) => timeoutMs == null
+        ? this._native.next(c)
+        : this._native.nextWithin(timeoutMs, c))
+    } catch (e) {
+      if (timeoutMs != null && (e instanceof errors.TimeoutError || e instanceof errors.ShutdownError)) return results
+      throw e
+    }
+    if (first == null) return results
+    try {
+      results.push({ kind: 'record', record: recordOut(first, this.#codec) })
+    } catch (e) {
+      results.push({ kind: 'error', error: e })
+    }
+    if (max > 1) unpackRecords(this._native.tryTake(max - 1), this.#codec, results)
+    return results
+  }
   /** Stores `record` (or `{partition, offset}`) as consumed: after handling it. */
   async commit(record) {
     const [p, o] = positionOf(record)

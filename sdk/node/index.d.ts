@@ -156,6 +156,7 @@ export interface ConsumerCommonOptions {
   pollingRetryIntervalMs?: number
 }
 export interface ConsumerOptions extends ConsumerCommonOptions { maxBytes?: number }
+export interface PollOptions extends WaitOptions { maxResults?: number; timeoutMs?: number }
 export interface GroupOptions extends ConsumerCommonOptions {
   memberId?: string
   sessionTimeoutMs?: number
@@ -214,6 +215,10 @@ export declare class Producer<T> {
 declare class BaseConsumer<T> implements AsyncIterable<RillRecord<T>> {
   next(options?: WaitOptions): Promise<RillRecord<T> | null>
   nextWithin(timeoutMs: number, options?: WaitOptions): Promise<RillRecord<T>>
+  /** Up to `maxResults` (10,000) records at once: what was fetched already, else the
+   * next fetch (waiting `timeoutMs` at most, then `[]`). The next call says the caller is
+   * done with the records of this poll. */
+  poll(options?: PollOptions): Promise<Array<PollResult<T>>>
   commit(record: Position): Promise<void>
   storeOffset(partition: number, offset: number): Promise<void>
   deleteOffset(partition: number): Promise<void>

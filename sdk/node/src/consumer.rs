@@ -13,7 +13,7 @@ use rill_client::{
 };
 use tokio::sync::watch;
 
-use crate::convert::{RecordOut, offset_in, offset_out, record_out};
+use crate::convert::{PackedRecords, RecordOut, offset_in, offset_out, pack_records, record_out};
 use crate::error::{invalid, to_napi};
 use crate::runtime::{Cancel, Canceller, Fail, InRuntime, spawn};
 
@@ -195,6 +195,24 @@ impl<C: Send + 'static> Shared<C> {
         Some(state)
     }
 
+    /// Up to `max` records of `try_next` while the consumer runs, no call holds it and
+    /// the stop flag is down, packed (`tryTake`).
+    pub(crate) fn try_take(
+        &self,
+        max_results: u32,
+        mut try_next: impl FnMut(&mut C) -> Option<Record>,
+    ) -> PackedRecords {
+        let max = max_results.clamp(1, crate::reader::POLL_RESULTS_MAX) as usize;
+        let records: Vec<Record> = match self.try_running() {
+            Some(mut state) => match state.get_mut() {
+                Some(c) => std::iter::from_fn(|| try_next(c)).take(max).collect(),
+                None => Vec::new(),
+            },
+            None => Vec::new(),
+        };
+        pack_records(&records)
+    }
+
     /// Waits for the next record with `next`, unless the stop flag is raised (then
     /// `None`) or `cancel` fires (then `Aborted`). The SDK's `next` is cancel-safe.
     /// `snapshot` runs before (records `tryNext` handed out count while this call
@@ -340,6 +358,14 @@ impl NativeConsumer {
     pub fn try_next(&self) -> Option<RecordOut> {
         let mut state = self.shared.try_running()?;
         state.get_mut()?.try_next().map(record_out)
+    }
+
+    /// Up to `maxResults` records as `tryNext` hands them out, packed, in one call
+    /// (`poll()` in JS): it stops where a store is due, and none says `next()` is
+    /// needed.
+    #[napi]
+    pub fn try_take(&self, max_results: u32) -> PackedRecords {
+        self.shared.try_take(max_results, Consumer::try_next)
     }
 
     /// Like `next()`, failing with `TimeoutError` after `timeoutMs`.

@@ -11,7 +11,7 @@ use napi_derive::napi;
 use rill_client::{ClientError, GroupConsumer, GroupConsumerBuilder, Position, Record, Topic};
 
 use crate::consumer::{CommonOptions, Shared, commit_policy, start_at, within};
-use crate::convert::{RecordOut, offset_in, offset_out, record_out};
+use crate::convert::{PackedRecords, RecordOut, offset_in, offset_out, record_out};
 use crate::error::to_napi;
 use crate::runtime::{Cancel, Canceller, Fail, spawn};
 
@@ -225,6 +225,14 @@ impl NativeGroupConsumer {
     pub fn try_next(&self) -> Option<RecordOut> {
         let mut state = self.shared.try_running()?;
         state.get_mut()?.try_next().map(record_out)
+    }
+
+    /// Up to `maxResults` records as `tryNext` hands them out, packed, in one call
+    /// (`poll()` in JS): it stops where a store is due, and none says `next()` is
+    /// needed.
+    #[napi]
+    pub fn try_take(&self, max_results: u32) -> PackedRecords {
+        self.shared.try_take(max_results, GroupConsumer::try_next)
     }
 
     /// Like `next()`, failing with `TimeoutError` after `timeoutMs`.

@@ -14,7 +14,7 @@ use crate::error::to_reason;
 use crate::runtime::{InRuntime, spawn};
 
 /// Most results one `poll()` returns: each is a copy JS holds at once.
-const POLL_RESULTS_MAX: u32 = 100_000;
+pub(crate) const POLL_RESULTS_MAX: u32 = 100_000;
 
 /// What one `poll()` brings: an error that names records that cannot be delivered
 /// (its marked reason, decoded by JS; reading goes on after them), or records.

@@ -289,6 +289,53 @@ for (const [transport, setup] of TRANSPORTS) {
       await assert.rejects(topic.describe(), rill.ServerError)
     })
 
+    await t.test('consumer poll hands out every record once and stores a poll only after it', async () => {
+      const raw = client.stream(unique('s')).topic('t')
+      await raw.ensure(1)
+      const values = Array.from({ length: 12 }, (_, i) => (i === 5 ? 'not json' : JSON.stringify({ n: i })))
+      for (const v of values) await raw.publish().bytes(v).send()
+      const typed = raw.json()
+      const policies = ['polling', 'all', 'each', { kind: 'every', every: 2 }, { kind: 'interval', intervalMs: 60_000 }]
+      for (const [kind, make] of [
+        ['named', (p, name) => typed.consumer(name, 0, { startFrom: { kind: 'first' }, batchLength: 4, commitPolicy: p, pollIntervalMs: 5 })],
+        ['group', (p, name) => typed.consumerGroup(name, { startFrom: { kind: 'first' }, batchLength: 4, commitPolicy: p, pollIntervalMs: 5 })],
+      ]) {
+        for (const policy of policies) {
+          const label = `${kind} ${JSON.stringify(policy)}`
+          const c = await make(policy, unique('c'))
+          const got = []
+          while (got.length < 12) {
+            const batch = await c.poll({ timeoutMs: 10_000 })
+            assert.ok(batch.length > 0 && batch.length <= 4, `${label}: one fetch at most, got ${batch.length}`)
+            const first = batch[0].kind === 'record' ? batch[0].record.offset : batch[0].error.offset
+            const stored = c.lastStoredOffset(0)
+            assert.ok(stored === null || stored < first, `${label}: stored ${stored} before poll from ${first} was done`)
+            for (const r of batch) {
+              if (r.kind === 'record') {
+                assert.deepEqual(r.record.value, { n: r.record.offset })
+                got.push(r.record.offset)
+              } else {
+                assert.ok(r.error instanceof rill.DecodeError, label)
+                assert.equal(r.error.offset, 5)
+                got.push(5)
+              }
+            }
+          }
+          assert.deepEqual(got, [...Array(12).keys()], `${label}: every record once, in order`)
+          assert.deepEqual(await c.poll({ timeoutMs: 300 }), [], `${label}: caught up`)
+          await c.shutdown()
+          assert.deepEqual(await c.poll({ timeoutMs: 10 }), [], `${label}: after shutdown`)
+        }
+      }
+      const c = await typed.consumer(unique('c'), 0, { startFrom: { kind: 'first' } })
+      await assert.rejects(c.poll({ maxResults: 0 }), rill.InvalidArgumentError)
+      await assert.rejects(c.poll({ maxRecords: 3 }), /unknown poll option/)
+      const two = await c.poll({ maxResults: 2 })
+      assert.deepEqual(two.map((r) => r.record.offset), [0, 1])
+      assert.equal((await c.nextWithin(5_000)).offset, 2, 'poll and next mix in order')
+      await c.shutdown()
+    })
+
     await t.test('AbortSignal ends a waiting nextWithin and next', async () => {
       const topic = client.stream(unique('s')).topic('t')
       await topic.ensure(1)

@@ -259,6 +259,25 @@ impl<C: Send + 'static> Shared<C> {
         Some(state)
     }
 
+    /// Up to `max` records of `try_next` while the consumer runs, no call holds it and
+    /// the stop flag is down (`try_take`).
+    pub(crate) fn try_take(
+        &self,
+        max: usize,
+        mut try_next: impl FnMut(&mut C) -> Option<rill_client::Record>,
+    ) -> Vec<PyRecord> {
+        let Some(mut state) = self.try_running() else {
+            return Vec::new();
+        };
+        let Ok(c) = state.running() else {
+            return Vec::new();
+        };
+        std::iter::from_fn(|| try_next(c))
+            .take(max)
+            .map(PyRecord)
+            .collect()
+    }
+
     /// The consumer's state, locked, with the stop flag to watch while waiting on
     /// it; `None` if the stop flag is raised first (a `next` waiting for another call
     /// ends when `shutdown` is called).
@@ -384,6 +403,12 @@ impl PyConsumer {
     fn try_next(&self) -> Option<PyRecord> {
         let mut state = self.shared.try_running()?;
         state.running().ok()?.try_next().map(PyRecord)
+    }
+
+    /// Up to `max` records as `try_next` hands them out, in one call (`poll()` in
+    /// Python): it stops where a store is due, and an empty list says `next()` is needed.
+    fn try_take(&self, max: usize) -> Vec<PyRecord> {
+        self.shared.try_take(max, Consumer::try_next)
     }
 
     /// Like `next()`, raising `TimeoutError` if no record arrives within `timeout`

@@ -216,6 +216,12 @@ impl PyGroupConsumer {
         state.running().ok()?.try_next().map(PyRecord)
     }
 
+    /// Up to `max` records as `try_next` hands them out, in one call (`poll()` in
+    /// Python): it stops where a store is due, and an empty list says `next()` is needed.
+    fn try_take(&self, max: usize) -> Vec<PyRecord> {
+        self.shared.try_take(max, GroupConsumer::try_next)
+    }
+
     /// Like `next()`, raising `TimeoutError` if no record arrives within `timeout`
     /// seconds, and `ShutdownError` after `shutdown()`.
     fn next_within<'py>(&self, py: Python<'py>, timeout: f64) -> PyResult<Bound<'py, PyAny>> {

@@ -77,6 +77,29 @@ impl PyReader {
             .map_err(|e| to_py(py, e))
     }
 
+    /// Up to `max` records fetched already, as `try_next` hands them out, in one call:
+    /// an empty list says only that `next()` is needed (`poll()` in Python).
+    fn try_take(&self, py: Python<'_>, max: usize) -> PyResult<Vec<PyRecord>> {
+        let Ok(mut guard) = self.reader.try_lock() else {
+            return Ok(Vec::new());
+        };
+        let Some(reader) = guard.get_mut() else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        while out.len() < max {
+            match reader.try_next() {
+                None => break,
+                Some(Ok(r)) => out.push(PyRecord(r)),
+                // A raw reader's values always decode; should one not, what came
+                // before it is handed out and it is raised by the next call.
+                Some(Err(e)) if out.is_empty() => return Err(to_py(py, e)),
+                Some(Err(_)) => break,
+            }
+        }
+        Ok(out)
+    }
+
     /// Per partition, the next offset after the records handed out so far: save it and
     /// resume with `topic.records(name, offsets=saved)`.
     fn offsets(&self) -> BTreeMap<u32, u64> {

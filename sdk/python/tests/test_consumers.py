@@ -279,3 +279,95 @@ async def test_cancelling_a_waiting_next_loses_no_record(client: rill.Client, ki
 def test_awaitables_need_a_running_event_loop() -> None:
     with pytest.raises(RuntimeError):
         rill._native.open("/nonexistent-dir-for-a-test")
+
+
+# ---- poll(): a fetched batch at once ---------------------------------------------------
+
+
+@pytest.mark.parametrize("options", [p[0] for p in POLICIES], ids=[p[0]["auto_commit"] for p in POLICIES])
+async def test_poll_hands_out_every_record_once_and_stores_a_poll_only_after_it(
+    client: rill.Client, kind: str, options: Dict[str, Any]
+) -> None:
+    topic = await topic_with(client, 12)
+    name = unique("c")
+    c = await make(topic, kind, name, batch_length=4, polling="first", **options).init()
+    offsets: List[int] = []
+    while len(offsets) < 12:
+        batch = await c.poll(timeout=10)
+        assert batch, "a poll with a timeout returns records while there are some"
+        assert len(batch) <= 4, "at most one fetch of the partition"
+        stored_now = c.last_stored_offset(0)
+        assert stored_now is None or stored_now < batch[0].offset, (
+            f"stored {stored_now} while the caller has not finished poll {[r.offset for r in batch]}"
+        )
+        assert await stored(topic, kind, name) == stored_now, "the broker has what the consumer says"
+        offsets += [r.offset for r in batch]
+        assert [r.value for r in batch] == [f"r{r.offset}".encode() for r in batch]
+    assert offsets == list(range(12)), "every record once, in order"
+    assert await c.poll(timeout=1.0) == [], "caught up: nothing within the timeout"
+    await c.shutdown()
+    # Every policy but `disabled` stores the last record by shutdown at the latest.
+    assert await stored(topic, kind, name) == (None if options["auto_commit"] == "disabled" else 11)
+    assert await c.poll() == [] and await c.poll(timeout=1) == [], "after shutdown: empty"
+
+
+async def test_poll_and_next_mix_in_order(client: rill.Client, kind: str) -> None:
+    topic = await topic_with(client, 10)
+    c = await make(topic, kind, unique("c"), batch_length=4, polling="first").init()
+    got = [(await c.next_within(10)).offset]
+    got += [r.offset for r in await c.poll(max_records=2)]
+    got.append((await c.next_within(10)).offset)
+    while len(got) < 10:
+        got += [r.offset for r in await c.poll(timeout=10)]
+    assert got == list(range(10))
+    with pytest.raises(rill.InvalidArgumentError, match="max_records"):
+        await c.poll(max_records=0)
+    await c.shutdown()
+
+
+async def test_poll_raises_a_decode_error_after_the_records_before_it(client: rill.Client, kind: str) -> None:
+    raw = client.stream(unique("s")).topic("t")
+    await raw.ensure(1)
+    for v in (b'{"n": 0}', b'{"n": 1}', b"not json", b'{"n": 3}'):
+        await raw.publish(v).partition(0).send()
+    typed = client.stream(raw.stream).topic("t", codec="json")
+    c = await make(typed, kind, unique("c"), batch_length=10, polling="first").init()
+    assert [r.value for r in await c.poll(timeout=10)] == [{"n": 0}, {"n": 1}]
+    with pytest.raises(rill.DecodeError) as e:
+        await c.poll(timeout=10)
+    assert (e.value.partition, e.value.offset) == (0, 2)
+    assert [(r.offset, r.value) for r in await c.poll(timeout=10)] == [(3, {"n": 3})]
+    await c.shutdown()
+
+    reader = typed.records("typed")
+    assert [r.offset for r in await reader.poll()] == [0, 1]
+    assert reader.offsets() == {0: 2}, "what poll holds back counts as not read"
+    with pytest.raises(rill.DecodeError):
+        await reader.poll()
+    assert [r.offset for r in await reader.poll()] == [3]
+    assert await reader.poll() == []
+
+
+async def test_reader_poll_and_next_resume_exactly_from_offsets(client: rill.Client) -> None:
+    topic = client.stream(unique("s")).topic("t")
+    await topic.ensure(2)
+    await topic.publish_batch([rill.Message(f"v{i}".encode(), key=f"k{i}") for i in range(300)])
+    every = sorted([(r.partition, r.offset) async for r in topic.records("all")])
+    assert len(every) == 300
+
+    reader = topic.records("part", max_bytes=2048)  # a few records per fetch
+    first = [(r.partition, r.offset) for r in await reader.poll(max_records=3)]
+    for _ in range(20):
+        r = await reader.next()
+        assert r is not None
+        first.append((r.partition, r.offset))
+    saved = reader.offsets()
+    rest = []
+    async for r in topic.records("resumed", offsets=saved):
+        rest.append((r.partition, r.offset))
+    assert sorted(first + rest) == every, "nothing lost or read twice across the save"
+    while batch := await reader.poll(max_records=7):
+        assert len(batch) <= 7
+        first += [(r.partition, r.offset) for r in batch]
+    assert sorted(first) == every
+    assert await reader.next() is None

@@ -8,9 +8,10 @@ byte. ``cls`` may be a dataclass or a pydantic model; values of other types (``d
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Generic, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Callable, Generic, List, Optional, Tuple, Type, TypeVar, Union
 
 from . import _native
+from ._types import HeaderValue, Record
 from .errors import DecodeError, EncodeError, InvalidArgumentError
 
 T = TypeVar("T")
@@ -141,11 +142,42 @@ def codec_for(cls: Optional[type], codec: Union[None, str, Codec[Any]]) -> Codec
 def decode_record(codec: Codec[Any], raw: Tuple[Any, ...]) -> Any:
     """A ``Record`` from the native tuple, its value decoded; a value that fails to
     decode raises ``DecodeError`` with the record's position."""
-    from ._types import HeaderValue, Record
-
     partition, offset, timestamp_us, key, headers, data = raw
+    if type(codec) is not RawCodec:
+        data = _decode_value(codec, partition, offset, data)
+    return Record(
+        partition,
+        offset,
+        timestamp_us,
+        key,
+        [(name, HeaderValue(t, v)) for name, (t, v) in headers] if headers else [],
+        data,
+    )
+
+
+def decode_records(codec: Codec[Any], raws: List[Tuple[Any, ...]]) -> Tuple[List[Any], int]:
+    """The ``Record`` of each native tuple in turn, up to the first whose value fails to
+    decode: the records and how many tuples they used (``len(raws)`` unless one
+    failed; then ``decode_record`` of the tuple after them raises its error)."""
+    out: List[Any] = []
+    append = out.append
+    if type(codec) is RawCodec:
+        for partition, offset, timestamp_us, key, headers, data in raws:
+            if headers:
+                headers = [(name, HeaderValue(t, v)) for name, (t, v) in headers]
+            append(Record(partition, offset, timestamp_us, key, headers, data))
+        return out, len(raws)
+    for raw in raws:
+        try:
+            append(decode_record(codec, raw))
+        except DecodeError:
+            break
+    return out, len(out)
+
+
+def _decode_value(codec: Codec[Any], partition: int, offset: int, data: bytes) -> Any:
     try:
-        value = codec.decode(data)
+        return codec.decode(data)
     except Exception as e:  # noqa: BLE001 - any failure of a codec is a decode error
         reason = e.reason if isinstance(e, DecodeError) and e.reason else str(e)
         raise DecodeError(
@@ -154,11 +186,3 @@ def decode_record(codec: Codec[Any], raw: Tuple[Any, ...]) -> Any:
             offset=offset,
             reason=reason,
         ) from e
-    return Record(
-        partition,
-        offset,
-        timestamp_us,
-        key,
-        [(name, HeaderValue(t, v)) for name, (t, v) in headers],
-        value,
-    )

@@ -184,10 +184,14 @@ class Message(Generic[T]):
     headers: Optional[Headers] = None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class Record(Generic[T]):
     """A record read from a partition. ``value`` is decoded by the topic's codec (raw
-    ``bytes`` on a topic without one)."""
+    ``bytes`` on a topic without one). A plain (slotted, not frozen) dataclass, as
+    aiokafka's ``ConsumerRecord`` is: readers make one per record, and a frozen one
+    costs more than twice as much to make."""
+
+    __slots__ = ("partition", "offset", "timestamp_us", "key", "headers", "value")
 
     partition: int
     offset: int
