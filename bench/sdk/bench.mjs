@@ -2,7 +2,8 @@
 //
 // Usage: node bench.mjs produce|consume|group URL [--messages N] [--size BYTES] [--batch N]
 //   produce: one producer, `sendBatch` of BATCH records of SIZE bytes, awaited in turn,
-//            into a fresh one-partition topic;
+//            into a fresh one-partition topic; a tenth more records first, untimed, as
+//            the warm-up part of `rill bench produce`;
 //   consume: publishes that topic first (not timed, with a tenth more as a warm-up part,
 //            as `rill bench consume` does), then one cursor reads it with `poll()`; the
 //            clock starts with the first batch after the warm-up part;
@@ -33,14 +34,20 @@ function report(records, seconds) {
   }))
 }
 
-async function produce(topic, n) {
+// Sends `warm` records untimed (a warm-up part), then `n` timed; the seconds of the
+// timed part.
+async function produce(topic, n, warm = 0) {
   const value = randomBytes(size)
   const messages = Array.from({ length: batch }, () => ({ value }))
   const producer = topic.producer({ batchLength: batch })
-  const start = performance.now()
-  for (let sent = 0; sent < n; sent += batch) {
-    await producer.sendBatch(sent + batch <= n ? messages : messages.slice(0, n - sent))
+  const send = async (count) => {
+    for (let sent = 0; sent < count; sent += batch) {
+      await producer.sendBatch(sent + batch <= count ? messages : messages.slice(0, count - sent))
+    }
   }
+  await send(warm)
+  const start = performance.now()
+  await send(n)
   const seconds = (performance.now() - start) / 1000
   await producer.shutdown()
   return seconds
@@ -50,7 +57,8 @@ const client = await Rill.connect(url)
 const topic = client.stream('sdk-bench').topic(`node-${workload}-${process.pid}-${Date.now()}`)
 await topic.ensure(1)
 if (workload === 'produce') {
-  report(n, await produce(topic, n))
+  // A tenth more first, untimed, as `rill bench produce` warms up.
+  report(n, await produce(topic, n, Math.floor(n / 10)))
 } else {
   // As `rill bench consume` does: a warm-up part is read first; the clock starts with
   // the first batch after it and counts the records from there.

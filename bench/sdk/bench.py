@@ -2,7 +2,8 @@
 
 Usage: bench.py produce|consume|group URL --messages N --size BYTES --batch N
   produce: one producer, `send_batch` of BATCH records of SIZE bytes, awaited in turn,
-           into a fresh one-partition topic;
+           into a fresh one-partition topic; a tenth more records first, untimed, as
+           the warm-up part of `rill bench produce`;
   consume: publishes that topic first (not timed, with a tenth more as a warm-up part,
            as `rill bench consume` does), then one cursor reads it with `poll()`; the
            clock starts with the first batch after the warm-up part;
@@ -35,16 +36,23 @@ def report(workload: str, records: int, size: int, seconds: float) -> None:
     }), flush=True)
 
 
-async def produce(topic: "rill.Topic[bytes]", n: int, size: int, batch: int) -> float:
+async def produce(topic: "rill.Topic[bytes]", n: int, size: int, batch: int, warm: int = 0) -> float:
+    """Sends `warm` records untimed (a warm-up part), then `n` timed; returns the seconds
+    of the timed part."""
     value = os.urandom(size)
     values = [value] * batch
+
+    async def send(count: int) -> None:
+        sent = 0
+        while sent < count:
+            await producer.send_batch(values[: min(batch, count - sent)])
+            sent += min(batch, count - sent)
+
     producer = topic.producer(batch_length=batch)
     await producer.init()
+    await send(warm)
     start = time.perf_counter()
-    sent = 0
-    while sent < n:
-        await producer.send_batch(values[: min(batch, n - sent)])
-        sent += min(batch, n - sent)
+    await send(n)
     seconds = time.perf_counter() - start
     await producer.shutdown()
     return seconds
@@ -62,7 +70,9 @@ async def main() -> None:
     topic = client.stream("sdk-bench").topic(f"py-{a.workload}-{os.getpid()}-{time.time_ns()}")
     await topic.ensure(partitions=1)
     if a.workload == "produce":
-        report("produce", a.messages, a.size, await produce(topic, a.messages, a.size, a.batch))
+        # A tenth more first, untimed, as `rill bench produce` warms up.
+        seconds = await produce(topic, a.messages, a.size, a.batch, warm=a.messages // 10)
+        report("produce", a.messages, a.size, seconds)
     else:
         # As `rill bench consume` does: a warm-up part is read first; the clock starts
         # with the first batch after it and counts the records from there.

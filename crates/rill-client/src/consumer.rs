@@ -8,6 +8,7 @@ use futures::Stream;
 use rill_proto::pb::{DeleteOffsetRequest, GetOffsetRequest, StoreOffsetRequest};
 use rill_proto::{RequestBody, ResponseBody};
 
+use crate::ahead::{Ahead, Shape};
 use crate::client::{Retry, unexpected};
 use crate::commit::Committer;
 use crate::{ClientError, CommitPolicy, ErrorCode, Position, Record, Topic};
@@ -102,7 +103,8 @@ impl ConsumerBuilder {
         self
     }
 
-    /// Bytes per fetch (default 1 MiB).
+    /// Bytes per fetch (default 1 MiB). A consumer holds up to two answers: the records
+    /// it hands out and the fetch it makes ahead meanwhile.
     pub fn max_bytes(mut self, n: u32) -> Self {
         self.max_bytes = n;
         self
@@ -155,6 +157,7 @@ impl ConsumerBuilder {
             reported: None,
             polling_retry_interval: self.polling_retry_interval,
             retry_at: None,
+            ahead: None,
         };
         let stored = consumer.fetch_stored().await?;
         consumer.committer = Committer::new(self.commit_policy, stored, Instant::now());
@@ -197,6 +200,9 @@ pub struct Consumer {
     polling_retry_interval: Duration,
     /// After a failed poll: the next one waits until then.
     retry_at: Option<tokio::time::Instant>,
+    /// The fetch at `position`, started when a poll brought records (so it runs while
+    /// the caller takes them); used by the next poll if `position` has not moved.
+    ahead: Option<Ahead>,
 }
 
 impl Consumer {
@@ -292,18 +298,40 @@ impl Consumer {
         futures::stream::unfold(self, |mut c| async move { c.next().await.map(|r| (r, c)) })
     }
 
+    fn shape(&self) -> Shape {
+        Shape {
+            max_bytes: self.max_bytes,
+            max_wait: self.max_wait,
+            min_bytes: 1,
+        }
+    }
+
     async fn poll(&mut self) -> Result<usize, ClientError> {
-        let fetched = self
-            .topic
-            .fetch_into(
-                self.partition,
-                self.position,
-                self.max_bytes,
-                self.max_wait,
-                1,
-                &mut self.buffered,
-            )
-            .await;
+        let fetched = match &mut self.ahead {
+            // Made ahead at this position: its answer counts as this poll's.
+            Some(ahead) if ahead.is_for(self.partition, self.position) => {
+                let answer = ahead.answer().await;
+                self.ahead = None;
+                answer.map(|(f, mut records)| {
+                    self.buffered.append(&mut records);
+                    f
+                })
+            }
+            _ => {
+                self.ahead = None;
+                let shape = self.shape();
+                self.topic
+                    .fetch_into(
+                        self.partition,
+                        self.position,
+                        shape.max_bytes,
+                        shape.max_wait,
+                        shape.min_bytes,
+                        &mut self.buffered,
+                    )
+                    .await
+            }
+        };
         let fetched = match fetched {
             Ok(f) => f,
             Err(ClientError::Server {
@@ -344,6 +372,14 @@ impl Consumer {
             None => fetched.next_offset.max(self.position),
         };
         self.committer.polled(self.buffered.len());
+        if !self.buffered.is_empty() {
+            self.ahead = Some(Ahead::spawn(
+                &self.topic,
+                self.partition,
+                self.position,
+                self.shape(),
+            ));
+        }
         Ok(self.buffered.len())
     }
 
@@ -399,6 +435,7 @@ impl Consumer {
             return Ok(());
         }
         self.closed = true;
+        self.ahead = None;
         if let Some(offset) = self.committer.shutdown(Instant::now()) {
             self.store(offset).await?;
         }

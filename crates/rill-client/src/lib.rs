@@ -36,6 +36,7 @@
 
 #![deny(missing_docs, unreachable_pub)]
 
+mod ahead;
 #[cfg(feature = "avro")]
 pub mod avro;
 mod batching;

@@ -8,6 +8,7 @@ use crate::ErrorCode;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::ahead::{Ahead, Shape};
 use crate::{ClientError, Record, Topic};
 
 /// Per-partition next offsets of a reader: save them, and resume with
@@ -46,6 +47,9 @@ pub struct Reader<V> {
     start: Option<Offsets>,
     initialized: bool,
     max_bytes: u32,
+    /// The fetch the reader will make next, already under way while the caller takes
+    /// the records of the one before (at most one: one more `max_bytes` in memory).
+    ahead: Option<Ahead>,
 }
 
 impl<V> std::fmt::Debug for Reader<V> {
@@ -73,6 +77,7 @@ impl<V> Reader<V> {
             start: None,
             initialized: false,
             max_bytes: 1 << 20,
+            ahead: None,
         }
     }
 
@@ -80,12 +85,15 @@ impl<V> Reader<V> {
     pub fn from_offsets(mut self, offsets: Offsets) -> Self {
         self.start = Some(offsets);
         self.initialized = false;
+        self.ahead = None;
         self
     }
 
-    /// Bytes fetched per request (default 1 MiB).
+    /// Bytes fetched per request (default 1 MiB). A reader holds up to two answers: the
+    /// records it hands out and the fetch it makes ahead meanwhile.
     pub fn max_bytes(mut self, bytes: u32) -> Self {
         self.max_bytes = bytes.max(1);
+        self.ahead = None;
         self
     }
 
@@ -118,6 +126,7 @@ impl<V> Reader<V> {
         self.ends = vec![None; partitions];
         self.reported = vec![None; partitions];
         self.buffered.clear();
+        self.ahead = None;
         self.initialized = true;
         Ok(())
     }
@@ -133,16 +142,13 @@ impl<V> Reader<V> {
             if let Some(record) = self.buffered.pop_front() {
                 return Some(self.hand_out(record));
             }
-            let partitions = self.fetch_at.len();
-            let pending = (0..partitions)
-                .map(|i| (self.next_partition + i) % partitions)
-                .find(|&p| self.ends[p].is_none_or(|end| self.fetch_at[p] < end));
-            let Some(p) = pending else {
+            let Some(p) = self.pending() else {
                 // Caught up with the tails seen. A later call looks at the tails again.
                 self.ends.iter_mut().for_each(|e| *e = None);
+                self.ahead = None;
                 return None;
             };
-            self.next_partition = (p + 1) % partitions;
+            self.next_partition = (p + 1) % self.fetch_at.len();
             let Err(e) = self.fetch(p).await else {
                 continue;
             };
@@ -191,23 +197,63 @@ impl<V> Reader<V> {
         }
     }
 
+    /// The partition the next fetch reads: the first from `next_partition` on, in
+    /// turn, that has not caught up with the tail its last fetch saw.
+    fn pending(&self) -> Option<usize> {
+        let partitions = self.fetch_at.len();
+        (0..partitions)
+            .map(|i| (self.next_partition + i) % partitions)
+            .find(|&p| self.ends[p].is_none_or(|end| self.fetch_at[p] < end))
+    }
+
     async fn fetch(&mut self, p: usize) -> Result<(), ClientError> {
         let at = self.fetch_at[p];
-        let fetched = self
-            .topic
-            .fetch_into(
-                p as u32,
-                at,
-                self.max_bytes,
-                Duration::ZERO,
-                0,
-                &mut self.buffered,
-            )
-            .await;
+        let fetched = match &mut self.ahead {
+            // The answer of a fetch made ahead counts as if it were made now: it saw
+            // a tail that was there before this call.
+            Some(ahead) if ahead.is_for(p as u32, at) => {
+                let answer = ahead.answer().await;
+                self.ahead = None;
+                answer.map(|(f, mut records)| {
+                    self.buffered.append(&mut records);
+                    f
+                })
+            }
+            _ => {
+                self.ahead = None;
+                self.topic
+                    .fetch_into(
+                        p as u32,
+                        at,
+                        self.max_bytes,
+                        Duration::ZERO,
+                        0,
+                        &mut self.buffered,
+                    )
+                    .await
+            }
+        };
         match fetched {
             Ok(f) => {
                 self.fetch_at[p] = f.next_offset.max(at);
                 self.ends[p] = Some(f.log_end);
+                // Fetch what comes next while the caller takes these records: the
+                // same fetch the reader would make once they are drained.
+                if !self.buffered.is_empty()
+                    && let Some(next) = self.pending()
+                {
+                    let shape = Shape {
+                        max_bytes: self.max_bytes,
+                        max_wait: Duration::ZERO,
+                        min_bytes: 0,
+                    };
+                    self.ahead = Some(Ahead::spawn(
+                        &self.topic,
+                        next as u32,
+                        self.fetch_at[next],
+                        shape,
+                    ));
+                }
                 Ok(())
             }
             Err(ClientError::Server {
