@@ -55,7 +55,8 @@ async function produce(topic, n, warm = 0) {
 
 const client = await Rill.connect(url)
 const topic = client.stream('sdk-bench').topic(`node-${workload}-${process.pid}-${Date.now()}`)
-await topic.ensure(1)
+// As `rill bench` makes its topic: one partition, durability never.
+await topic.create({ partitions: 1, durability: 'never' })
 if (workload === 'produce') {
   // A tenth more first, untimed, as `rill bench produce` warms up.
   report(n, await produce(topic, n, Math.floor(n / 10)))

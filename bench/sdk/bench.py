@@ -68,7 +68,8 @@ async def main() -> None:
     a = ap.parse_args()
     client = await rill.connect(a.url)
     topic = client.stream("sdk-bench").topic(f"py-{a.workload}-{os.getpid()}-{time.time_ns()}")
-    await topic.ensure(partitions=1)
+    # As `rill bench` makes its topic: one partition, durability never.
+    await topic.create(partitions=1, durability="never")
     if a.workload == "produce":
         # A tenth more first, untimed, as `rill bench produce` warms up.
         seconds = await produce(topic, a.messages, a.size, a.batch, warm=a.messages // 10)

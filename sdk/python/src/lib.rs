@@ -7,9 +7,9 @@
 //! the exception classes this module raises.
 //!
 //! Architecture Invariant: every awaitable is made by `runtime::spawn`, which runs the
-//! SDK's future on tokio without the GIL, maps its error to a `rill.errors` class and
-//! catches panics; tokio threads call into Python only there, and never once the
-//! interpreter exits (`runtime::quiesce`). No Python input reaches the SDK unchecked (a
+//! SDK's future without the GIL (a first poll on the loop's thread, the rest on tokio),
+//! maps its error to a `rill.errors` class and catches panics; tokio threads never call
+//! into Python (outcomes reach the loop's thread through `runtime`'s mailbox). No Python input reaches the SDK unchecked (a
 //! bad one is an `InvalidArgumentError`, never a panic).
 
 #![deny(missing_docs)]

@@ -1,28 +1,38 @@
 //! Rust futures as Python awaitables, on the tokio runtime of `pyo3-async-runtimes`.
 //!
 //! Every awaitable the module returns is made by [`spawn`]: an `asyncio.Future` of the
-//! running loop, resolved by a tokio task that runs the SDK's future without the GIL
-//! (so it never blocks the event loop). Its error becomes the `rill.errors` exception,
-//! and a panic is caught here and raised as `rill.errors.PanicError`, so no panic
-//! crosses into Python. Cancelling the asyncio future aborts the task.
+//! running loop. The SDK's future is polled once on the loop's thread (without the
+//! GIL); one that is not done then is finished by a tokio task, whose outcome goes to
+//! the loop through its [`Mailbox`]: a queue and a socket pair whose reading end the
+//! loop watches (`loop.add_reader`). The loop's thread converts the outcome and settles
+//! the future, so a tokio thread never takes the GIL: no contention for it with the
+//! loop on every answer, and no tokio thread inside Python when the interpreter
+//! finalizes. An error becomes the `rill.errors` exception, and a panic is caught and
+//! raised as `rill.errors.PanicError`, so no panic crosses into Python. Cancelling the
+//! asyncio future aborts the task.
 //!
-//! Why not `pyo3_async_runtimes::tokio::future_into_py`: it hands the result over from
-//! a tokio thread that holds the GIL across `call_soon_threadsafe`, whose socket write
-//! lets the GIL go; if the awaiting coroutine was the program's last, the interpreter
-//! finalizes meanwhile and the thread is torn down inside Python, which aborts the
-//! process (seen as a crash at exit in about one run in five). Here every hand-over is
-//! counted, and an `atexit` hook ([`quiesce`]) stops new ones and waits for those under
-//! way before the interpreter finalizes.
+//! Why not `pyo3_async_runtimes::tokio::future_into_py`: it spawns every future (a
+//! thread hop before the request is even sent), and hands the result over from a tokio
+//! thread that holds the GIL across `call_soon_threadsafe`: two GIL hand-overs per
+//! call, and, if the awaiting coroutine was the program's last, an interpreter that
+//! finalizes meanwhile tears the thread down inside Python, which aborts the process.
 //!
-//! Architecture Invariant: tokio threads touch Python only inside [`deliver`], between
-//! [`Delivering::enter`] and its drop.
+//! Architecture Invariant: tokio threads never call into Python; they only push
+//! outcomes into a [`Mailbox`] and drop Python references (which PyO3 defers to the
+//! next holder of the GIL).
 
 use std::future::Future;
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Waker};
 
 use futures::FutureExt;
+use parking_lot::Mutex;
 use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -31,36 +41,130 @@ use rill_client::ClientError;
 
 use crate::error;
 
-/// Set by [`quiesce`]: results are no longer handed to Python.
+/// Set by [`quiesce`]: outcomes are no longer queued for Python.
 static EXITING: AtomicBool = AtomicBool::new(false);
-/// Hand-overs to Python under way.
-static DELIVERING: AtomicUsize = AtomicUsize::new(0);
 
-/// Longest wait of [`quiesce`] for hand-overs under way.
-const QUIESCE_WAIT_MAX: Duration = Duration::from_secs(5);
+/// A settled outcome waiting for the loop's thread: sets the future it was made for.
+type Delivery = Box<dyn FnOnce(Python<'_>) + Send>;
 
-/// The right of a tokio thread to call into Python; none once the interpreter exits.
-struct Delivering;
+/// Where tokio tasks leave outcomes for one event loop.
+struct Mailbox {
+    /// Outcomes not yet taken by the loop.
+    queue: Mutex<Vec<Delivery>>,
+    /// Whether a wake byte is (or is about to be) on the socket: one per batch of
+    /// outcomes, so the socket never fills.
+    armed: AtomicBool,
+    /// The end tokio tasks write to.
+    wake: UnixStream,
+    /// The end the loop watches.
+    watched: UnixStream,
+}
 
-impl Delivering {
-    fn enter() -> Option<Self> {
-        DELIVERING.fetch_add(1, Ordering::SeqCst);
+impl Mailbox {
+    /// Queues `delivery` and wakes the loop if it is not woken already.
+    fn post(&self, delivery: Delivery) {
         if EXITING.load(Ordering::SeqCst) {
-            DELIVERING.fetch_sub(1, Ordering::SeqCst);
-            return None;
+            return;
         }
-        Some(Self)
+        self.queue.lock().push(delivery);
+        if !self.armed.swap(true, Ordering::SeqCst) {
+            // Nonblocking; a full socket already holds a wake byte.
+            let _ = (&self.wake).write(&[1]);
+        }
+    }
+
+    /// Run by the loop when the socket is readable: settles every queued outcome.
+    fn drain(&self, py: Python<'_>) {
+        let mut buf = [0u8; 64];
+        loop {
+            match (&self.watched).read(&mut buf) {
+                Ok(n) if n == buf.len() => continue,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                _ => break,
+            }
+        }
+        // Disarmed before the queue is taken: an outcome queued after this writes a
+        // byte of its own, and one queued before is taken now.
+        self.armed.store(false, Ordering::SeqCst);
+        let deliveries = std::mem::take(&mut *self.queue.lock());
+        for delivery in deliveries {
+            delivery(py);
+        }
     }
 }
 
-impl Drop for Delivering {
-    fn drop(&mut self) {
-        DELIVERING.fetch_sub(1, Ordering::SeqCst);
+/// The mailboxes of the event loops that have awaited something, each with its loop
+/// (held, so that its identity is not reused while the entry exists); those of closed
+/// loops are dropped when another loop registers.
+static MAILBOXES: Mutex<Vec<(Py<PyAny>, Arc<Mailbox>)>> = Mutex::new(Vec::new());
+
+/// The mailbox of `event_loop`, made and watched the first time it is asked for.
+fn mailbox(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<Arc<Mailbox>> {
+    {
+        let boxes = MAILBOXES.lock();
+        if let Some((_, mailbox)) = boxes
+            .iter()
+            .find(|(l, _)| l.as_ptr() == event_loop.as_ptr())
+        {
+            return Ok(Arc::clone(mailbox));
+        }
     }
+    let (wake, watched) = UnixStream::pair()?;
+    wake.set_nonblocking(true)?;
+    watched.set_nonblocking(true)?;
+    let mailbox = Arc::new(Mailbox {
+        queue: Mutex::new(Vec::new()),
+        armed: AtomicBool::new(false),
+        wake,
+        watched,
+    });
+    let drained = Arc::clone(&mailbox);
+    let on_readable = PyCFunction::new_closure(py, None, None, move |args, _| -> PyResult<()> {
+        drained.drain(args.py());
+        Ok(())
+    })?;
+    event_loop.call_method1(
+        pyo3::intern!(py, "add_reader"),
+        (mailbox.watched.as_raw_fd(), on_readable),
+    )?;
+    // Entries of closed loops go (their sockets close with the last reference). The
+    // loops are asked without the lock, which a GIL holder must never wait for.
+    let known: Vec<Py<PyAny>> = MAILBOXES
+        .lock()
+        .iter()
+        .map(|(l, _)| l.clone_ref(py))
+        .collect();
+    let closed: Vec<usize> = known
+        .iter()
+        .filter(|l| {
+            l.bind(py)
+                .call_method0(pyo3::intern!(py, "is_closed"))
+                .and_then(|c| c.is_truthy())
+                .unwrap_or(true)
+        })
+        .map(|l| l.as_ptr() as usize)
+        .collect();
+    let removed = {
+        let mut boxes = MAILBOXES.lock();
+        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut *boxes)
+            .into_iter()
+            .partition(|(l, _)| closed.contains(&(l.as_ptr() as usize)));
+        *boxes = kept;
+        boxes.push((event_loop.clone().unbind(), Arc::clone(&mailbox)));
+        gone
+    };
+    drop((known, removed));
+    Ok(mailbox)
 }
 
 /// Runs `future` on the runtime and returns an `asyncio.Future` of its result, of the
 /// running event loop (called outside of one, it raises `RuntimeError`).
+///
+/// The future is polled once here first, on the loop's thread without the GIL and
+/// inside the runtime's context: a call that is answered at once (a flush with nothing
+/// buffered, a poll of records already fetched) resolves with no thread hop, and one
+/// that sends a request has handed it to the connection before the task is spawned,
+/// so the hop to a tokio thread is off the request's path.
 pub(crate) fn spawn<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>
 where
     F: Future<Output = Result<T, ClientError>> + Send + 'static,
@@ -68,11 +172,26 @@ where
 {
     let event_loop = get_running_loop(py)?;
     let py_future = event_loop.call_method0(pyo3::intern!(py, "create_future"))?;
-    let task = pyo3_async_runtimes::tokio::get_runtime().spawn(deliver(
-        event_loop.unbind(),
-        py_future.clone().unbind(),
-        future,
-    ));
+    // A panic of a poll is caught here, as the future's outcome.
+    let mut future: Outcome<T> = Box::pin(AssertUnwindSafe(future).catch_unwind());
+    let first = py.detach(|| {
+        enter(|| {
+            let mut cx = Context::from_waker(Waker::noop());
+            future.as_mut().poll(&mut cx)
+        })
+    });
+    if let Poll::Ready(outcome) = first {
+        settle(py, py_future.as_any(), outcome);
+        return Ok(py_future);
+    }
+    let mailbox = mailbox(py, &event_loop)?;
+    let settled = py_future.clone().unbind();
+    // Polled again by the task (tokio polls a new task at least once, so nothing the
+    // no-op waker missed is lost).
+    let task = pyo3_async_runtimes::tokio::get_runtime().spawn(async move {
+        let outcome = future.await;
+        mailbox.post(Box::new(move |py| settle(py, settled.bind(py), outcome)));
+    });
     let abort = task.abort_handle();
     let on_done = PyCFunction::new_closure(py, None, None, move |args, _| -> PyResult<()> {
         // Called once the future is done; cancelled, the task has no one to answer.
@@ -85,6 +204,46 @@ where
     Ok(py_future)
 }
 
+/// A future of the SDK, its panic caught.
+type Outcome<T> = Pin<Box<dyn Future<Output = std::thread::Result<Result<T, ClientError>>> + Send>>;
+
+/// Sets `py_future` to `outcome` (its value, or the exception of its error or panic),
+/// unless it is done already (cancelled).
+fn settle<T>(
+    py: Python<'_>,
+    py_future: &Bound<'_, PyAny>,
+    outcome: std::thread::Result<Result<T, ClientError>>,
+) where
+    T: for<'a> IntoPyObject<'a>,
+{
+    if py_future
+        .call_method0(pyo3::intern!(py, "done"))
+        .and_then(|d| d.is_truthy())
+        .unwrap_or(true)
+    {
+        return;
+    }
+    let (method, value) = match outcome {
+        Ok(Ok(value)) => match value.into_py_any(py) {
+            Ok(value) => (pyo3::intern!(py, "set_result"), value),
+            Err(e) => (
+                pyo3::intern!(py, "set_exception"),
+                e.into_value(py).into_any(),
+            ),
+        },
+        Ok(Err(e)) => (
+            pyo3::intern!(py, "set_exception"),
+            error::to_py(py, e).into_value(py).into_any(),
+        ),
+        Err(panic) => (
+            pyo3::intern!(py, "set_exception"),
+            error::panic_to_py(py, &*panic).into_value(py).into_any(),
+        ),
+    };
+    // Only a future of a closed loop refuses, and no one waits for it.
+    drop(py_future.call_method1(method, (value,)));
+}
+
 fn get_running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     GET_RUNNING_LOOP
@@ -95,88 +254,12 @@ fn get_running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         .call0()
 }
 
-/// Awaits `future` and hands its outcome to the loop's thread, which resolves
-/// `py_future` (unless it was cancelled meanwhile).
-async fn deliver<F, T>(event_loop: Py<PyAny>, py_future: Py<PyAny>, future: F)
-where
-    F: Future<Output = Result<T, ClientError>> + Send + 'static,
-    T: for<'a> IntoPyObject<'a> + Send + 'static,
-{
-    let outcome = AssertUnwindSafe(future).catch_unwind().await;
-    let Some(_delivering) = Delivering::enter() else {
-        return;
-    };
-    Python::attach(|py| {
-        let (ok, value) = match outcome {
-            Ok(Ok(value)) => match value.into_py_any(py) {
-                Ok(value) => (true, value),
-                Err(e) => (false, e.into_value(py).into_any()),
-            },
-            Ok(Err(e)) => (false, error::to_py(py, e).into_value(py).into_any()),
-            Err(panic) => (
-                false,
-                error::panic_to_py(py, &*panic).into_value(py).into_any(),
-            ),
-        };
-        let settle = if ok { resolve_fn(py) } else { reject_fn(py) };
-        let handed = settle.and_then(|settle| {
-            event_loop.call_method1(
-                py,
-                pyo3::intern!(py, "call_soon_threadsafe"),
-                (settle, py_future, value),
-            )
-        });
-        // A loop that was closed meanwhile has no one waiting for the result.
-        drop(handed);
-    });
-}
-
-fn resolve_fn(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
-    static RESOLVE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    Ok(RESOLVE
-        .get_or_try_init(py, || {
-            PyCFunction::new_closure(py, None, None, |args, _| -> PyResult<()> {
-                let (future, value) = (args.get_item(0)?, args.get_item(1)?);
-                if !future.call_method0("done")?.is_truthy()? {
-                    future.call_method1("set_result", (value,))?;
-                }
-                Ok(())
-            })
-            .map(|f| f.into_any().unbind())
-        })?
-        .bind(py)
-        .clone())
-}
-
-fn reject_fn(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
-    static REJECT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    Ok(REJECT
-        .get_or_try_init(py, || {
-            PyCFunction::new_closure(py, None, None, |args, _| -> PyResult<()> {
-                let (future, error) = (args.get_item(0)?, args.get_item(1)?);
-                if !future.call_method0("done")?.is_truthy()? {
-                    future.call_method1("set_exception", (error,))?;
-                }
-                Ok(())
-            })
-            .map(|f| f.into_any().unbind())
-        })?
-        .bind(py)
-        .clone())
-}
-
-/// Stops handing results to Python and waits (without the GIL, at most 5 s) for the
-/// hand-overs under way: registered with `atexit`, so that no tokio thread is inside
-/// Python when the interpreter finalizes.
+/// Stops queueing outcomes for Python: registered with `atexit`, so that nothing is
+/// left for a loop that will not run again. (Tokio threads never call into Python, so
+/// there is nothing to wait for.)
 #[pyfunction]
-pub(crate) fn quiesce(py: Python<'_>) {
+pub(crate) fn quiesce() {
     EXITING.store(true, Ordering::SeqCst);
-    py.detach(|| {
-        let deadline = Instant::now() + QUIESCE_WAIT_MAX;
-        while DELIVERING.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    });
 }
 
 /// Runs `f` inside the runtime's context, for synchronous calls that may start tasks
