@@ -133,6 +133,21 @@ async fn named_consumers_store_at_the_same_points_either_way(client: &Client) {
         assert_eq!(traces[0], traces[1], "{policy:?}");
         let offsets: Vec<u64> = traces[0].0.iter().map(|&(_, o, _)| o).collect();
         assert_eq!(offsets, (0..RECORDS).collect::<Vec<_>>(), "{policy:?}");
+        assert_poll_results(policy, &traces[0].0);
+    }
+}
+
+/// One fetch brings every record (they are small), yet poll results are `BATCH`
+/// records: `All` and `Polling` store the poll result before when the record after it
+/// is asked for.
+fn assert_poll_results(policy: CommitPolicy, trace: &Trace) {
+    if !matches!(policy, CommitPolicy::All | CommitPolicy::Polling) {
+        return;
+    }
+    let batch = u64::from(BATCH);
+    for &(_, offset, stored) in trace {
+        let expected = (offset / batch * batch).checked_sub(1);
+        assert_eq!(stored, expected, "{policy:?} when {offset} was handed out");
     }
 }
 
@@ -157,6 +172,7 @@ async fn group_members_store_at_the_same_points_either_way(client: &Client) {
             traces.push((trace, stored));
         }
         assert_eq!(traces[0], traces[1], "{policy:?}");
+        assert_poll_results(policy, &traces[0].0);
     }
     // Several partitions: every record exactly once either way.
     let t = topic(client, "group-3", 3).await;
@@ -202,7 +218,10 @@ async fn consume_group(
         .build()
         .await
         .unwrap();
-    assert!(c.try_next().is_none(), "nothing fetched yet");
+    assert!(
+        c.try_next().is_none(),
+        "nothing fetched before the member asked"
+    );
     let mut trace = Trace::new();
     let mut buffered = 0;
     while (trace.len() as u64) < RECORDS {

@@ -152,6 +152,7 @@ impl ConsumerBuilder {
             max_bytes: self.max_bytes,
             position: 0,
             buffered: VecDeque::new(),
+            poll_left: 0,
             committer: Committer::new(self.commit_policy, None, Instant::now()),
             closed: false,
             reported: None,
@@ -192,7 +193,12 @@ pub struct Consumer {
     max_bytes: u32,
     /// Next offset to fetch.
     position: u64,
+    /// Records fetched and not handed out yet: at most one fetch's answer. The first
+    /// `poll_left` are the current poll result (`batch_length` at most); the rest make
+    /// the poll results after it, so records are never fetched twice.
     buffered: VecDeque<Record>,
+    /// Records of the current poll result not handed out yet.
+    poll_left: usize,
     committer: Committer,
     closed: bool,
     /// The start of an open-ended loss already reported.
@@ -236,14 +242,17 @@ impl Consumer {
                 return None;
             }
             // No await between taking a record and returning it: cancel-safe.
-            if let Some(record) = self.buffered.pop_front() {
-                self.committer.handed_out(record.offset);
-                return Some(Ok(record));
+            if self.poll_left > 0 {
+                return Some(Ok(self.hand_out()));
             }
             if let Some(offset) = self.committer.polling(Instant::now())
                 && let Err(e) = self.store(offset).await
             {
                 return Some(Err(e));
+            }
+            if !self.buffered.is_empty() {
+                self.start_poll();
+                continue;
             }
             if let Some(at) = self.retry_at.take() {
                 tokio::time::sleep_until(at).await;
@@ -262,14 +271,18 @@ impl Consumer {
         }
     }
 
-    /// The next record if one was fetched already and the commit policy has nothing
-    /// to store first, without waiting: `None` says only that [`Consumer::next`] is
-    /// needed now (nothing is buffered, a store is due, or the consumer is shut down).
+    /// The next record of the current poll result if the commit policy has nothing to
+    /// store first, without waiting: `None` says only that [`Consumer::next`] is needed
+    /// now (the poll result is used up, a store is due, or the consumer is shut down).
     /// Hands out as [`Consumer::next`] does (the record before counts as handled), so
     /// the SDKs for other languages hand out a fetched batch without an `await` per
     /// record; mixing the two keeps the order.
     pub fn try_next(&mut self) -> Option<Record> {
         if self.closed || self.buffered.is_empty() {
+            return None;
+        }
+        // A new poll result starts only in `next` (the poll the commit policies count).
+        if self.poll_left == 0 {
             return None;
         }
         let now = Instant::now();
@@ -278,9 +291,24 @@ impl Consumer {
         }
         let stored = self.committer.done(now);
         debug_assert!(stored.is_none(), "checked on a copy above");
-        let record = self.buffered.pop_front()?;
+        Some(self.hand_out())
+    }
+
+    /// Starts the next poll result: up to `batch_length` of the buffered records.
+    fn start_poll(&mut self) {
+        self.poll_left = self.batch_length.min(self.buffered.len());
+        self.committer.polled(self.poll_left);
+    }
+
+    /// Hands out the next record of the poll result.
+    fn hand_out(&mut self) -> Record {
+        let record = self
+            .buffered
+            .pop_front()
+            .expect("a record of the poll result");
+        self.poll_left -= 1;
         self.committer.handed_out(record.offset);
-        Some(record)
+        record
     }
 
     /// Like [`Consumer::next`], failing with [`ClientError::Timeout`] if no record
@@ -366,12 +394,10 @@ impl Consumer {
                 return Err(e);
             }
         };
-        self.buffered.truncate(self.batch_length);
         self.position = match self.buffered.back() {
             Some(last) => last.offset + 1,
             None => fetched.next_offset.max(self.position),
         };
-        self.committer.polled(self.buffered.len());
         if !self.buffered.is_empty() {
             self.ahead = Some(Ahead::spawn(
                 &self.topic,

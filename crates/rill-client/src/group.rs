@@ -8,10 +8,16 @@
 //!
 //! Reading long-polls: [`GroupConsumer::next`] keeps at most one fetch in flight per
 //! owned partition, each waiting on the broker up to `max_wait` for records, and wakes on
-//! whichever answers first or when the assignment changes. A fetch runs as a task of its
-//! own, tied to its partition: giving the partition up aborts it, and an answer for a
-//! partition given up (or given up and taken again) meanwhile is dropped unread, so a
-//! late answer never moves a position or an offset.
+//! whichever answers first or when the assignment changes. A partition's next fetch
+//! starts as soon as the answer before it is taken in, so it runs while the caller
+//! handles those records; its answer waits, filed with the partition, until they are
+//! all handed out. A partition so holds at most two answers (`max_bytes` each): the
+//! records being handed out and the fetch ahead. The records of one answer are handed
+//! out in poll results of `batch_length` (the unit of the commit policies), never
+//! fetched twice. A fetch runs as a task of its own, tied to its partition: giving the
+//! partition up aborts it, and an answer for a partition given up (or given up and
+//! taken again) meanwhile is dropped unread, so a late answer never moves a position or
+//! an offset.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -157,6 +163,14 @@ impl GroupConsumerBuilder {
         self
     }
 
+    /// Bytes per fetch of a partition (default 1 MiB; at least one whole batch is
+    /// always fetched). A member holds up to two answers per owned partition: the
+    /// records it hands out and the fetch it makes ahead meanwhile.
+    pub fn max_bytes(mut self, n: u32) -> Self {
+        self.max_bytes = n;
+        self
+    }
+
     /// How long each fetch waits on the broker for records (default 1 s; the broker
     /// caps it at 60 s). The member keeps one such fetch in flight per owned partition,
     /// so a record reaches it as soon as it is appended and an idle member sends about
@@ -208,6 +222,11 @@ impl GroupConsumerBuilder {
     /// Joins the group (creating it if needed, unless `create_group(false)`) and starts
     /// heartbeating, unless `auto_join(false)`.
     pub async fn build(self) -> Result<GroupConsumer, ClientError> {
+        if self.max_bytes == 0 {
+            return Err(ClientError::InvalidArgument(
+                "max_bytes must be positive".into(),
+            ));
+        }
         if self.batch_length == 0
             || self.poll_interval.is_zero()
             || self.session_timeout.is_zero()
@@ -230,6 +249,7 @@ impl GroupConsumerBuilder {
             max_wait: self.max_wait,
             retry_interval: self.polling_retry_interval,
             max_bytes: self.max_bytes,
+            runtime: tokio::runtime::Handle::current(),
             on_assigned: self.on_assigned,
             on_revoked: self.on_revoked,
             hold_revoked: self.hold_revoked,
@@ -262,22 +282,53 @@ impl GroupConsumerBuilder {
 
 #[derive(Debug)]
 struct Partition {
-    position: u64,
+    /// Where the next fetch starts: after the last record fetched.
+    fetch_at: u64,
     committer: Committer,
+    /// Records fetched and not handed out yet, in order: at most one fetch's answer.
+    /// The first `poll_left` of them are the current poll result (`batch_length`
+    /// records at most); the rest make the poll results after it, so a fetch that
+    /// brings more than `batch_length` records is never fetched again.
     buffered: VecDeque<Record>,
+    /// Records of the current poll result not handed out yet.
+    poll_left: usize,
     /// The start of an open-ended loss already reported.
     reported: Option<u64>,
     /// The fetch in flight, at most one. Dropping the partition (given up) aborts it.
     fetch: Option<InFlight>,
+    /// The answer of a fetch made ahead, arrived while records were still buffered:
+    /// taken in once they are handed out, so an answer (records, a loss, an error)
+    /// always meets an empty buffer. Together with `buffered` at most two answers.
+    ready: Option<FetchDone>,
     /// No fetch before this (after an empty answer or a failure).
     not_before: Option<Instant>,
 }
 
 impl Partition {
-    /// Whether a fetch should start now: none in flight, nothing left to hand out, no
-    /// pause pending.
+    fn new(fetch_at: u64, committer: Committer) -> Self {
+        Self {
+            fetch_at,
+            committer,
+            buffered: VecDeque::new(),
+            poll_left: 0,
+            reported: None,
+            fetch: None,
+            ready: None,
+            not_before: None,
+        }
+    }
+
+    /// Whether a fetch should start now: none in flight or waiting to be taken in, no
+    /// pause pending. Records may still be buffered: the fetch runs ahead of the caller,
+    /// so the wire and the caller's handling overlap.
     fn fetch_due(&self, now: Instant) -> bool {
-        self.fetch.is_none() && self.buffered.is_empty() && self.not_before.is_none_or(|t| t <= now)
+        self.fetch.is_none() && self.ready.is_none() && self.not_before.is_none_or(|t| t <= now)
+    }
+
+    /// Starts the next poll result: up to `batch_length` of the buffered records.
+    fn start_poll(&mut self, batch_length: usize) {
+        self.poll_left = batch_length.min(self.buffered.len());
+        self.committer.polled(self.poll_left);
     }
 }
 
@@ -320,6 +371,40 @@ impl State {
         part.committer.done(now).map(|consumed| (p, consumed))
     }
 
+    /// The partition to hand a record out of next: round-robin over those with records
+    /// buffered.
+    fn next_buffered(&self) -> Option<u32> {
+        let keys: Vec<u32> = self.partitions.keys().copied().collect();
+        let start = self.next;
+        (0..keys.len())
+            .map(|i| keys[(start + i) % keys.len()])
+            .find(|p| !self.partitions[p].buffered.is_empty())
+    }
+
+    /// The partition to hand a record out of next without starting a poll result:
+    /// round-robin over those with one under way.
+    fn next_in_poll(&self) -> Option<u32> {
+        let keys: Vec<u32> = self.partitions.keys().copied().collect();
+        let start = self.next;
+        (0..keys.len())
+            .map(|i| keys[(start + i) % keys.len()])
+            .find(|p| self.partitions[p].poll_left > 0)
+    }
+
+    /// Hands out the next record of `p`, whose poll result has one left.
+    fn hand_out(&mut self, p: u32) -> Record {
+        self.next = self.next.wrapping_add(1);
+        self.pending = Some(p);
+        let part = self.partitions.get_mut(&p).expect("owned");
+        let record = part
+            .buffered
+            .pop_front()
+            .expect("a record of the poll result");
+        part.poll_left -= 1;
+        part.committer.handed_out(record.offset);
+        record
+    }
+
     /// Like [`State::done`], without storing (the caller stores explicitly).
     fn finish_pending(&mut self) {
         if let Some(p) = self.pending.take()
@@ -328,6 +413,151 @@ impl State {
             part.committer.finish_pending();
         }
     }
+}
+
+/// What one look at the partitions ([`GroupConsumer::step`]) found to do.
+enum Step {
+    /// Shut down.
+    Closed,
+    /// A record to hand out.
+    Record(Record),
+    /// A store a commit policy asks for at the start of a poll result, before its first
+    /// record is handed out.
+    Store(u32, u64),
+    /// A fetch answered with an error, taken in (the partition moved past a loss, or
+    /// pauses before fetching again).
+    Failed(ClientError),
+    /// Nothing to hand out: make these stores, then wait for a fetch, new partitions or
+    /// the end of the earliest pause.
+    Wait {
+        stores: Vec<(u32, u64)>,
+        pause_end: Option<Instant>,
+    },
+}
+
+/// Files a finished fetch with its partition, to be taken in once the partition's
+/// buffered records are handed out. An answer for a partition given up meanwhile (or
+/// given up and taken again, which starts a fetch of its own) is not the partition's to
+/// use and is dropped unread.
+fn file(st: &mut State, done: Result<(tokio::task::Id, FetchDone), tokio::task::JoinError>) {
+    let (id, done) = match done {
+        Ok(done) => done,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Aborted: its partition was given up.
+        Err(_) => return,
+    };
+    if let Some(part) = st
+        .partitions
+        .get_mut(&done.0)
+        .filter(|part| part.fetch.as_ref().is_some_and(|f| f.0.id() == id))
+    {
+        part.fetch = None;
+        part.ready = Some(done);
+    }
+}
+
+/// Takes in the answers of partitions whose buffered records are all handed out (those
+/// with an error only if `errors`); returns the first error taken in, to hand to the
+/// caller.
+fn take_ready(inner: &Inner, st: &mut State, now: Instant, errors: bool) -> Option<ClientError> {
+    for part in st.partitions.values_mut() {
+        if !part.buffered.is_empty()
+            || part
+                .ready
+                .as_ref()
+                .is_none_or(|(_, _, _, answer)| answer.is_err() && !errors)
+        {
+            continue;
+        }
+        let (_, position, started, answer) = part.ready.take().expect("checked above");
+        if part.fetch_at != position {
+            continue;
+        }
+        let fetched = match answer {
+            Ok(f) => f,
+            Err(ClientError::Server {
+                code: ErrorCode::OffsetBeforeStart,
+                offset: Some(start),
+                ..
+            }) => {
+                part.fetch_at = start;
+                continue;
+            }
+            Err(e) => {
+                let Some((_, from, to)) = e.lost_range() else {
+                    part.not_before = Some(now + inner.retry_interval);
+                    return Some(e);
+                };
+                match to {
+                    Some(to) => {
+                        // Nothing is buffered: the position moves past the range.
+                        part.fetch_at = to.max(position);
+                        if let Some(last) = to.checked_sub(1) {
+                            part.committer.skipped(last);
+                        }
+                        part.reported = None;
+                    }
+                    // Told already: look again after a pause.
+                    None if part.reported == Some(from) => {
+                        part.not_before = Some(now + inner.poll_interval);
+                        continue;
+                    }
+                    None => {
+                        part.reported = Some(from);
+                        part.not_before = Some(now + inner.poll_interval);
+                    }
+                }
+                return Some(e);
+            }
+        };
+        part.buffered = fetched.records.into();
+        part.fetch_at = part
+            .buffered
+            .back()
+            .map_or(fetched.next_offset.max(position), |r| r.offset + 1);
+        if part.buffered.is_empty() {
+            part.not_before = Some(started + inner.idle_pause());
+        }
+    }
+    None
+}
+
+/// Starts a fetch on every owned partition that is due one; returns the earliest end of
+/// a pause among the others, if any.
+fn start_fetches(
+    inner: &Inner,
+    st: &mut State,
+    fetches: &mut JoinSet<FetchDone>,
+    now: Instant,
+) -> Option<Instant> {
+    let mut pause_end: Option<Instant> = None;
+    for (&p, part) in st.partitions.iter_mut() {
+        if !part.fetch_due(now) {
+            if part.fetch.is_none()
+                && part.ready.is_none()
+                && let Some(t) = part.not_before
+            {
+                pause_end = Some(pause_end.map_or(t, |e| e.min(t)));
+            }
+            continue;
+        }
+        part.not_before = None;
+        let topic = inner.topic.clone();
+        let (position, max_bytes, max_wait) = (part.fetch_at, inner.max_bytes, inner.max_wait);
+        // On the member's runtime: `try_next` may run on a thread outside it.
+        let task = fetches.spawn_on(
+            async move {
+                let started = Instant::now();
+                let fetched = topic
+                    .fetch(Position::new(p, position), max_bytes, max_wait)
+                    .await;
+                (p, position, started, fetched)
+            },
+            &inner.runtime,
+        );
+        part.fetch = Some(InFlight(task));
+    }
+    pause_end
 }
 
 struct Inner {
@@ -342,6 +572,8 @@ struct Inner {
     max_wait: Duration,
     retry_interval: Duration,
     max_bytes: u32,
+    /// The runtime the member was built on, where its fetches run.
+    runtime: tokio::runtime::Handle,
     on_assigned: Option<RebalanceCallback>,
     on_revoked: Option<RebalanceCallback>,
     hold_revoked: bool,
@@ -487,14 +719,10 @@ impl Inner {
             for (p, position, consumed) in &started {
                 st.partitions.insert(
                     *p,
-                    Partition {
-                        position: *position,
-                        committer: Committer::new(self.policy, *consumed, Instant::now()),
-                        buffered: VecDeque::new(),
-                        reported: None,
-                        fetch: None,
-                        not_before: None,
-                    },
+                    Partition::new(
+                        *position,
+                        Committer::new(self.policy, *consumed, Instant::now()),
+                    ),
                 );
             }
             drop(st);
@@ -735,7 +963,9 @@ impl GroupConsumer {
     /// group's stored offset (or `start_at`) put it, moved on by what was handed out.
     pub fn position(&self, partition: u32) -> Option<u64> {
         let st = self.inner.lock().ok()?;
-        st.partitions.get(&partition).map(|p| p.position)
+        st.partitions
+            .get(&partition)
+            .map(|p| p.buffered.front().map_or(p.fetch_at, |r| r.offset))
     }
 
     /// The next record of any owned partition, waiting for one. `None` after shutdown.
@@ -760,54 +990,112 @@ impl GroupConsumer {
             return Some(Err(e));
         }
         loop {
-            // A buffered record, round-robin over partitions. No await between taking
-            // it and returning it: cancel-safe.
-            {
-                let mut st = match self.inner.lock() {
-                    Ok(st) => st,
-                    Err(e) => return Some(Err(e)),
-                };
-                if st.closed {
-                    return None;
+            // No await between taking a record in `step` and returning it: cancel-safe.
+            let step = match self.step() {
+                Ok(step) => step,
+                Err(e) => return Some(Err(e)),
+            };
+            let (stores, pause_end) = match step {
+                Step::Closed => return None,
+                Step::Record(record) => return Some(Ok(record)),
+                Step::Failed(e) => return Some(Err(e)),
+                Step::Store(p, consumed) => {
+                    if let Err(e) = self.auto_store(p, consumed).await {
+                        return Some(Err(e));
+                    }
+                    continue;
                 }
-                let keys: Vec<u32> = st.partitions.keys().copied().collect();
-                let start = st.next;
-                let found = (0..keys.len())
-                    .map(|i| keys[(start + i) % keys.len()])
-                    .find(|p| !st.partitions[p].buffered.is_empty());
-                if let Some(p) = found {
-                    st.next = st.next.wrapping_add(1);
-                    st.pending = Some(p);
-                    let part = st.partitions.get_mut(&p).expect("found above");
-                    let record = part.buffered.pop_front().expect("not empty");
-                    part.committer.handed_out(record.offset);
-                    return Some(Ok(record));
+                Step::Wait { stores, pause_end } => (stores, pause_end),
+            };
+            // Stores of polls that found the partitions drained, made while the fetches
+            // wait (a durable store is not on the path of the next record); then wait
+            // for an answer, new partitions or the end of a pause.
+            for (p, consumed) in stores {
+                if let Err(e) = self.auto_store(p, consumed).await {
+                    return Some(Err(e));
                 }
             }
-            if let Err(e) = self.poll().await {
-                return Some(Err(e));
+            let wake_at = pause_end.unwrap_or_else(Instant::now);
+            let done = tokio::select! {
+                done = self.fetches.join_next_with_id(), if !self.fetches.is_empty() => done,
+                () = self.inner.assigned.notified() => None,
+                () = tokio::time::sleep_until(wake_at.into()), if pause_end.is_some() => None,
+            };
+            if let Some(done) = done {
+                match self.inner.lock() {
+                    Ok(mut st) => file(&mut st, done),
+                    Err(e) => return Some(Err(e)),
+                }
             }
         }
     }
 
-    /// The next record of an owned partition if one was fetched already and the commit
-    /// policy has nothing to store first, without waiting: `None` says only that
-    /// [`GroupConsumer::next`] is needed now (nothing is buffered, a store is due, the
-    /// member has not joined or is shut down). Hands out as [`GroupConsumer::next`] does
-    /// (the record before counts as handled), so the SDKs for other languages hand out
-    /// a fetched batch without an `await` per record; mixing the two keeps the order.
+    /// One look at the owned partitions, without waiting: takes in the fetches that
+    /// answered, starts the fetches due (ahead of the caller, while records are still
+    /// buffered), then hands out the next record round-robin over partitions, starting
+    /// a new poll result of its partition where the last one is used up.
+    fn step(&mut self) -> Result<Step, ClientError> {
+        let now = Instant::now();
+        let inner = &*self.inner;
+        let mut st = inner.lock()?;
+        if st.closed {
+            return Ok(Step::Closed);
+        }
+        while let Some(done) = self.fetches.try_join_next_with_id() {
+            file(&mut st, done);
+        }
+        if let Some(e) = take_ready(inner, &mut st, now, true) {
+            return Ok(Step::Failed(e));
+        }
+        let pause_end = start_fetches(inner, &mut st, &mut self.fetches, now);
+        let Some(p) = st.next_buffered() else {
+            // Every partition is drained: a poll of each, for the policies that store
+            // there.
+            let stores = st
+                .partitions
+                .iter_mut()
+                .filter_map(|(p, part)| part.committer.polling(now).map(|c| (*p, c)))
+                .collect();
+            return Ok(Step::Wait { stores, pause_end });
+        };
+        let batch_length = inner.batch_length;
+        let part = st.partitions.get_mut(&p).expect("found above");
+        if part.poll_left == 0 {
+            let store = part.committer.polling(now);
+            part.start_poll(batch_length);
+            if let Some(consumed) = store {
+                return Ok(Step::Store(p, consumed));
+            }
+        }
+        Ok(Step::Record(st.hand_out(p)))
+    }
+
+    /// The next record of an owned partition's current poll result if the commit policy
+    /// has nothing to store first, without waiting: `None` says only that
+    /// [`GroupConsumer::next`] is needed now (no poll result is under way, a store is
+    /// due, a fetch answered with an error, the member has not joined or is shut down). Hands
+    /// out as [`GroupConsumer::next`] does (the record before counts as handled), so the
+    /// SDKs for other languages hand out a fetched batch without an `await` per record;
+    /// mixing the two keeps the order.
     pub fn try_next(&mut self) -> Option<Record> {
         self.heartbeat.as_ref()?;
-        let mut st = self.inner.lock().ok()?;
+        let now = Instant::now();
+        let inner = &*self.inner;
+        let mut st = inner.lock().ok()?;
         if st.closed {
             return None;
         }
-        let keys: Vec<u32> = st.partitions.keys().copied().collect();
-        let start = st.next;
-        let p = (0..keys.len())
-            .map(|i| keys[(start + i) % keys.len()])
-            .find(|p| !st.partitions[p].buffered.is_empty())?;
-        let now = Instant::now();
+        while let Some(done) = self.fetches.try_join_next_with_id() {
+            file(&mut st, done);
+        }
+        // Answers with an error wait for `next`, which returns them.
+        take_ready(inner, &mut st, now, false);
+        start_fetches(inner, &mut st, &mut self.fetches, now);
+        // A new poll result starts only in `next` (the poll the commit policies count):
+        // the next partition in turn with one under way.
+        let p = st.next_in_poll()?;
+        // What `done` of the record handed out last would store, found on a copy: with
+        // a store due, `next` does it.
         let due = st
             .pending
             .and_then(|q| st.partitions.get(&q))
@@ -817,12 +1105,7 @@ impl GroupConsumer {
         }
         let stored = st.done(now);
         debug_assert!(stored.is_none(), "checked on a copy above");
-        st.next = st.next.wrapping_add(1);
-        st.pending = Some(p);
-        let part = st.partitions.get_mut(&p).expect("found above");
-        let record = part.buffered.pop_front().expect("not empty");
-        part.committer.handed_out(record.offset);
-        Some(record)
+        Some(st.hand_out(p))
     }
 
     /// Like [`GroupConsumer::next`], failing with [`ClientError::Timeout`] if no record
@@ -840,137 +1123,6 @@ impl GroupConsumer {
     /// session expires (or at once over TCP, when the client's connection closes).
     pub fn into_stream(self) -> impl Stream<Item = Result<Record, ClientError>> {
         futures::stream::unfold(self, |mut c| async move { c.next().await.map(|r| (r, c)) })
-    }
-
-    /// One step of waiting for records, called when nothing is buffered: starts a fetch
-    /// on every owned partition that is due one, stores what the commit policy wants
-    /// stored at a poll of those (while the fetches wait, so a durable store is not on
-    /// the path of the next record), then waits until a fetch answers, the assignment
-    /// changes or a pause ends. Returns how many records arrived (0 for any other
-    /// wake-up).
-    async fn poll(&mut self) -> Result<usize, ClientError> {
-        let stores: Vec<(u32, u64)> = {
-            let mut st = self.inner.lock()?;
-            let now = Instant::now();
-            st.partitions
-                .iter_mut()
-                .filter(|(_, part)| part.fetch_due(now))
-                .filter_map(|(p, part)| part.committer.polling(now).map(|c| (*p, c)))
-                .collect()
-        };
-        let pause_end = self.start_fetches()?;
-        // Records fetched meanwhile are taken in below, after the stores.
-        for (p, consumed) in stores {
-            self.auto_store(p, consumed).await?;
-        }
-        let wake_at = pause_end.unwrap_or_else(Instant::now);
-        let done = tokio::select! {
-            done = self.fetches.join_next_with_id(), if !self.fetches.is_empty() => done,
-            () = self.inner.assigned.notified() => return Ok(0),
-            () = tokio::time::sleep_until(wake_at.into()), if pause_end.is_some() => return Ok(0),
-        };
-        let (id, (p, position, started, fetched)) = match done {
-            Some(Ok(done)) => done,
-            Some(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            // Aborted: its partition was given up.
-            Some(Err(_)) | None => return Ok(0),
-        };
-        let mut st = self.inner.lock()?;
-        // Given up while the fetch waited (revoked, expired, or given up and taken again,
-        // which starts a fetch of its own): the answer is not this partition's to use.
-        let Some(part) = st
-            .partitions
-            .get_mut(&p)
-            .filter(|part| part.fetch.as_ref().is_some_and(|f| f.0.id() == id))
-        else {
-            return Ok(0);
-        };
-        part.fetch = None;
-        if part.position != position {
-            return Ok(0);
-        }
-        let now = Instant::now();
-        let fetched = match fetched {
-            Ok(f) => f,
-            Err(ClientError::Server {
-                code: ErrorCode::OffsetBeforeStart,
-                offset: Some(start),
-                ..
-            }) => {
-                part.position = start;
-                return Ok(0);
-            }
-            Err(e) => {
-                let Some((_, from, to)) = e.lost_range() else {
-                    part.not_before = Some(now + self.inner.retry_interval);
-                    return Err(e);
-                };
-                match to {
-                    Some(to) => {
-                        // Nothing is buffered for `p` (polled only once drained).
-                        part.position = to.max(position);
-                        if let Some(last) = to.checked_sub(1) {
-                            part.committer.skipped(last);
-                        }
-                        part.reported = None;
-                    }
-                    // Told already: look again after a pause.
-                    None if part.reported == Some(from) => {
-                        part.not_before = Some(now + self.inner.poll_interval);
-                        return Ok(0);
-                    }
-                    None => {
-                        part.reported = Some(from);
-                        part.not_before = Some(now + self.inner.poll_interval);
-                    }
-                }
-                return Err(e);
-            }
-        };
-        let mut records: VecDeque<Record> = fetched.records.into();
-        records.truncate(self.inner.batch_length);
-        part.position = records
-            .back()
-            .map_or(fetched.next_offset.max(position), |r| r.offset + 1);
-        if records.is_empty() {
-            part.not_before = Some(started + self.inner.idle_pause());
-        }
-        let arrived = records.len();
-        part.committer.polled(arrived);
-        part.buffered.extend(records);
-        Ok(arrived)
-    }
-
-    /// Starts a fetch on every owned partition that is due one; returns the earliest end
-    /// of a pause among the others, if any.
-    fn start_fetches(&mut self) -> Result<Option<Instant>, ClientError> {
-        let now = Instant::now();
-        let mut st = self.inner.lock()?;
-        let mut pause_end: Option<Instant> = None;
-        for (&p, part) in st.partitions.iter_mut() {
-            if !part.fetch_due(now) {
-                if part.fetch.is_none()
-                    && part.buffered.is_empty()
-                    && let Some(t) = part.not_before
-                {
-                    pause_end = Some(pause_end.map_or(t, |e| e.min(t)));
-                }
-                continue;
-            }
-            part.not_before = None;
-            let topic = self.inner.topic.clone();
-            let (position, max_bytes, max_wait) =
-                (part.position, self.inner.max_bytes, self.inner.max_wait);
-            let task = self.fetches.spawn(async move {
-                let started = Instant::now();
-                let fetched = topic
-                    .fetch(Position::new(p, position), max_bytes, max_wait)
-                    .await;
-                (p, position, started, fetched)
-            });
-            part.fetch = Some(InFlight(task));
-        }
-        Ok(pause_end)
     }
 
     /// A store the commit policy asked for. If the broker says this member no longer
