@@ -57,9 +57,16 @@ impl Flusher {
         }
     }
 
-    /// Adds a log to sync.
+    /// Adds a log to sync; a log registered already is not added twice (a log whose
+    /// durability became `interval` while it was open is registered again).
     pub fn register(&self, log: &Arc<PartitionLog>) {
-        self.logs.lock().push(Arc::downgrade(log));
+        let mut logs = self.logs.lock();
+        if !logs
+            .iter()
+            .any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(log)))
+        {
+            logs.push(Arc::downgrade(log));
+        }
     }
 }
 

@@ -268,7 +268,7 @@ impl PartitionLog {
             next_offset: next,
             max_ts: w.last_max_ts,
         };
-        if self.config.durability != Durability::Always {
+        if self.durability() != Durability::Always {
             self.publish(&written);
         }
         let seq = written.seq;
@@ -343,7 +343,7 @@ impl PartitionLog {
     pub(super) fn roll_to(&self, w: &mut Writer, base: u64) -> Result<(), StorageError> {
         let old = Arc::clone(&w.active);
         let old_file = Arc::clone(&w.file);
-        if self.config.durability == Durability::Always {
+        if self.durability() == Durability::Always {
             // Under `always` the old segment is synced already but for appends still
             // waiting on their group commit: syncing it here is cheap, and is what
             // those waiters need (the next leader syncs the new segment).

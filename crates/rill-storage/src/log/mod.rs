@@ -37,6 +37,7 @@ mod append;
 mod read;
 mod sync;
 mod truncate;
+mod tune;
 
 pub use append::CheckedBatch;
 
@@ -97,7 +98,11 @@ pub struct RetentionOutcome {
 #[derive(Debug)]
 pub struct PartitionLog {
     dir: PathBuf,
+    /// The options the log was opened with. Its durability and retention fields are
+    /// never read: `tunable` holds them, since an operator may change them while the log
+    /// is open.
     config: LogConfig,
+    tunable: RwLock<tune::Tunable>,
     env: LogEnv,
     /// Segments in offset order; the last is the active one.
     segments: RwLock<Vec<Arc<Segment>>>,
@@ -207,6 +212,7 @@ impl PartitionLog {
         let has_damage = !recovered.damage.is_empty();
         Ok(Self {
             dir,
+            tunable: RwLock::new(tune::Tunable::of(&config)),
             config,
             env: env.clone(),
             segments: RwLock::new(recovered.segments),
@@ -228,9 +234,17 @@ impl PartitionLog {
         &self.dir
     }
 
-    /// The options the log was opened with.
-    pub fn config(&self) -> &LogConfig {
-        &self.config
+    /// The log's options as they are now: those it was opened with, with the
+    /// durability and retention last set ([`PartitionLog::set_durability`],
+    /// [`PartitionLog::set_retention`]).
+    pub fn config(&self) -> LogConfig {
+        let tunable = *self.tunable.read();
+        LogConfig {
+            durability: tunable.durability,
+            retention_age: tunable.retention_age,
+            retention_bytes: tunable.retention_bytes,
+            ..self.config.clone()
+        }
     }
 
     /// First offset still stored.
@@ -435,8 +449,8 @@ impl PartitionLog {
     /// and end at or below `below`: never the active one.
     fn past_retention(&self, segments: &[Arc<Segment>], below: u64) -> usize {
         let now = self.env.clock.now_us();
-        let age_us = self
-            .config
+        let retention = *self.tunable.read();
+        let age_us = retention
             .retention_age
             .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
         let mut total: u64 = segments.iter().map(|s| s.visible_len()).sum();
@@ -451,8 +465,7 @@ impl PartitionLog {
                 (Some(age), Some(max_ts)) => now.saturating_sub(max_ts) > age,
                 _ => false,
             };
-            let too_big = self
-                .config
+            let too_big = retention
                 .retention_bytes
                 .is_some_and(|max| total - len >= max);
             if !(too_old || too_big) {
@@ -564,7 +577,7 @@ impl PartitionLog {
     /// fsync can leave pages marked clean), and a reopen must not take them for durable
     /// data. Nothing beyond was acknowledged. Best effort: recovery validates anyway.
     fn discard_unsynced(&self, w: &Writer) {
-        if self.config.durability != crate::Durability::Always {
+        if self.durability() != crate::Durability::Always {
             return;
         }
         let synced = w.active.visible_len();

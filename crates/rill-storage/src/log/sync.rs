@@ -68,7 +68,7 @@ impl PartitionLog {
     /// an fsync it did not ask for. (Syncing inline here made the append that crossed
     /// the interval wait for the whole fsync, 10+ ms, and every append behind it.)
     pub fn wait_durable(&self, ticket: DurableTicket) -> Result<(), StorageError> {
-        match self.config.durability {
+        match self.durability() {
             Durability::Always => self.sync_through(ticket.0),
             Durability::Interval(_) | Durability::Never => Ok(()),
         }
@@ -155,7 +155,7 @@ impl PartitionLog {
     /// Under [`Durability::Interval`], syncs if unsynced data is older than the interval.
     /// Returns whether it synced. A timer should call this so an idle tail is synced too.
     pub fn sync_if_due(&self) -> Result<bool, StorageError> {
-        let Durability::Interval(interval) = self.config.durability else {
+        let Durability::Interval(interval) = self.durability() else {
             return Ok(false);
         };
         let (seq, due) = {
@@ -184,7 +184,7 @@ impl PartitionLog {
     /// second's worth of writeback. It is a hint: failures are logged, not returned, and
     /// durability still comes only from the sync.
     pub fn write_behind(&self) {
-        if !matches!(self.config.durability, Durability::Interval(_)) {
+        if !matches!(self.durability(), Durability::Interval(_)) {
             return;
         }
         let Some(latest) = self.commit.lock().latest.clone() else {
