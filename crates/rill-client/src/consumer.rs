@@ -20,6 +20,9 @@ pub enum StartAt {
     First,
     /// The last record (or the end, if the partition is empty).
     Last,
+    /// The end: only records appended after the start is resolved (when the consumer
+    /// is built, or when a group member is assigned the partition).
+    End,
     /// After the stored offset, or the beginning if none is stored (the default).
     #[default]
     Next,

@@ -239,6 +239,7 @@ impl Topic {
                 end.saturating_sub(1)
                     .max(self.first_offset(partition).await?)
             }
+            StartAt::End => self.end_offset(partition).await?,
             StartAt::Offset(n) => n,
             StartAt::TimestampMicros(ts) => self.offset_for_time(partition, ts).await?,
         })
