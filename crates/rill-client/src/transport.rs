@@ -478,9 +478,13 @@ where
         // The server's reply with correlation id 0, which fails no request but tells
         // why it is closing the connection.
         let mut last_word = None;
+        // Whether a frame came at all: a first answer that is no frame at all comes
+        // from a peer that is not a Rill server (an HTTP port answers with text).
+        let mut answered = false;
         let reason = loop {
             match decoder.decode(&mut buf) {
                 Ok(Some(frame)) => {
+                    answered = true;
                     let id = frame.correlation_id;
                     let response =
                         Response::decode(frame).map_err(|e| CallError::Protocol(e.to_string()));
@@ -495,12 +499,19 @@ where
                     continue;
                 }
                 Ok(None) => {}
+                Err(
+                    e @ (rill_proto::ProtoError::FrameTooLarge { .. }
+                    | rill_proto::ProtoError::Malformed(_)),
+                ) if !answered => break Err(not_rill(&buf, e)),
                 Err(e) => break Ok(format!("bad frame from server: {e}")),
             }
             if buf.capacity() - buf.len() < 16 * 1024 {
                 buf.reserve(64 * 1024);
             }
             match read.read_buf(&mut buf).await {
+                Ok(0) if !answered && buf.starts_with(b"HTTP/") => {
+                    break Err(not_rill(&buf, "it closed the connection"));
+                }
                 Ok(0) => break Ok("connection closed by the server".to_owned()),
                 Ok(_) => {}
                 Err(e) => match crate::tls::describe_read_error(&e) {
@@ -521,6 +532,16 @@ where
         pending,
         alive,
         reader,
+    }
+}
+
+/// Why a peer whose first answer is not a Rill frame is no Rill server: fatal, since
+/// asking again would get the same answer.
+fn not_rill(answer: &[u8], detail: impl fmt::Display) -> String {
+    if answer.starts_with(b"HTTP/") {
+        "the peer is not a Rill server: it answered in HTTP (is this the HTTP port? `rill serve` prints its client address as `rill listening on HOST:PORT`)".to_owned()
+    } else {
+        format!("the peer is not a Rill server: its first answer is not a Rill frame ({detail})")
     }
 }
 
