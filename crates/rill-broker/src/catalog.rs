@@ -187,8 +187,11 @@ impl TopicConfig {
             ));
         }
         let differs = |name: &str, want: Option<u64>, have: Option<u64>, out: &mut Vec<String>| {
-            if want.is_some() && want != have {
-                out.push(format!("its {name} is {have:?}, not {want:?}"));
+            if let Some(want) = want
+                && Some(want) != have
+            {
+                let have = have.map_or_else(|| "none".to_owned(), |h| h.to_string());
+                out.push(format!("its {name} is {have}, not {want}"));
             }
         };
         differs(
@@ -220,7 +223,7 @@ impl TopicConfig {
             || requested.durability_interval_ms.is_some()
                 && requested.durability_interval_ms != self.to_proto().durability_interval_ms
         {
-            out.push(format!("its durability is {:?}", self.durability));
+            out.push(format!("its durability is {}", self.durability));
         }
         out
     }

@@ -199,7 +199,9 @@ impl Server {
         let mut connections = JoinSet::new();
         let mut admin = JoinSet::new();
         let mut shutdown = std::pin::pin!(shutdown);
-        tracing::info!(addr = %local_addr, http = ?http_addr, "rill server listening");
+        // At debug: `rill serve` prints the one line that says where it listens.
+        let http_shown = http_addr.map_or_else(|| "off".to_owned(), |a| a.to_string());
+        tracing::debug!(addr = %local_addr, http = %http_shown, "accepting connections");
 
         loop {
             tokio::select! {
