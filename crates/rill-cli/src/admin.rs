@@ -1,4 +1,5 @@
-//! `rill stream …` and `rill topic …`.
+//! `rill stream …`, `rill topic …`, `rill group …` and `rill cluster …`, each with
+//! `--output text|json` ([`crate::output`]).
 
 use std::time::Duration;
 
@@ -6,7 +7,44 @@ use anyhow::Context;
 use clap::Subcommand;
 use rill_client::{Durability, TopicOptions};
 
+use crate::output::{self, OutputArg};
 use crate::target::{self, Target};
+
+/// `rill stream`: the subcommand and `--output`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct StreamArgs {
+    #[command(subcommand)]
+    command: StreamCommand,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+/// `rill topic`: the subcommand and `--output`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct TopicArgs {
+    #[command(subcommand)]
+    command: TopicCommand,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+/// `rill group`: the subcommand and `--output`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct GroupArgs {
+    #[command(subcommand)]
+    command: GroupCommand,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+/// `rill cluster`: the subcommand and `--output`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ClusterArgs {
+    #[command(subcommand)]
+    command: ClusterCommand,
+    #[command(flatten)]
+    output: OutputArg,
+}
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum StreamCommand {
@@ -30,8 +68,8 @@ pub(crate) enum TopicCommand {
     Create {
         /// STREAM/TOPIC
         topic: String,
-        /// Partitions.
-        #[arg(long, default_value_t = 1)]
+        /// Partitions (at least 1).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         partitions: u32,
         /// Delete data older than this (e.g. 7d, 12h).
         #[arg(long, value_parser = parse_duration)]
@@ -87,16 +125,17 @@ pub(crate) enum TopicCommand {
 pub(crate) enum ClusterCommand {
     /// Nodes (up or not) and, per partition, its leader, replicas and followers' lag.
     Status {
-        /// One JSON object on stdout.
+        /// One JSON object on stdout (the same as `--output json`).
         #[arg(long)]
         json: bool,
     },
 }
 
-pub(crate) async fn cluster(command: ClusterCommand, target: &Target) -> anyhow::Result<()> {
+pub(crate) async fn cluster(args: ClusterArgs, target: &Target) -> anyhow::Result<()> {
     let client = target.client().await?;
-    match command {
+    match args.command {
         ClusterCommand::Status { json } => {
+            let json = json || args.output.output.json();
             let status = client
                 .cluster_status()
                 .await
@@ -183,15 +222,20 @@ pub(crate) enum GroupCommand {
     },
 }
 
-pub(crate) async fn group(command: GroupCommand, target: &Target) -> anyhow::Result<()> {
+pub(crate) async fn group(args: GroupArgs, target: &Target) -> anyhow::Result<()> {
     let client = target.client().await?;
-    match command {
+    let out = args.output.output;
+    match args.command {
         GroupCommand::Describe { topic, group } => {
             let handle = target::topic(&client, &topic)?;
             let d = handle
                 .describe_group(&group)
                 .await
                 .with_context(|| format!("cannot describe group {group} of {topic}"))?;
+            if out.json() {
+                println!("{}", output::group_description(&topic, &group, &d));
+                return target::finish(&client).await;
+            }
             println!("group\t{group}");
             println!("topic\t{topic}");
             println!("generation\t{}", d.generation);
@@ -230,29 +274,43 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-pub(crate) async fn stream(command: StreamCommand, target: &Target) -> anyhow::Result<()> {
+pub(crate) async fn stream(args: StreamArgs, target: &Target) -> anyhow::Result<()> {
     let client = target.client().await?;
-    match command {
+    let out = args.output.output;
+    match args.command {
         StreamCommand::Create { name } => {
             let created = client.create_stream(&name, true).await?;
-            println!("{}", if created { "created" } else { "exists" });
+            out.print(
+                || serde_json::json!({ "stream": name, "created": created }),
+                || println!("{}", if created { "created" } else { "exists" }),
+            );
         }
         StreamCommand::List => {
-            for s in client.list_streams().await? {
-                println!("{}\t{} topics", s.name, s.topics);
-            }
+            let streams = client.list_streams().await?;
+            out.print(
+                || serde_json::json!({ "streams": streams.iter().map(output::stream).collect::<Vec<_>>() }),
+                || {
+                    for s in &streams {
+                        println!("{}\t{} topics", s.name, s.topics);
+                    }
+                },
+            );
         }
         StreamCommand::Delete { name } => {
             client.delete_stream(&name).await?;
-            println!("deleted");
+            out.print(
+                || serde_json::json!({ "stream": name, "deleted": true }),
+                || println!("deleted"),
+            );
         }
     }
     target::finish(&client).await
 }
 
-pub(crate) async fn topic(command: TopicCommand, target: &Target) -> anyhow::Result<()> {
+pub(crate) async fn topic(args: TopicArgs, target: &Target) -> anyhow::Result<()> {
     let client = target.client().await?;
-    match command {
+    let out = args.output.output;
+    match args.command {
         TopicCommand::Create {
             topic,
             partitions,
@@ -277,19 +335,44 @@ pub(crate) async fn topic(command: TopicCommand, target: &Target) -> anyhow::Res
                 .create_with(&options, true)
                 .await
                 .with_context(|| format!("cannot create {topic}"))?;
-            println!("{topic}\t{} partitions", o.partitions);
+            out.print(
+                || serde_json::json!({ "topic": topic, "options": output::topic_config(&o) }),
+                || println!("{topic}\t{} partitions", o.partitions),
+            );
         }
         TopicCommand::List { stream } => {
-            for t in client.list_topics(stream.as_deref()).await? {
-                println!(
-                    "{}/{}\t{} partitions",
-                    t.stream, t.name, t.config.partitions
-                );
-            }
+            let topics = client.list_topics(stream.as_deref()).await?;
+            out.print(
+                || {
+                    let topics: Vec<serde_json::Value> = topics
+                        .iter()
+                        .map(|t| {
+                            serde_json::json!({
+                                "stream": t.stream,
+                                "topic": t.name,
+                                "options": output::topic_config(&t.config),
+                            })
+                        })
+                        .collect();
+                    serde_json::json!({ "topics": topics })
+                },
+                || {
+                    for t in &topics {
+                        println!(
+                            "{}/{}\t{} partitions",
+                            t.stream, t.name, t.config.partitions
+                        );
+                    }
+                },
+            );
         }
         TopicCommand::Describe { topic } => {
             let handle = target::topic(&client, &topic)?;
             let d = handle.describe().await?;
+            if out.json() {
+                println!("{}", output::topic_description(&d));
+                return target::finish(&client).await;
+            }
             let o = &d.config;
             println!("topic\t{}/{}", d.stream, d.name);
             println!("partitions\t{}", o.partitions);
@@ -309,7 +392,10 @@ pub(crate) async fn topic(command: TopicCommand, target: &Target) -> anyhow::Res
         }
         TopicCommand::Delete { topic } => {
             target::topic(&client, &topic)?.delete().await?;
-            println!("deleted");
+            out.print(
+                || serde_json::json!({ "topic": topic, "deleted": true }),
+                || println!("deleted"),
+            );
         }
         TopicCommand::Repair {
             topic,
@@ -330,7 +416,16 @@ pub(crate) async fn topic(command: TopicCommand, target: &Target) -> anyhow::Res
                         .with_context(|| format!("cannot repair partition {p} of {topic}"))?,
                 );
             }
-            print_partitions(&states);
+            if out.json() {
+                let partitions: Vec<serde_json::Value> =
+                    states.iter().map(output::partition).collect();
+                println!(
+                    "{}",
+                    serde_json::json!({ "topic": topic, "partitions": partitions })
+                );
+            } else {
+                print_partitions(&states);
+            }
         }
     }
     target::finish(&client).await

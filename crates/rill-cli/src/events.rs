@@ -5,7 +5,17 @@ use base64::Engine;
 use clap::Subcommand;
 use serde_json::json;
 
+use crate::output::OutputArg;
 use crate::target::{self, Target};
+
+/// `rill events`: the subcommand and `--output`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct EventsArgs {
+    #[command(subcommand)]
+    command: EventsCommand,
+    #[command(flatten)]
+    output: OutputArg,
+}
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum EventsCommand {
@@ -13,7 +23,7 @@ pub(crate) enum EventsCommand {
     Dlq {
         #[command(flatten)]
         letters: Letters,
-        /// One JSON object per line.
+        /// One JSON object per line (the same as `--output json`).
         #[arg(long)]
         json: bool,
     },
@@ -58,9 +68,10 @@ fn key_text(key: Option<&[u8]>) -> String {
     }
 }
 
-pub(crate) async fn run(command: EventsCommand, target: &Target) -> anyhow::Result<()> {
+pub(crate) async fn run(args: EventsArgs, target: &Target) -> anyhow::Result<()> {
     let client = target.client().await?;
-    match command {
+    let out = args.output.output;
+    match args.command {
         EventsCommand::Dlq { letters: l, json } => {
             let (stream, topic) = target::split_topic(&l.topic)?;
             let letters = rill_events::dead_letters(&client, stream, topic, &l.consumer, l.key())
@@ -71,7 +82,7 @@ pub(crate) async fn run(command: EventsCommand, target: &Target) -> anyhow::Resu
                         l.consumer, l.topic
                     )
                 })?;
-            print_letters(&letters, json);
+            print_letters(&letters, json || out.json());
             Ok(())
         }
         EventsCommand::Replay { letters: l } => {
@@ -84,7 +95,14 @@ pub(crate) async fn run(command: EventsCommand, target: &Target) -> anyhow::Resu
                         l.consumer, l.topic
                     )
                 })?;
-            eprintln!("replayed {n} dead letters to {}", l.topic);
+            if out.json() {
+                println!(
+                    "{}",
+                    json!({ "topic": l.topic, "consumer": l.consumer, "replayed": n })
+                );
+            } else {
+                eprintln!("replayed {n} dead letters to {}", l.topic);
+            }
             Ok(())
         }
     }

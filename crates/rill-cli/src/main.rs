@@ -12,6 +12,7 @@ mod bench;
 mod consume;
 mod copies;
 mod events;
+mod output;
 mod produce;
 mod serve;
 mod target;
@@ -56,35 +57,33 @@ enum Command {
     /// Run the server.
     Serve(serve::ServeArgs),
     /// Manage streams.
-    #[command(subcommand)]
-    Stream(admin::StreamCommand),
+    Stream(admin::StreamArgs),
     /// Manage topics.
-    #[command(subcommand)]
-    Topic(admin::TopicCommand),
+    Topic(admin::TopicArgs),
     /// Inspect consumer groups.
-    #[command(subcommand)]
-    Group(admin::GroupCommand),
+    Group(admin::GroupArgs),
     /// A cluster's nodes and replication.
-    #[command(subcommand)]
-    Cluster(admin::ClusterCommand),
+    Cluster(admin::ClusterArgs),
     /// Users of a server started with --auth.
-    #[command(subcommand)]
-    User(users::UserCommand),
+    User(users::UserArgs),
     /// Per-stream permissions of users.
-    #[command(subcommand)]
-    Acl(users::AclCommand),
+    Acl(users::AclArgs),
     /// API tokens of the user the CLI authenticates as.
-    #[command(subcommand)]
-    Token(users::TokenCommand),
+    Token(users::TokenArgs),
     /// Dead letters of typed-events consumers.
-    #[command(subcommand)]
-    Events(events::EventsCommand),
+    Events(events::EventsArgs),
     /// Publish records (from arguments or standard input).
     Produce(produce::ProduceArgs),
     /// Read records.
     Consume(consume::ConsumeArgs),
     /// Measure throughput and latency.
     Bench(bench::BenchArgs),
+    /// Print a shell completion script (e.g. `rill completions bash > /etc/bash_completion.d/rill`).
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
@@ -126,6 +125,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Produce(args) => produce::run(args, &target).await,
         Command::Consume(args) => consume::run(args, &target).await,
         Command::Bench(args) => bench::run(args, &target).await,
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            let mut out = std::io::stdout().lock();
+            clap_complete::generate(shell, &mut Cli::command(), "rill", &mut out);
+            std::io::Write::flush(&mut out)
+                .map_err(|e| anyhow::anyhow!("cannot write the completion script: {e}"))
+        }
     }
 }
 

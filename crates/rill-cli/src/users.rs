@@ -9,8 +9,38 @@ use anyhow::Context;
 use clap::Subcommand;
 use rill_client::{Permission, QUOTA_RATE_MIN, Quota, QuotaChange, Role, Secret};
 
+use serde_json::json;
+
 use crate::admin::parse_duration;
+use crate::output::OutputArg;
 use crate::target::{self, Target};
+
+/// `rill user`: the subcommand and `--output`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct UserArgs {
+    #[command(subcommand)]
+    command: UserCommand,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+/// `rill acl`: the subcommand and `--output`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct AclArgs {
+    #[command(subcommand)]
+    command: AclCommand,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+/// `rill token`: the subcommand and `--output`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct TokenArgs {
+    #[command(subcommand)]
+    command: TokenCommand,
+    #[command(flatten)]
+    output: OutputArg,
+}
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum UserCommand {
@@ -195,6 +225,14 @@ fn read_password(from_stdin: bool) -> anyhow::Result<Secret> {
     Ok(Secret::new(first))
 }
 
+/// A quota as `--output json` prints it: bytes per second, `null` for no limit.
+fn quota_json(q: &Quota) -> serde_json::Value {
+    json!({
+        "produce_bytes_per_second": q.produce_bytes_per_second,
+        "fetch_bytes_per_second": q.fetch_bytes_per_second,
+    })
+}
+
 fn role_name(role: Role) -> &'static str {
     role.as_str()
 }
@@ -203,7 +241,8 @@ fn time(ms: u64) -> String {
     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 
-pub(crate) async fn user(command: UserCommand, target: &Target) -> anyhow::Result<()> {
+pub(crate) async fn user(args: UserArgs, target: &Target) -> anyhow::Result<()> {
+    let (command, out) = (args.command, args.output.output);
     // The password is read before connecting, so a prompt never holds a connection.
     let password = match &command {
         UserCommand::Create { password_stdin, .. } | UserCommand::Passwd { password_stdin, .. } => {
@@ -226,7 +265,10 @@ pub(crate) async fn user(command: UserCommand, target: &Target) -> anyhow::Resul
             if change != QuotaChange::new() {
                 client.set_quota(&name, change).await?;
             }
-            println!("created");
+            out.print(
+                || json!({ "user": name, "role": role_name(role), "created": true }),
+                || println!("created"),
+            );
         }
         UserCommand::Alter {
             name,
@@ -239,7 +281,37 @@ pub(crate) async fn user(command: UserCommand, target: &Target) -> anyhow::Resul
             let quota = client
                 .set_quota(&name, quota_change(produce_rate, fetch_rate))
                 .await?;
-            println!("{}", quota_text(&quota));
+            out.print(
+                || json!({ "user": name, "quota": quota_json(&quota) }),
+                || println!("{}", quota_text(&quota)),
+            );
+        }
+        UserCommand::List if out.json() => {
+            let users: Vec<serde_json::Value> = client
+                .list_users()
+                .await?
+                .iter()
+                .map(|u| {
+                    let acls: serde_json::Map<String, serde_json::Value> = u
+                        .acls
+                        .iter()
+                        .map(|(stream, ps)| {
+                            (
+                                stream.clone(),
+                                json!(ps.iter().map(|p| p.as_str()).collect::<Vec<_>>()),
+                            )
+                        })
+                        .collect();
+                    json!({
+                        "name": u.name,
+                        "role": role_name(u.role),
+                        "created": time(u.created_ms),
+                        "acls": acls,
+                        "quota": quota_json(&u.quota),
+                    })
+                })
+                .collect();
+            println!("{}", json!({ "users": users }));
         }
         UserCommand::List => {
             for u in client.list_users().await? {
@@ -267,12 +339,18 @@ pub(crate) async fn user(command: UserCommand, target: &Target) -> anyhow::Resul
         }
         UserCommand::Delete { name } => {
             let deleted = client.delete_user(&name).await?;
-            println!("{}", if deleted { "deleted" } else { "not found" });
+            out.print(
+                || json!({ "user": name, "deleted": deleted }),
+                || println!("{}", if deleted { "deleted" } else { "not found" }),
+            );
         }
         UserCommand::Passwd { name, .. } => {
             let password = password.expect("read above");
             client.set_password(&name, &password).await?;
-            println!("changed");
+            out.print(
+                || json!({ "user": name, "password_changed": true }),
+                || println!("changed"),
+            );
         }
     }
     target::finish(&client).await
@@ -289,9 +367,10 @@ fn quota_change(produce: Option<Rate>, fetch: Option<Rate>) -> QuotaChange {
     change
 }
 
-pub(crate) async fn acl(command: AclCommand, target: &Target) -> anyhow::Result<()> {
+pub(crate) async fn acl(args: AclArgs, target: &Target) -> anyhow::Result<()> {
     let client = target.client().await?;
-    match command {
+    let out = args.output.output;
+    match args.command {
         AclCommand::Grant {
             user,
             stream,
@@ -301,29 +380,64 @@ pub(crate) async fn acl(command: AclCommand, target: &Target) -> anyhow::Result<
                 anyhow::bail!("--allow needs at least one of read, write, manage");
             }
             client.grant(&user, &stream, &allow).await?;
-            println!("granted");
+            out.print(
+                || {
+                    let allow: Vec<&str> = allow.iter().map(|p| p.as_str()).collect();
+                    json!({ "user": user, "stream": stream, "granted": allow })
+                },
+                || println!("granted"),
+            );
         }
         AclCommand::Revoke { user, stream } => {
             let revoked = client.revoke(&user, &stream).await?;
-            println!("{}", if revoked { "revoked" } else { "none held" });
+            out.print(
+                || json!({ "user": user, "stream": stream, "revoked": revoked }),
+                || println!("{}", if revoked { "revoked" } else { "none held" }),
+            );
         }
     }
     target::finish(&client).await
 }
 
-pub(crate) async fn token(command: TokenCommand, target: &Target) -> anyhow::Result<()> {
+pub(crate) async fn token(args: TokenArgs, target: &Target) -> anyhow::Result<()> {
     let client = target.client().await?;
-    match command {
+    let out = args.output.output;
+    match args.command {
         TokenCommand::Create { name, expires } => {
             let t = client.create_token(&name, expires).await?;
             // The token on stdout alone, so a script can capture it; the note on stderr.
-            println!("{}", t.token.expose());
+            out.print(
+                || {
+                    json!({
+                        "name": name,
+                        "token": t.token.expose(),
+                        "expires": t.expires_ms.map(time),
+                    })
+                },
+                || println!("{}", t.token.expose()),
+            );
             eprintln!(
                 "rill: token {name:?} made{}; this is the only time it is shown",
                 t.expires_ms
                     .map(|e| format!(", valid until {}", time(e)))
                     .unwrap_or_default()
             );
+        }
+        TokenCommand::List if out.json() => {
+            let tokens: Vec<serde_json::Value> = client
+                .list_tokens()
+                .await?
+                .iter()
+                .map(|t| {
+                    json!({
+                        "name": t.name,
+                        "user": t.user,
+                        "created": time(t.created_ms),
+                        "expires": t.expires_ms.map(time),
+                    })
+                })
+                .collect();
+            println!("{}", json!({ "tokens": tokens }));
         }
         TokenCommand::List => {
             for t in client.list_tokens().await? {
@@ -338,7 +452,10 @@ pub(crate) async fn token(command: TokenCommand, target: &Target) -> anyhow::Res
         }
         TokenCommand::Revoke { name } => {
             let revoked = client.revoke_token(&name).await?;
-            println!("{}", if revoked { "revoked" } else { "not found" });
+            out.print(
+                || json!({ "name": name, "revoked": revoked }),
+                || println!("{}", if revoked { "revoked" } else { "not found" }),
+            );
         }
     }
     target::finish(&client).await
