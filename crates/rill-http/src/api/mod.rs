@@ -1,0 +1,160 @@
+//! The admin JSON API under `/api/v1/` (docs/HTTP_API.md). Every handler turns its
+//! request into broker requests made with [`call`] as the caller's principal, so the
+//! broker authorizes each one; the handlers check only the shape of what they were
+//! sent (names, numbers and their bounds) and shape the answers into JSON.
+
+mod groups;
+mod messages;
+mod server;
+mod topics;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::request::Parts;
+use axum::routing::{get, post};
+use bytes::Bytes;
+use rill_proto::{RequestBody, ResponseBody};
+use serde::de::DeserializeOwned;
+
+use crate::app::{AppState, BODY_BYTES_MAX};
+use crate::auth::Caller;
+use crate::error::ApiError;
+
+/// Declares the API's routes once: the router and the list of its paths, which the
+/// test of the OpenAPI document compares with the document.
+macro_rules! api_routes {
+    ($( $path:literal => $route:expr ),* $(,)?) => {
+        /// Every path the API routes, as written in the router.
+        #[cfg_attr(not(test), allow(dead_code))]
+        pub(crate) const API_PATHS: &[&str] = &[$($path),*];
+
+        /// Every route of the API.
+        pub(crate) fn routes() -> Router<Arc<AppState>> {
+            Router::new()$(.route($path, $route))*
+        }
+    };
+}
+
+api_routes! {
+    "/api/v1/openapi.json" => get(crate::openapi::document),
+    "/api/v1/info" => get(server::info),
+    "/api/v1/rates" => get(server::rates),
+    "/api/v1/streams" => get(topics::streams),
+    "/api/v1/topics" => get(topics::list),
+    "/api/v1/streams/{stream}/topics" => post(topics::create),
+    "/api/v1/streams/{stream}/topics/{topic}" => get(topics::describe).delete(topics::delete),
+    "/api/v1/streams/{stream}/topics/{topic}/partitions/{partition}/messages" =>
+        get(messages::messages),
+    "/api/v1/streams/{stream}/topics/{topic}/groups/{group}" => get(groups::describe),
+}
+
+/// Makes one request to the broker as `caller`: its answer's body and payload, or the
+/// broker's error.
+pub(crate) async fn call(
+    state: &AppState,
+    caller: &Caller,
+    body: RequestBody,
+) -> Result<(ResponseBody, Bytes), ApiError> {
+    match state
+        .broker
+        .handle_as(&caller.0, rill_proto::Request::new(body))
+        .await
+    {
+        rill_proto::Response::Ok { body, payload } => Ok((body, payload)),
+        rill_proto::Response::Err { error, .. } => Err(ApiError::from_wire(&error)),
+    }
+}
+
+/// Makes a request of kind `$kind` and takes its answer of the same kind, or returns
+/// the error.
+macro_rules! ask {
+    ($state:expr, $caller:expr, $kind:ident($request:expr)) => {
+        match $crate::api::call($state, $caller, rill_proto::RequestBody::$kind($request)).await? {
+            (rill_proto::ResponseBody::$kind(answer), payload) => (answer, payload),
+            (other, _) => {
+                return Err($crate::error::ApiError::Unexpected {
+                    asked: stringify!($kind),
+                    got: other.kind().name(),
+                });
+            }
+        }
+    };
+}
+pub(crate) use ask;
+
+/// Checks a name against the protocol's rule (docs/PROTOCOL.md §7).
+pub(crate) fn check_name(parameter: &'static str, name: &str) -> Result<(), ApiError> {
+    match rill_proto::name_problem(name) {
+        None => Ok(()),
+        Some(problem) => Err(ApiError::InvalidName {
+            name: parameter,
+            problem,
+        }),
+    }
+}
+
+/// A whole number parameter within `min..=max`.
+pub(crate) fn number(
+    parameter: &'static str,
+    text: &str,
+    min: u64,
+    max: u64,
+) -> Result<u64, ApiError> {
+    match text.parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(ApiError::parameter(
+            parameter,
+            format!("{text:?} is not a whole number from {min} to {max}"),
+        )),
+    }
+}
+
+/// Path parameters, with a refusal that names the path as the bad parameter.
+pub(crate) struct ApiPath<T>(pub(crate) T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(t)) => Ok(ApiPath(t)),
+            Err(e) => Err(ApiError::parameter("path", e.body_text())),
+        }
+    }
+}
+
+/// Query parameters into a struct that denies unknown fields: an unknown or malformed
+/// parameter is a `400` that names it.
+pub(crate) struct ApiQuery<T>(pub(crate) T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(t)) => Ok(ApiQuery(t)),
+            Err(e) => Err(ApiError::parameter("query", e.body_text())),
+        }
+    }
+}
+
+/// A JSON body of at most [`BODY_BYTES_MAX`] bytes.
+pub(crate) struct ApiJson<T>(pub(crate) T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        match axum::Json::<T>::from_request(request, state).await {
+            Ok(axum::Json(t)) => Ok(ApiJson(t)),
+            Err(e) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(ApiError::PayloadTooLarge {
+                    bytes_max: BODY_BYTES_MAX,
+                })
+            }
+            Err(e) => Err(ApiError::BadJson(e.body_text())),
+        }
+    }
+}
