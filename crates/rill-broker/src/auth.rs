@@ -116,6 +116,7 @@ pub(crate) fn need(body: &RequestBody) -> Need {
         | R::SetQuota(_) => Need::Admin,
         R::CreateTopic(r) => on(&r.stream, MANAGE),
         R::DeleteTopic(r) => on(&r.stream, MANAGE),
+        R::AlterTopic(r) => on(&r.stream, MANAGE),
         R::DescribeTopic(r) => on(&r.stream, ANY),
         // A producer id is not tied to a stream; asking for one is the start of writing.
         R::InitProducer(_) => Need::AnyUser,
@@ -131,6 +132,13 @@ pub(crate) fn need(body: &RequestBody) -> Need {
         R::CommitGroupOffset(r) => on(&r.stream, READ),
         R::DescribeGroup(r) => on(&r.stream, READ),
         R::DeleteGroupOffset(r) => on(&r.stream, READ),
+        // What a reader may do one offset at a time (store, delete), for a whole group
+        // or consumer at once.
+        R::ListGroups(r) => on(&r.stream, READ),
+        R::ListConsumers(r) => on(&r.stream, READ),
+        R::DeleteGroup(r) => on(&r.stream, READ),
+        R::ResetGroupOffsets(r) => on(&r.stream, READ),
+        R::ResetConsumerOffsets(r) => on(&r.stream, READ),
     }
 }
 

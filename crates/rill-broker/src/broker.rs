@@ -531,36 +531,64 @@ pub(crate) fn open_topic(
         io.remove_dir_all(&dir)
             .map_err(catalog_err("remove", &dir))?;
     }
-    let mut log = topic_config.log_config(config.max_batch_bytes);
-    log.timestamp_ahead_max = config.max_timestamp_ahead;
-    let options = PartitionOptions {
-        log,
-        producers_max: config.producers_per_partition_max,
-        recent_batches: config.producer_batches_remembered,
-        sequence_wait: config.sequence_wait,
-    };
-    let mut partitions = Vec::with_capacity(topic_config.partitions as usize);
-    for p in 0..topic_config.partitions {
-        let partition = Partition::open(
-            (stream.to_owned(), topic.to_owned(), p),
-            &dir.join(p.to_string()),
-            options.clone(),
-            env,
-        );
-        if matches!(
-            topic_config.durability,
-            rill_storage::Durability::Interval(_)
-        ) && let Ok(log) = partition.log()
-        {
-            flusher.register(&log);
-        }
-        partitions.push(Arc::new(partition));
-    }
+    let options = partition_options(config, topic_config);
+    let partitions = (0..topic_config.partitions)
+        .map(|p| {
+            Arc::new(open_partition(
+                env,
+                flusher,
+                &dir,
+                (stream, topic, p),
+                &options,
+            ))
+        })
+        .collect();
     Ok(Topic {
         created_us,
         config: topic_config.clone(),
         partitions,
     })
+}
+
+/// The options a partition of a topic with `topic_config` is opened with.
+pub(crate) fn partition_options(
+    config: &BrokerConfig,
+    topic_config: &TopicConfig,
+) -> PartitionOptions {
+    let mut log = topic_config.log_config(config.max_batch_bytes);
+    log.timestamp_ahead_max = config.max_timestamp_ahead;
+    PartitionOptions {
+        log,
+        producers_max: config.producers_per_partition_max,
+        recent_batches: config.producer_batches_remembered,
+        sequence_wait: config.sequence_wait,
+    }
+}
+
+/// Opens partition `name.2` of a topic in `topic_dir` (failed, not an error, if its
+/// files cannot be opened) and registers an `interval` log with the flusher.
+pub(crate) fn open_partition(
+    env: &LogEnv,
+    flusher: &Flusher,
+    topic_dir: &Path,
+    name: (&str, &str, u32),
+    options: &PartitionOptions,
+) -> Partition {
+    let (stream, topic, p) = name;
+    let partition = Partition::open(
+        (stream.to_owned(), topic.to_owned(), p),
+        &topic_dir.join(p.to_string()),
+        options.clone(),
+        env,
+    );
+    if matches!(
+        options.log.durability,
+        rill_storage::Durability::Interval(_)
+    ) && let Ok(log) = partition.log()
+    {
+        flusher.register(&log);
+    }
+    partition
 }
 
 /// Removes topic directories that the catalog does not name: the remains of a create
@@ -582,10 +610,26 @@ fn remove_orphan_topic_dirs(
         };
         for topic in topics.into_iter().filter(|p| io.is_dir(p)) {
             let topic_name = name_of(&topic);
-            if known.is_none_or(|s| !s.topics.contains_key(&topic_name)) {
+            let Some(t) = known.and_then(|s| s.topics.get(&topic_name)) else {
                 tracing::warn!(path = %topic.display(), "removing a topic directory the catalog does not know");
                 io.remove_dir_all(&topic)
                     .map_err(catalog_err("remove", &topic))?;
+                continue;
+            };
+            // Partitions an alter created and then crashed before the catalog counted
+            // them (docs/PROTOCOL.md §3.30).
+            let Ok(partitions) = io.read_dir(&topic) else {
+                continue;
+            };
+            for partition in partitions.into_iter().filter(|p| io.is_dir(p)) {
+                let beyond = name_of(&partition)
+                    .parse::<u32>()
+                    .is_ok_and(|n| n >= t.config.partitions);
+                if beyond {
+                    tracing::warn!(path = %partition.display(), "removing a partition directory the catalog does not count");
+                    io.remove_dir_all(&partition)
+                        .map_err(catalog_err("remove", &partition))?;
+                }
             }
         }
     }

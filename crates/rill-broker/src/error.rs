@@ -126,14 +126,32 @@ pub enum BrokerError {
     #[error("group {0:?} does not exist (it has no member and no stored offset)")]
     GroupNotFound(String),
     /// An admin request that needs the group without live members found some.
-    #[error(
-        "group {group:?} has {members} live member(s); stop them first (or delete the offset as the member that owns the partition)"
-    )]
+    #[error("group {group:?} has {members} live member(s); {hint}")]
     GroupNotEmpty {
         /// The group.
         group: String,
         /// How many members it has.
         members: usize,
+        /// What to do about it.
+        hint: &'static str,
+    },
+    /// A stored offset asked for lies outside its partition's records.
+    #[error(
+        "offset {offset} is outside partition {partition} of {stream}/{topic}, which holds {start}..{end}"
+    )]
+    OffsetOutOfRange {
+        /// The stream.
+        stream: String,
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: u32,
+        /// The offset asked for.
+        offset: u64,
+        /// The partition's first stored offset.
+        start: u64,
+        /// Its end (the next offset).
+        end: u64,
     },
     /// No offset is stored for this consumer and partition.
     #[error("no offset stored for consumer {0:?}")]
@@ -200,6 +218,10 @@ impl BrokerError {
             Self::OffsetNotFound(_) => ErrorCode::OffsetNotFound,
             Self::GroupNotFound(_) => ErrorCode::GroupNotFound,
             Self::GroupNotEmpty { .. } => ErrorCode::GroupNotEmpty,
+            Self::OffsetOutOfRange { offset, start, .. } if offset < start => {
+                ErrorCode::OffsetBeforeStart
+            }
+            Self::OffsetOutOfRange { .. } => ErrorCode::OffsetBeyondEnd,
             Self::Group(e) => match e {
                 crate::GroupError::NotMember(_) => ErrorCode::NotMember,
                 crate::GroupError::NotAssigned { .. } => ErrorCode::NotAssigned,
@@ -236,6 +258,8 @@ impl BrokerError {
             Self::Storage(StorageError::OffsetBeforeStart { log_start, .. }) => Some(*log_start),
             Self::Storage(StorageError::OffsetBeyondEnd { next_offset, .. }) => Some(*next_offset),
             Self::Storage(StorageError::DataLoss { to, .. }) => *to,
+            Self::OffsetOutOfRange { offset, start, .. } if offset < start => Some(*start),
+            Self::OffsetOutOfRange { end, .. } => Some(*end),
             _ => None,
         }
     }

@@ -113,6 +113,18 @@ impl Coordinator {
         self.members.keys().map(String::as_str)
     }
 
+    /// The topic has `partitions` partitions now (an alter added some; a count never
+    /// shrinks): the added ones are assigned, and no member gives up one it owns, since
+    /// every quota grows or stays. Returns whether the count changed.
+    pub(crate) fn grow(&mut self, partitions: u32) -> bool {
+        if partitions <= self.partitions {
+            return false;
+        }
+        self.partitions = partitions;
+        self.rebalance();
+        true
+    }
+
     /// Adds a member (a rejoin of a known member is a heartbeat) and rebalances.
     pub(crate) fn join(&mut self, member: &str, now: Instant) -> MemberView {
         if let Some(m) = self.members.get_mut(member) {
@@ -522,6 +534,39 @@ mod tests {
                     prop_assert_eq!(b.as_deref(), a, "a partition not of the leaver moved");
                 }
             }
+        }
+
+        /// Adding partitions to a settled group moves no owned partition (nothing is
+        /// revoked), hands out every added one at once and stays balanced.
+        #[test]
+        fn added_partitions_are_assigned_without_moving_any(
+            partitions in 1..24u32,
+            added in 1..24u32,
+            members in 1..6usize,
+        ) {
+            let now = t0();
+            let mut c = Coordinator::new(partitions, Duration::from_secs(5));
+            for m in 0..members {
+                c.join(&format!("m{m}"), now);
+                settle(&mut c);
+            }
+            let before: Vec<Option<String>> = c.owners().into_iter().map(|o| o.map(str::to_owned)).collect();
+            let generation = c.generation();
+            prop_assert!(c.grow(partitions + added));
+            prop_assert!(!c.grow(partitions), "a partition count never shrinks");
+            prop_assert!(c.generation() > generation);
+            for m in c.members() {
+                prop_assert!(c.view(m).unwrap().revoke.is_empty(), "{} must revoke", m);
+            }
+            prop_assert!(c.is_settled());
+            let after = c.owners();
+            prop_assert_eq!(after.len(), (partitions + added) as usize);
+            prop_assert!(after.iter().all(Option::is_some), "an added partition is unassigned");
+            for (b, a) in before.iter().zip(&after) {
+                prop_assert_eq!(b.as_deref(), *a, "an owned partition moved");
+            }
+            let s = sizes(&c);
+            prop_assert!(s.iter().max().unwrap() - s.iter().min().unwrap() <= 1, "unbalanced: {:?}", s);
         }
 
         /// A join into a settled group moves exactly the partitions the newcomer gets.

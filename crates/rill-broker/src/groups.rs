@@ -21,7 +21,7 @@ pub(crate) const SESSION_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 const SESSION_TIMEOUT_MIN: Duration = Duration::from_secs(1);
 const SESSION_TIMEOUT_MAX: Duration = Duration::from_secs(300);
 
-type GroupKey = (String, String, String);
+pub(crate) type GroupKey = (String, String, String);
 
 /// The groups of a broker.
 #[derive(Debug, Default)]
@@ -41,7 +41,7 @@ impl Groups {
     // Coordinator methods validate before they change anything (a panic in one is a
     // bug that leaves the group as it was before the call), and every group rebuilds
     // from joins and heartbeats anyway: a lock without poisoning.
-    fn lock(&self) -> MutexGuard<'_, HashMap<GroupKey, Coordinator>> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, HashMap<GroupKey, Coordinator>> {
         self.groups.lock()
     }
 
@@ -82,6 +82,22 @@ impl Groups {
         self.lock()
             .retain(|(s, t, _), _| !(s == stream && t == topic));
     }
+
+    /// The topic now has `partitions` partitions (an alter added some): every group of
+    /// it assigns the new ones.
+    pub(crate) fn grow_topic(&self, stream: &str, topic: &str, partitions: u32) {
+        for ((s, t, group), c) in self.lock().iter_mut() {
+            if s == stream && t == topic && c.grow(partitions) {
+                tracing::info!(
+                    stream,
+                    topic,
+                    group,
+                    partitions,
+                    "group assigns added partitions"
+                );
+            }
+        }
+    }
 }
 
 /// Where a new group's generations start: the broker's clock in µs, so generations of
@@ -93,13 +109,21 @@ fn generation_base() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2))
 }
 
-fn group_offset_key(stream: &str, topic: &str, group: &str, partition: u32) -> OffsetKey {
-    // "group:" cannot collide with a named consumer: names have no ':'.
+/// The prefix of a group's name in the stored offsets' keys. It cannot collide with a
+/// named consumer: names have no ':'.
+pub(crate) const GROUP_KEY_PREFIX: &str = "group:";
+
+pub(crate) fn group_offset_key(
+    stream: &str,
+    topic: &str,
+    group: &str,
+    partition: u32,
+) -> OffsetKey {
     OffsetKey {
         stream: stream.to_owned(),
         topic: topic.to_owned(),
         partition,
-        consumer: format!("group:{group}"),
+        consumer: format!("{GROUP_KEY_PREFIX}{group}"),
     }
 }
 
@@ -108,7 +132,12 @@ impl Broker {
     /// topic's partitions (a group whose members all left without storing anything is
     /// gone, as it is after a restart). `DescribeGroup`, `JoinGroup` without
     /// `create_group` and the admin `DeleteGroupOffset` agree on this.
-    fn group_exists(&self, key: &GroupKey, c: Option<&Coordinator>, partitions: u32) -> bool {
+    pub(crate) fn group_exists(
+        &self,
+        key: &GroupKey,
+        c: Option<&Coordinator>,
+        partitions: u32,
+    ) -> bool {
         let (stream, topic, group) = key;
         c.is_some_and(|c| c.members().next().is_some())
             || (0..partitions).any(|p| {
@@ -119,7 +148,7 @@ impl Broker {
 
     /// A group's stored offset: on a cluster node, as its mirror of the metadata has
     /// it (group requests wait for it to be current first, `cluster_coordinate`).
-    fn stored_group_offset(&self, key: &OffsetKey) -> Option<u64> {
+    pub(crate) fn stored_group_offset(&self, key: &OffsetKey) -> Option<u64> {
         if self.is_clustered() {
             return self.cluster_offset(&crate::data::offset_name(key.clone()));
         }
@@ -404,6 +433,7 @@ impl Broker {
                 return Err(BrokerError::GroupNotEmpty {
                     group: key.2.clone(),
                     members,
+                    hint: "stop them first (or delete the offset as the member that owns the partition)",
                 });
             }
             if !self.group_exists(key, c, partitions) {

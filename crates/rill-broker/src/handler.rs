@@ -358,6 +358,38 @@ impl Broker {
                     .delete_offset(&r.stream, &r.topic, r.partition, &r.consumer)
                     .await?,
             }),
+            RequestBody::ListGroups(r) => {
+                ResponseBody::ListGroups(self.list_groups(&r.stream, &r.topic, &r.after)?)
+            }
+            RequestBody::ListConsumers(r) => {
+                if self.is_clustered() {
+                    // Stored offsets as the cluster has them, not this node's view.
+                    self.cluster_linearize().await?;
+                }
+                ResponseBody::ListConsumers(self.list_consumers(&r.stream, &r.topic, &r.after)?)
+            }
+            RequestBody::DeleteGroup(r) => ResponseBody::DeleteGroup(DeleteGroupResponse {
+                offsets_deleted: self.delete_group(&r.stream, &r.topic, &r.group).await?,
+            }),
+            RequestBody::ResetGroupOffsets(r) => {
+                ResponseBody::ResetGroupOffsets(ResetGroupOffsetsResponse {
+                    offsets: self.reset_group_offsets(&r).await?,
+                })
+            }
+            RequestBody::ResetConsumerOffsets(r) => {
+                ResponseBody::ResetConsumerOffsets(ResetConsumerOffsetsResponse {
+                    offsets: self.reset_consumer_offsets(&r).await?,
+                })
+            }
+            RequestBody::AlterTopic(r) => {
+                let changes = crate::alter::TopicChanges::from_proto(&r)?;
+                let config = self
+                    .blocking(move |b| b.alter_topic(&r.stream, &r.topic, &changes))
+                    .await?;
+                ResponseBody::AlterTopic(AlterTopicResponse {
+                    options: Some(config.to_proto()),
+                })
+            }
         };
         Ok((body, none))
     }
@@ -373,6 +405,9 @@ fn is_group_request(body: &RequestBody) -> bool {
             | RequestBody::CommitGroupOffset(_)
             | RequestBody::DeleteGroupOffset(_)
             | RequestBody::DescribeGroup(_)
+            | RequestBody::ListGroups(_)
+            | RequestBody::DeleteGroup(_)
+            | RequestBody::ResetGroupOffsets(_)
     )
 }
 
@@ -414,6 +449,15 @@ impl Broker {
             }
             RequestBody::RepairPartition(_) => {
                 return Err(BrokerError::NotInCluster("repairing a partition"));
+            }
+            RequestBody::AlterTopic(_) => {
+                return Err(BrokerError::NotInCluster("altering a topic"));
+            }
+            RequestBody::DeleteGroup(_) => {
+                return Err(BrokerError::NotInCluster("deleting a consumer group"));
+            }
+            RequestBody::ResetGroupOffsets(_) | RequestBody::ResetConsumerOffsets(_) => {
+                return Err(BrokerError::NotInCluster("resetting stored offsets"));
             }
             RequestBody::ClusterStatus(_) => {
                 let cluster = self

@@ -9,6 +9,7 @@
 #![deny(missing_docs, unreachable_pub)]
 
 mod admin;
+mod alter;
 mod auth;
 mod broker;
 mod catalog;
@@ -17,6 +18,7 @@ mod clustered;
 mod data;
 mod error;
 mod group;
+mod group_admin;
 mod groups;
 mod handler;
 mod names;

@@ -237,20 +237,39 @@ impl OffsetStore {
         key: OffsetKey,
         offset: Option<u64>,
     ) -> Result<(PendingStore, bool), BrokerError> {
-        let encoded_key = key.encode();
-        let value = offset.map(u64::to_le_bytes);
+        let (pending, existed) = self.begin_many(vec![(key, offset)])?;
+        Ok((pending, existed[0]))
+    }
+
+    /// Stores and deletes several offsets in one batch of the log, so all of them or
+    /// none survive a crash (a torn batch is cut whole by recovery): a group reset or
+    /// delete is never half done. Also says, per change, whether an offset was stored.
+    /// Two steps, like [`OffsetStore::begin_store`].
+    pub(crate) fn begin_many(
+        &self,
+        changes: Vec<(OffsetKey, Option<u64>)>,
+    ) -> Result<(PendingStore, Vec<bool>), BrokerError> {
+        let encoded: Vec<(Vec<u8>, Option<[u8; 8]>)> = changes
+            .iter()
+            .map(|(k, o)| (k.encode(), o.map(u64::to_le_bytes)))
+            .collect();
         let mut builder = BatchBuilder::new();
-        builder
-            .push(NewRecord::value(value.as_ref().map_or(&[][..], |v| &v[..])).key(&encoded_key))
-            .map_err(StorageError::from)?;
+        for (key, value) in &encoded {
+            builder
+                .push(NewRecord::value(value.as_ref().map_or(&[][..], |v| &v[..])).key(key))
+                .map_err(StorageError::from)?;
+        }
         let batch = builder.finish().map_err(StorageError::from)?;
         let mut inner = self.lock();
         let (_, ticket) = inner.log.append_deferred(&batch)?;
         // Map updates happen in log order, under the same lock as the write.
-        let existed = match offset {
-            Some(o) => inner.live.insert(key, (o, ticket)).is_some(),
-            None => inner.live.remove(&key).is_some(),
-        };
+        let existed = changes
+            .into_iter()
+            .map(|(key, offset)| match offset {
+                Some(o) => inner.live.insert(key, (o, ticket)).is_some(),
+                None => inner.live.remove(&key).is_some(),
+            })
+            .collect();
         Ok((
             PendingStore {
                 log: Arc::clone(&inner.log),

@@ -16,6 +16,8 @@ use crate::BrokerError;
 use crate::cluster::{Placement, ReplicaLog};
 use crate::producer::{Check, ProducerTable, RecentBatch};
 
+mod tune;
+
 /// Segments scanned at open to rebuild producer state: a retry that crosses a restart
 /// targets a recent batch, which lives in the last segments.
 const PRODUCER_SCAN_SEGMENTS: usize = 2;
@@ -82,7 +84,9 @@ pub(crate) struct Partition {
     /// `stream/topic/partition`, for messages.
     name: (String, String, u32),
     dir: PathBuf,
-    options: PartitionOptions,
+    /// The options it is (re)opened with: a topic's alter changes the log's, which a
+    /// reopen after a failure then keeps. Read, never held across a call.
+    options: RwLock<PartitionOptions>,
     env: LogEnv,
     state: RwLock<State>,
     /// A std mutex on purpose: a panic while it is held leaves the table in doubt, and
@@ -149,7 +153,7 @@ impl Partition {
         Self {
             name,
             dir: dir.to_path_buf(),
-            options,
+            options: RwLock::new(options),
             env: env.clone(),
             state: RwLock::new(state),
             producers: Mutex::new(producers),
@@ -272,7 +276,8 @@ impl Partition {
     /// write into the page cache (unless the segment must roll, which
     /// [`Partition::try_append_inline`] refuses to do).
     pub(crate) fn append_may_block(&self, header: &BatchHeader) -> bool {
-        self.options.log.durability == rill_storage::Durability::Always || header.producer.is_some()
+        self.options.read().log.durability == rill_storage::Durability::Always
+            || header.producer.is_some()
     }
 
     /// Appends a batch that waits for nothing (no producer id, no fsync) if that needs
@@ -307,7 +312,7 @@ impl Partition {
         let log = self.log()?;
         let checked = log.check(batch)?;
         let (producer, count) = (header.producer, header.record_count);
-        let deadline = Instant::now() + self.options.sequence_wait;
+        let deadline = Instant::now() + self.options.read().sequence_wait;
         let (produced, ticket) = loop {
             let mut producers = self.lock_producers()?;
             while let Some(p) = producer {
@@ -450,7 +455,8 @@ impl Partition {
                 tracing::warn!(partition = %format_name(&self.name), error = %e, "closing a partition before reopening it");
             }
         }
-        let opened = open_log(&self.dir, &self.options, &self.env);
+        let options = self.options.read().clone();
+        let opened = open_log(&self.dir, &options, &self.env);
         let mut heal = self.heal.lock();
         match opened {
             Ok((log, table)) => {
@@ -549,7 +555,7 @@ impl Partition {
             });
         };
         let count = header.record_count;
-        let deadline = Instant::now() + self.options.sequence_wait;
+        let deadline = Instant::now() + self.options.read().sequence_wait;
         loop {
             let mut st = self.replicated.lock().await;
             let Some(term) = replica.leading() else {
@@ -565,10 +571,10 @@ impl Partition {
                 })
                 .await
                 .map_err(|e| BrokerError::Internal(format!("producer scan failed: {e}")))??;
-                st.table = ProducerTable::with_recent(
-                    self.options.producers_max,
-                    self.options.recent_batches,
-                );
+                let options = self.options.read();
+                st.table =
+                    ProducerTable::with_recent(options.producers_max, options.recent_batches);
+                drop(options);
                 st.table.rebuild(&headers);
                 st.pending.clear();
                 st.term = Some(term);

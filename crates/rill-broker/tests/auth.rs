@@ -194,6 +194,42 @@ fn sample(kind: Kind, s: &str) -> Request {
             produce_bytes_per_second: Some(0),
             fetch_bytes_per_second: Some(0),
         }),
+        Kind::ListGroups => R::ListGroups(pb::ListGroupsRequest {
+            stream: s,
+            topic: t(),
+            after: String::new(),
+        }),
+        Kind::ListConsumers => R::ListConsumers(pb::ListConsumersRequest {
+            stream: s,
+            topic: t(),
+            after: String::new(),
+        }),
+        Kind::DeleteGroup => R::DeleteGroup(pb::DeleteGroupRequest {
+            stream: s,
+            topic: t(),
+            group: g(),
+        }),
+        // A group without members (the join samples join `g`).
+        Kind::ResetGroupOffsets => R::ResetGroupOffsets(pb::ResetGroupOffsetsRequest {
+            stream: s,
+            topic: t(),
+            group: "idle".into(),
+            to: pb::ResetTo::End as i32,
+            ..Default::default()
+        }),
+        Kind::ResetConsumerOffsets => R::ResetConsumerOffsets(pb::ResetConsumerOffsetsRequest {
+            stream: s,
+            topic: t(),
+            consumer: "c".into(),
+            to: pb::ResetTo::End as i32,
+            ..Default::default()
+        }),
+        // Changes nothing: a request that names the topic alone.
+        Kind::AlterTopic => R::AlterTopic(pb::AlterTopicRequest {
+            stream: s,
+            topic: t(),
+            ..Default::default()
+        }),
         other => panic!("no sample request for {other:?}: add one"),
     };
     Request::new(body)
@@ -240,7 +276,7 @@ fn needs(kind: Kind) -> Needs {
         | K::GrantAcl
         | K::RevokeAcl
         | K::SetQuota => Needs::Admin,
-        K::CreateTopic | K::DeleteTopic => Needs::Manage,
+        K::CreateTopic | K::DeleteTopic | K::AlterTopic => Needs::Manage,
         K::ListTopics | K::DescribeTopic => Needs::ReadWriteOrManage,
         K::Produce => Needs::Write,
         _ => Needs::Read,
@@ -404,6 +440,15 @@ async fn every_request_kind_needs_what_the_table_says_for_every_principal() {
     let fetched = expect_ok(call(&broker, &user("reader"), sample(Kind::Fetch, "shop")).await);
     assert!(matches!(fetched, ResponseBody::Fetch(_)));
     expect_ok(call(&broker, &user("manager"), sample(Kind::CreateTopic, "shop")).await);
+    expect_ok(call(&broker, &user("manager"), sample(Kind::AlterTopic, "shop")).await);
+    for kind in [
+        Kind::ListGroups,
+        Kind::ListConsumers,
+        Kind::ResetGroupOffsets,
+        Kind::ResetConsumerOffsets,
+    ] {
+        expect_ok(call(&broker, &user("reader"), sample(kind, "shop")).await);
+    }
     expect_ok(call(&broker, &user("bob"), sample(Kind::Produce, "bank")).await);
     // A user sets its own password, and logs in with it.
     let own = Request::new(RequestBody::SetPassword(pb::SetPasswordRequest {

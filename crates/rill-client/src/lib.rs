@@ -56,6 +56,7 @@ mod routed;
 mod routing;
 mod tls;
 mod topic;
+mod topic_admin;
 mod transport;
 mod users;
 
@@ -93,6 +94,9 @@ pub use rill_proto::{NAME_LEN_MAX, name_problem};
 pub use routing::{Routing, partition_for_key};
 pub use tls::TlsOptions;
 pub use topic::{Fetched, Publish, Topic, TopicOptions, TypedTopic};
+pub use topic_admin::{
+    ConsumerPartition, ConsumerSummary, GroupSummary, ResetTo, StoredOffset, TopicChanges,
+};
 pub use transport::Credentials;
 pub use users::{
     NewToken, Permission, QUOTA_RATE_MIN, Quota, QuotaChange, Role, TokenInfo, UserInfo, WhoAmI,

@@ -4,7 +4,8 @@
 //!
 //! A request for a partition (`Produce`, `Fetch`, `ResolveOffset`) goes to the node the
 //! client last learnt leads it, and a group request (join, heartbeat, leave, commit,
-//! delete, describe) to the coordinator it last learnt, else home. A `NOT_LEADER` answer that names the leader's
+//! delete an offset, describe, list groups, delete a group, reset its offsets) to the
+//! coordinator it last learnt, else home. A `NOT_LEADER` answer that names the leader's
 //! address sends the request there at once (and remembers it), for at most
 //! [`HOPS_MAX`] hops; one that names none, or a node that cannot be reached, moves home
 //! to the next address of the URL and tries there after a 50 ms pause, once per address;
@@ -72,7 +73,10 @@ fn route_of(body: &RequestBody) -> Option<RouteKey> {
         | RequestBody::LeaveGroup(_)
         | RequestBody::CommitGroupOffset(_)
         | RequestBody::DeleteGroupOffset(_)
-        | RequestBody::DescribeGroup(_) => Some(RouteKey::Coordinator),
+        | RequestBody::DescribeGroup(_)
+        | RequestBody::ListGroups(_)
+        | RequestBody::DeleteGroup(_)
+        | RequestBody::ResetGroupOffsets(_) => Some(RouteKey::Coordinator),
         _ => None,
     }
 }

@@ -136,6 +136,12 @@ protocol! {
     33 => RevokeToken(RevokeTokenRequest, RevokeTokenResponse),
     34 => WhoAmI(WhoAmIRequest, WhoAmIResponse),
     35 => SetQuota(SetQuotaRequest, SetQuotaResponse),
+    36 => ListGroups(ListGroupsRequest, ListGroupsResponse),
+    37 => ListConsumers(ListConsumersRequest, ListConsumersResponse),
+    38 => DeleteGroup(DeleteGroupRequest, DeleteGroupResponse),
+    39 => ResetGroupOffsets(ResetGroupOffsetsRequest, ResetGroupOffsetsResponse),
+    40 => ResetConsumerOffsets(ResetConsumerOffsetsRequest, ResetConsumerOffsetsResponse),
+    41 => AlterTopic(AlterTopicRequest, AlterTopicResponse),
 }
 
 /// A request: its control message and its payload (the batch of a `Produce`).
