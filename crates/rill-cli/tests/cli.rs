@@ -416,7 +416,7 @@ fn serve_stops_cleanly_on_sigterm_and_keeps_data() {
     // /health answers while serving.
     let health = std::net::TcpStream::connect(&server.http).map(|mut s| {
         use std::io::Read;
-        s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             .unwrap();
         let mut body = String::new();
         let _ = s.read_to_string(&mut body);

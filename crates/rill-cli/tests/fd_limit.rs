@@ -98,7 +98,11 @@ impl Server {
     fn get(&self, path: &str) -> (u16, String) {
         let mut stream = TcpStream::connect(&self.http).unwrap();
         stream.set_read_timeout(Some(PATIENCE)).unwrap();
-        write!(stream, "GET {path} HTTP/1.1\r\nHost: rill\r\n\r\n").unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: rill\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
         let mut text = String::new();
         stream.read_to_string(&mut text).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");

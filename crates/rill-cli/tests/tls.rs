@@ -100,8 +100,10 @@ fn https_get(addr: &str, path: &str, ca: &Ca) -> String {
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     let mut tls = rustls::StreamOwned::new(connection, socket);
-    tls.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes())
-        .unwrap();
+    tls.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
     let mut out = Vec::new();
     let _ = tls.read_to_end(&mut out);
     String::from_utf8_lossy(&out).into_owned()

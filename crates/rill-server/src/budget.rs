@@ -98,6 +98,17 @@ impl Pool {
     }
 }
 
+/// The `rill_buffer_bytes` gauges read the server-wide pool at scrape time.
+impl rill_http::BufferGauge for Pool {
+    fn used_bytes(&self) -> u64 {
+        self.used() as u64
+    }
+
+    fn capacity_bytes(&self) -> u64 {
+        self.capacity as u64
+    }
+}
+
 struct Decrement<'a>(&'a AtomicUsize);
 
 impl Drop for Decrement<'_> {

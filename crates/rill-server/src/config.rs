@@ -51,6 +51,10 @@ pub struct ServerConfig {
     /// At shutdown, how long in-flight requests may take to finish before their
     /// connections are cut (default 10 s).
     pub drain_timeout: Duration,
+    /// Whether the HTTP port's admin API serves writes (create and delete topics; default
+    /// off, when they are refused with `403 WRITES_DISABLED`); the broker still
+    /// authorizes each (docs/HTTP_API.md).
+    pub http_admin_writes: bool,
     /// TLS on both listeners (default none): the files are read at
     /// [`Server::bind`](crate::Server::bind) and on [`Tls::reload`](crate::Tls::reload).
     pub tls: Option<crate::TlsSettings>,
@@ -70,6 +74,7 @@ impl Default for ServerConfig {
             buffer_bytes_max: 1 << 30,
             files_reserved: 256,
             drain_timeout: Duration::from_secs(10),
+            http_admin_writes: false,
             tls: None,
         }
     }

@@ -537,11 +537,31 @@ async fn handle(
             ResponseBody::Produce(p) if !p.duplicate => {
                 metrics.produced(&stream, &topic, u64::from(records), bytes as u64);
             }
-            ResponseBody::Fetch(_) => metrics.fetched(&stream, &topic, payload.len() as u64),
+            ResponseBody::Fetch(_) => metrics.fetched(
+                &stream,
+                &topic,
+                batch_records(payload),
+                payload.len() as u64,
+            ),
             _ => {}
         }
     }
     reply.send(&response, grant).await;
+}
+
+/// Records in the stored batches of a fetch answer, by their headers alone (a batch
+/// counts whole, also when the fetch began inside it); stops at a header that does not
+/// check out.
+fn batch_records(mut payload: &[u8]) -> u64 {
+    let mut records = 0;
+    while let Ok(h) = BatchHeader::parse(payload) {
+        records += u64::from(h.record_count);
+        match payload.get(h.batch_length as usize..) {
+            Some(rest) => payload = rest,
+            None => break,
+        }
+    }
+    records
 }
 
 /// The obligation to answer one request. Dropped unanswered — the task panicked or was

@@ -1,5 +1,7 @@
 //! Rill's network front: a tokio TCP server speaking the `rill-proto` wire protocol, and
-//! a tiny HTTP admin endpoint (`/health`, `/metrics`).
+//! the HTTP port, whose application (`/health`, `/metrics`, the admin JSON API) is
+//! `rill-http`'s: this crate owns its listener, connection limit, spare descriptor and
+//! TLS, and hands each accepted stream to `rill_http::HttpApp`.
 //!
 //! The server only moves bytes: it splits frames off each connection, decodes them into
 //! [`rill_proto::Request`]s, hands each to [`rill_broker::Broker::handle`] in its own task
@@ -31,9 +33,10 @@
 //! Module map: `server.rs` (listeners, accept loops, connection limit, shutdown),
 //! `connection.rs` (one client: reader, per-request tasks), `writer.rs` (the single
 //! writer and its write timeout), `budget.rs` (the byte budgets), `fds.rs` (the
-//! descriptor-derived connection limit and the spare descriptor), `http.rs` (the admin
-//! responder), `metrics.rs` (counters and histograms, Prometheus text), `tls.rs` (TLS
-//! on both listeners, reloadable, and the plaintext check before the handshake).
+//! descriptor-derived connection limit and the spare descriptor), `http.rs` (one HTTP
+//! connection: TLS, then `rill-http` serves it), `tls.rs` (TLS on both listeners,
+//! reloadable, and the plaintext check before the handshake). [`Metrics`] is
+//! `rill-http`'s, re-exported: the server counts into it, the HTTP port serves it.
 //!
 //! Architecture Invariant: no business logic here: every decision about streams, topics,
 //! records and offsets is in `rill-broker`; this crate decodes frames, calls
@@ -47,13 +50,12 @@ mod connection;
 mod error;
 mod fds;
 mod http;
-mod metrics;
 mod server;
 mod tls;
 mod writer;
 
 pub use config::ServerConfig;
 pub use error::ServerError;
-pub use metrics::{CloseReason, DURATION_BUCKETS_SECONDS, Metrics};
+pub use rill_http::{CloseReason, DURATION_BUCKETS_SECONDS, Metrics};
 pub use server::Server;
 pub use tls::{Tls, TlsError, TlsSettings};

@@ -176,7 +176,7 @@ impl Server {
             tls,
         } = self;
         let buffer = Arc::new(Pool::new(config.buffer_bytes_max));
-        metrics.attach_buffer(Arc::clone(&buffer));
+        metrics.attach_buffer(Arc::clone(&buffer) as Arc<dyn rill_http::BufferGauge>);
         let ctx = Arc::new(Context {
             broker,
             metrics: Arc::clone(&metrics),
@@ -188,11 +188,21 @@ impl Server {
             buffer,
             tls: tls.clone(),
         });
-        let http_ctx = Arc::new(http::Context::new(
+        let http_app = rill_http::HttpApp::new(
             Arc::clone(&ctx.broker),
             Arc::clone(&metrics),
-            tls,
-        ));
+            rill_http::HttpSettings {
+                client_addr: local_addr,
+                http_addr,
+                tls: tls.is_some(),
+                admin_writes: config.http_admin_writes,
+            },
+        );
+        // The rates of the admin API: sampled while the HTTP port serves.
+        let sampler = http.is_some().then(|| {
+            let app = http_app.clone();
+            tokio::spawn(async move { app.run_sampler().await })
+        });
         let connection_limit = Arc::new(Semaphore::new(max_connections));
         let http_limit = Arc::new(Semaphore::new(HTTP_CONNECTIONS_MAX));
         let (phase_tx, phase_rx) = watch::channel(Phase::Running);
@@ -246,9 +256,9 @@ impl Server {
                             // Served even when it holds the spare's descriptor: /health
                             // must answer most when the server is short of them. The
                             // spare is taken back when an exchange ends.
-                            let http_ctx = Arc::clone(&http_ctx);
+                            let (app, tls) = (http_app.clone(), tls.clone());
                             admin.spawn(async move {
-                                http::serve(socket, peer, http_ctx).await;
+                                http::serve(socket, peer, app, tls).await;
                                 drop(permit);
                             });
                         }
@@ -275,6 +285,9 @@ impl Server {
         drop(http);
         // Admin exchanges carry no state worth finishing.
         admin.shutdown().await;
+        if let Some(sampler) = sampler {
+            sampler.abort();
+        }
         phase_tx.send_replace(Phase::Draining);
         if !join_all(&mut connections, config.drain_timeout).await {
             tracing::warn!(

@@ -150,7 +150,7 @@ async fn idle_connections_time_out_by_default_and_the_timeout_can_be_disabled() 
 /// One HTTP/1.1 exchange: status code and body.
 async fn http_get(addr: SocketAddr, method: &str, path: &str) -> (u16, String, String) {
     let mut stream = TcpStream::connect(addr).await.unwrap();
-    let request = format!("{method} {path} HTTP/1.1\r\nHost: rill\r\n\r\n");
+    let request = format!("{method} {path} HTTP/1.1\r\nHost: rill\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut raw = Vec::new();
     tokio::time::timeout(PATIENCE, stream.read_to_end(&mut raw))

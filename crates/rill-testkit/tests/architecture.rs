@@ -17,7 +17,13 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "rill-broker",
         &["rill-format", "rill-storage", "rill-proto", "rill-auth"],
     ),
-    ("rill-server", &["rill-format", "rill-proto", "rill-broker"]),
+    // The HTTP port's application: every API request goes through the broker.
+    ("rill-http", &["rill-format", "rill-proto", "rill-broker"]),
+    // The network front serves the HTTP port with rill-http's application.
+    (
+        "rill-server",
+        &["rill-format", "rill-proto", "rill-broker", "rill-http"],
+    ),
     // The embedded transport (feature `embedded`, on by default) runs a broker in-process.
     (
         "rill-client",
@@ -233,6 +239,18 @@ fn lower_crates_have_no_network_code_and_format_no_io() {
                 "TcpListener",
                 "UdpSocket",
                 "ToSocketAddrs",
+            ][..],
+        ),
+        // The HTTP application serves streams the server accepted: it binds nothing
+        // and opens no socket (the listener, its limit and TLS are rill-server's).
+        (
+            "rill-http/src",
+            &[
+                "TcpListener",
+                "TcpStream",
+                "tokio::net",
+                "std::net::Tcp",
+                "UdpSocket",
             ][..],
         ),
         // Credentials are pure functions: no file, no socket, no runtime.
