@@ -1,11 +1,11 @@
-//! `rill stream …`, `rill topic …`, `rill group …` and `rill cluster …`, each with
-//! `--output text|json` ([`crate::output`]).
+//! `rill stream …`, `rill topic …` and `rill cluster …`, each with `--output text|json`
+//! ([`crate::output`]); groups and named consumers are in [`crate::groups`].
 
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Subcommand;
-use rill_client::{Durability, TopicOptions};
+use rill_client::{Durability, TopicChanges, TopicOptions};
 
 use crate::output::{self, OutputArg};
 use crate::target::{self, Target};
@@ -24,15 +24,6 @@ pub(crate) struct StreamArgs {
 pub(crate) struct TopicArgs {
     #[command(subcommand)]
     command: TopicCommand,
-    #[command(flatten)]
-    output: OutputArg,
-}
-
-/// `rill group`: the subcommand and `--output`.
-#[derive(Debug, clap::Args)]
-pub(crate) struct GroupArgs {
-    #[command(subcommand)]
-    command: GroupCommand,
     #[command(flatten)]
     output: OutputArg,
 }
@@ -99,6 +90,24 @@ pub(crate) enum TopicCommand {
     Describe {
         /// STREAM/TOPIC
         topic: String,
+    },
+    /// Change a topic's retention, durability or partition count while it serves.
+    Alter {
+        /// STREAM/TOPIC
+        topic: String,
+        /// Delete data older than this (e.g. 7d, 12h), or none.
+        #[arg(long, value_parser = parse_limit_duration, value_name = "DURATION|none")]
+        retention: Option<Limit<Duration>>,
+        /// Per partition: delete the oldest data beyond this many bytes, or none.
+        #[arg(long, value_parser = parse_limit_bytes, value_name = "BYTES|none")]
+        retention_bytes: Option<Limit<u64>>,
+        /// always | interval:MS | never (a move to always first syncs what was written).
+        #[arg(long)]
+        durability: Option<Durability>,
+        /// More partitions (never fewer). Keyed records route by the count, so most
+        /// keys go to another partition from then on.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        partitions: Option<u32>,
     },
     /// Delete a topic and its data.
     Delete {
@@ -211,59 +220,26 @@ pub(crate) async fn cluster(args: ClusterArgs, target: &Target) -> anyhow::Resul
     target::finish(&client).await
 }
 
-#[derive(Debug, Subcommand)]
-pub(crate) enum GroupCommand {
-    /// Members, assignment, stored offsets and lag per partition.
-    Describe {
-        /// STREAM/TOPIC
-        topic: String,
-        /// Group name.
-        group: String,
-    },
+/// A limit to set, or `none` to remove it (`topic alter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limit<T>(Option<T>);
+
+fn parse_limit_duration(s: &str) -> Result<Limit<Duration>, String> {
+    if s == "none" {
+        return Ok(Limit(None));
+    }
+    parse_duration(s).map(|d| Limit(Some(d)))
 }
 
-pub(crate) async fn group(args: GroupArgs, target: &Target) -> anyhow::Result<()> {
-    let client = target.client().await?;
-    let out = args.output.output;
-    match args.command {
-        GroupCommand::Describe { topic, group } => {
-            let handle = target::topic(&client, &topic)?;
-            let d = handle
-                .describe_group(&group)
-                .await
-                .with_context(|| format!("cannot describe group {group} of {topic}"))?;
-            if out.json() {
-                println!("{}", output::group_description(&topic, &group, &d));
-                return target::finish(&client).await;
-            }
-            println!("group\t{group}");
-            println!("topic\t{topic}");
-            println!("generation\t{}", d.generation);
-            println!("members\t{}", d.members.len());
-            for m in &d.members {
-                let owned: Vec<String> = m.owned.iter().map(u32::to_string).collect();
-                println!("member\t{}\tpartitions {}", m.id, owned.join(","));
-            }
-            // What members report about themselves (an events consumer's numbers).
-            for m in d.members.iter().filter(|m| !m.metrics.is_empty()) {
-                let numbers: Vec<String> =
-                    m.metrics.iter().map(|(n, v)| format!("{n}={v}")).collect();
-                println!("reported\t{}\t{}", m.id, numbers.join(" "));
-            }
-            println!("partition\towner\tstored_offset\tlog_end\tlag");
-            for p in &d.partitions {
-                println!(
-                    "{}\t{}\t{}\t{}\t{}",
-                    p.partition,
-                    p.owner.as_deref().unwrap_or("-"),
-                    p.stored_offset.map_or("-".into(), |o| o.to_string()),
-                    p.log_end,
-                    p.lag
-                );
-            }
-        }
+fn parse_limit_bytes(s: &str) -> Result<Limit<u64>, String> {
+    if s == "none" {
+        return Ok(Limit(None));
     }
-    target::finish(&client).await
+    match s.parse::<u64>() {
+        Ok(0) => Err("must be positive (or none)".into()),
+        Ok(n) => Ok(Limit(Some(n))),
+        Err(_) => Err(format!("{s:?} is not a number of bytes (or none)")),
+    }
 }
 
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -389,6 +365,50 @@ pub(crate) async fn topic(args: TopicArgs, target: &Target) -> anyhow::Result<()
             println!("segment_bytes\t{}", o.segment_bytes);
             println!("max_record_bytes\t{}", o.max_record_bytes);
             print_partitions(&d.partitions);
+        }
+        TopicCommand::Alter {
+            topic,
+            retention,
+            retention_bytes,
+            durability,
+            partitions,
+        } => {
+            let mut changes = TopicChanges::new();
+            if let Some(Limit(age)) = retention {
+                changes = changes.retention(age);
+            }
+            if let Some(Limit(bytes)) = retention_bytes {
+                changes = changes.retention_bytes(bytes);
+            }
+            if let Some(d) = durability {
+                changes = changes.durability(d);
+            }
+            if changes == TopicChanges::new() && partitions.is_none() {
+                anyhow::bail!(
+                    "nothing to change: pass --retention, --retention-bytes, --durability and/or --partitions"
+                );
+            }
+            let handle = target::topic(&client, &topic)?;
+            if let Some(n) = partitions {
+                let before = handle
+                    .partitions()
+                    .await
+                    .with_context(|| format!("cannot alter {topic}"))?;
+                if n > before {
+                    eprintln!(
+                        "rill: warning: {topic} grows from {before} to {n} partitions: keyed records route by the count, so most keys go to another partition from now on (their order holds per partition only)"
+                    );
+                }
+                changes = changes.partitions(n);
+            }
+            let o = handle
+                .alter(changes)
+                .await
+                .with_context(|| format!("cannot alter {topic}"))?;
+            out.print(
+                || serde_json::json!({ "topic": topic, "options": output::topic_config(&o) }),
+                || println!("{topic}\t{} partitions", o.partitions),
+            );
         }
         TopicCommand::Delete { topic } => {
             target::topic(&client, &topic)?.delete().await?;

@@ -12,6 +12,7 @@ mod bench;
 mod consume;
 mod copies;
 mod events;
+mod groups;
 mod output;
 mod produce;
 mod serve;
@@ -60,8 +61,10 @@ enum Command {
     Stream(admin::StreamArgs),
     /// Manage topics.
     Topic(admin::TopicArgs),
-    /// Inspect consumer groups.
-    Group(admin::GroupArgs),
+    /// Consumer groups: list, describe, reset offsets, delete.
+    Group(groups::GroupArgs),
+    /// Named consumers: list, reset offsets.
+    Consumer(groups::ConsumerArgs),
     /// A cluster's nodes and replication.
     Cluster(admin::ClusterArgs),
     /// Users of a server started with --auth.
@@ -116,7 +119,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(args, target.data_dir()).await,
         Command::Stream(c) => admin::stream(c, &target).await,
         Command::Topic(c) => admin::topic(c, &target).await,
-        Command::Group(c) => admin::group(c, &target).await,
+        Command::Group(c) => groups::group(c, &target).await,
+        Command::Consumer(c) => groups::consumer(c, &target).await,
         Command::Cluster(c) => admin::cluster(c, &target).await,
         Command::User(c) => users::user(c, &target).await,
         Command::Acl(c) => users::acl(c, &target).await,

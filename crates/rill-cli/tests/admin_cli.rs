@@ -180,3 +180,226 @@ fn completion_scripts_name_the_commands() {
     let out = rill_in(&["completions", "tcsh"], &[], "");
     assert_eq!(out.status.code(), Some(2));
 }
+
+fn ok(t: &Target, args: &[&str], input: &str) -> String {
+    let out = t.run(args, input);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs a command that must fail at run time (exit 1); returns its stderr.
+fn fails(t: &Target, args: &[&str]) -> String {
+    let out = t.run(args, "");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+    err
+}
+
+#[test]
+fn groups_and_named_consumers_are_listed_reset_and_deleted() {
+    both(|t| {
+        ok(t, &["topic", "create", "s/t", "--partitions", "2"], "");
+        ok(t, &["produce", "s/t", "--partition", "0"], "a\nb\nc\nd\n");
+        ok(t, &["produce", "s/t", "--partition", "1"], "e\nf\n");
+        ok(t, &["consume", "s/t", "--group", "g"], "");
+        ok(
+            t,
+            &[
+                "consume",
+                "s/t",
+                "--name",
+                "n",
+                "--partition",
+                "0",
+                "--count",
+                "3",
+            ],
+            "",
+        );
+
+        let groups = t.json(&["group", "list", "s/t", "--output", "json"]);
+        assert_eq!(
+            groups["groups"],
+            serde_json::json!([{"group": "g", "members": 0, "generation": groups["groups"][0]["generation"], "lag": 0}])
+        );
+        let text = ok(t, &["group", "list", "s/t"], "");
+        assert_eq!(text.lines().next(), Some("group\tmembers\tgeneration\tlag"));
+        assert!(text.lines().nth(1).unwrap().starts_with("g\t0\t"), "{text}");
+
+        let first = t.json(&[
+            "group", "reset", "s/t", "g", "--to", "first", "--output", "json",
+        ]);
+        assert_eq!(
+            first["offsets"],
+            serde_json::json!([{"partition": 0, "next_offset": 0}, {"partition": 1, "next_offset": 0}])
+        );
+        let lag = t.json(&["group", "list", "s/t", "--output", "json"]);
+        assert_eq!(lag["groups"][0]["lag"], 6);
+        let one = ok(
+            t,
+            &[
+                "group",
+                "reset",
+                "s/t",
+                "g",
+                "--to",
+                "offset:3",
+                "--partition",
+                "0",
+            ],
+            "",
+        );
+        assert_eq!(one, "partition\tnext_offset\n0\t3\n");
+        let err = fails(t, &["group", "reset", "s/t", "g", "--to", "offset:99"]);
+        assert!(err.contains("partition"), "names the partition: {err}");
+        let g = t.json(&["group", "describe", "s/t", "g", "--output", "json"]);
+        assert_eq!(
+            g["partitions"][0]["stored_offset"], 3,
+            "nothing changed: {g}"
+        );
+        let end = t.json(&[
+            "group", "reset", "s/t", "g", "--to", "last", "--output", "json",
+        ]);
+        assert_eq!(end["offsets"][0]["next_offset"], 4);
+        assert_eq!(end["offsets"][1]["next_offset"], 2);
+        let out = t.run(&["group", "reset", "s/t", "g", "--to", "yesterday"], "");
+        assert_eq!(out.status.code(), Some(2), "a bad --to is a usage error");
+
+        let consumers = t.json(&["consumer", "list", "s/t", "--output", "json"]);
+        assert_eq!(consumers["consumers"][0]["consumer"], "n");
+        assert_eq!(
+            consumers["consumers"][0]["partitions"],
+            serde_json::json!([{"partition": 0, "next_offset": 3, "log_end": 4, "lag": 1}])
+        );
+        let reset = t.json(&[
+            "consumer",
+            "reset",
+            "s/t",
+            "n",
+            "--to",
+            "first",
+            "--partition",
+            "0",
+            "--output",
+            "json",
+        ]);
+        assert_eq!(
+            reset["offsets"],
+            serde_json::json!([{"partition": 0, "next_offset": 0}])
+        );
+        let again = t.json(&["consumer", "list", "s/t", "--output", "json"]);
+        assert_eq!(again["consumers"][0]["lag"], 4);
+
+        let deleted = t.json(&["group", "delete", "s/t", "g", "--output", "json"]);
+        assert_eq!(deleted["offsets_deleted"], 2);
+        let none = t.json(&["group", "list", "s/t", "--output", "json"]);
+        assert_eq!(none["groups"], serde_json::json!([]));
+        fails(t, &["group", "delete", "s/t", "g"]);
+    });
+}
+
+#[test]
+fn a_group_with_live_members_is_neither_reset_nor_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path());
+    let t = Target::Server(server.url());
+    ok(&t, &["topic", "create", "s/t"], "");
+    ok(&t, &["produce", "s/t"], "a\n");
+    let mut member = std::process::Command::new(common::rill_bin())
+        .args(["consume", "s/t", "--group", "live", "--follow", "--server"])
+        .arg(server.url())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The member printed the record: it has joined.
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(member.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "a\n");
+    for args in [
+        &["group", "reset", "s/t", "live", "--to", "first"][..],
+        &["group", "delete", "s/t", "live"][..],
+    ] {
+        let err = fails(&t, args);
+        assert!(err.contains("member"), "says why: {err}");
+    }
+    member.kill().unwrap();
+    member.wait().unwrap();
+}
+
+#[test]
+fn topics_are_altered_while_they_serve() {
+    both(|t| {
+        ok(
+            t,
+            &[
+                "topic",
+                "create",
+                "s/t",
+                "--partitions",
+                "2",
+                "--durability",
+                "always",
+            ],
+            "",
+        );
+        ok(t, &["produce", "s/t", "--partition", "1"], "a\n");
+        let out = t.run(
+            &[
+                "topic",
+                "alter",
+                "s/t",
+                "--retention",
+                "1h",
+                "--durability",
+                "never",
+                "--partitions",
+                "3",
+                "--output",
+                "json",
+            ],
+            "",
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let warning = String::from_utf8_lossy(&out.stderr);
+        assert!(warning.contains("keyed records"), "{warning}");
+        let altered: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(altered["options"]["partitions"], 3);
+        assert_eq!(altered["options"]["retention_ms"], 3_600_000);
+        assert_eq!(altered["options"]["durability"], "never");
+        let d = t.json(&["topic", "describe", "s/t", "--output", "json"]);
+        assert_eq!(d["options"], altered["options"], "kept");
+        assert_eq!(d["partitions"][1]["next_offset"], 1, "the records stay");
+        ok(t, &["produce", "s/t", "--partition", "2"], "b\n");
+
+        let cleared = t.json(&[
+            "topic",
+            "alter",
+            "s/t",
+            "--retention",
+            "none",
+            "--output",
+            "json",
+        ]);
+        assert_eq!(cleared["options"]["retention_ms"], Value::Null);
+        assert_eq!(cleared["options"]["partitions"], 3);
+        let err = fails(t, &["topic", "alter", "s/t", "--partitions", "2"]);
+        assert!(err.contains("partition"), "{err}");
+        let err = fails(t, &["topic", "alter", "s/t"]);
+        assert!(err.contains("nothing to change"), "{err}");
+        let out = t.run(&["topic", "alter", "s/t", "--retention-bytes", "0"], "");
+        assert_eq!(out.status.code(), Some(2));
+    });
+}
