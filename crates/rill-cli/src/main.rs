@@ -17,6 +17,7 @@ mod output;
 mod produce;
 mod serve;
 mod target;
+mod top;
 mod users;
 
 use std::process::ExitCode;
@@ -81,6 +82,8 @@ enum Command {
     Consume(consume::ConsumeArgs),
     /// Measure throughput and latency.
     Bench(bench::BenchArgs),
+    /// Live rates per topic and lag per consumer group, redrawn every interval.
+    Top(top::TopArgs),
     /// Print a shell completion script (e.g. `rill completions bash > /etc/bash_completion.d/rill`).
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -121,6 +124,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Topic(c) => admin::topic(c, &target).await,
         Command::Group(c) => groups::group(c, &target).await,
         Command::Consumer(c) => groups::consumer(c, &target).await,
+        Command::Top(args) => top::run(args, &target).await,
         Command::Cluster(c) => admin::cluster(c, &target).await,
         Command::User(c) => users::user(c, &target).await,
         Command::Acl(c) => users::acl(c, &target).await,

@@ -403,3 +403,51 @@ fn topics_are_altered_while_they_serve() {
         assert_eq!(out.status.code(), Some(2));
     });
 }
+
+#[test]
+fn top_shows_topics_with_their_rates_and_groups_with_their_lag() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path());
+    let t = Target::Server(server.url());
+    ok(&t, &["topic", "create", "s/t", "--partitions", "2"], "");
+    ok(&t, &["produce", "s/t", "--partition", "0"], "a\nb\nc\n");
+    ok(&t, &["consume", "s/t", "--group", "g", "--count", "1"], "");
+    // Records arrive while top looks: its second view has a rate above zero.
+    let url = server.url();
+    let producer = std::thread::spawn(move || {
+        let t = Target::Server(url);
+        for _ in 0..20 {
+            ok(&t, &["produce", "s/t", "--partition", "1"], "x\ny\n");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    });
+    let view = ok(&t, &["top", "--interval", "400ms", "--iterations", "2"], "");
+    producer.join().unwrap();
+    let blocks: Vec<&str> = view.split("rill top ").filter(|b| !b.is_empty()).collect();
+    assert_eq!(blocks.len(), 2, "two views, one per interval: {view}");
+    let row = |block: &str, first: &str| -> Vec<String> {
+        block
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(first))
+            .unwrap_or_else(|| panic!("no row {first}: {block}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    for block in &blocks {
+        let topic = row(block, "s/t");
+        assert_eq!(topic[1], "2", "partitions: {block}");
+        let group = row(block, "g");
+        assert_eq!(group[1], "s/t");
+        assert_eq!(group[2], "0", "no live member");
+        let lag: u64 = group[3].parse().unwrap();
+        assert!(lag >= 2, "the group stored one of three: {block}");
+    }
+    let rates: Vec<u64> = blocks
+        .iter()
+        .map(|b| row(b, "s/t")[3].parse().unwrap())
+        .collect();
+    assert!(rates.iter().any(|&r| r > 0), "records came in: {view}");
+    let out = t.run(&["top", "--interval", "10ms"], "");
+    assert_eq!(out.status.code(), Some(2), "too short an interval");
+}
