@@ -1,0 +1,133 @@
+// A topic: its totals and options, its traffic over the last minutes, its partitions
+// (offsets, size, segments, failures, damaged ranges) with a link to browse each, its
+// groups and named consumers, and the write actions the server takes.
+
+import { ApiError, describeError, get, topicPath } from '../api.js'
+import { rateCharts } from '../chart.js'
+import { facts, h, replace, section, table } from '../dom.js'
+import * as fmt from '../format.js'
+import { deleteTopic } from '../writes.js'
+import { groupsSection } from './groups.js'
+
+export function messagesHref(stream, topic, partition, offset) {
+  const query = new URLSearchParams({ partition: String(partition) })
+  if (offset !== undefined) query.set('offset', String(offset))
+  return `#/topics/${encodeURIComponent(stream)}/${encodeURIComponent(topic)}/messages?${query}`
+}
+
+function optionFacts(o) {
+  return facts([
+    ['Partitions', fmt.count(o.partitions)],
+    ['Retention time', o.retention_ms === null ? 'none' : fmt.millis(o.retention_ms)],
+    ['Retention size', o.retention_bytes === null ? 'none' : `${fmt.bytes(o.retention_bytes)} per partition`],
+    ['Segment size', o.segment_bytes === null ? 'the server\'s default' : fmt.bytes(o.segment_bytes)],
+    ['Durability', o.durability],
+    ['Largest record', o.max_record_bytes === null ? 'the server\'s default' : fmt.bytes(o.max_record_bytes)],
+    ['Replicas', o.replicas === null ? 'not replicated' : fmt.count(o.replicas)],
+  ])
+}
+
+function damagedList(ranges) {
+  if (!ranges.length) return '—'
+  return h('ul', { class: 'plain' }, ranges.map((r) => h('li', null,
+    `${fmt.count(r.from_offset)}..${r.to_offset === null ? '?' : fmt.count(r.to_offset)} `,
+    h('span', { class: r.accepted ? 'muted' : 'bad' }, r.accepted ? '(accepted)' : '(not accepted)'),
+    h('br'),
+    h('small', null, `${r.segment} at byte ${fmt.count(r.position)}: ${r.reason}`))))
+}
+
+function partitionsTable(d) {
+  return table({
+    key: 'partitions',
+    caption: 'Partitions',
+    columns: [['Partition', { numeric: true }], ['First offset', { numeric: true }], ['Next offset', { numeric: true }],
+      ['Records', { numeric: true }], ['Size', { numeric: true }], ['Segments', { numeric: true }], 'Status', 'Damaged ranges', ''],
+    rows: d.partitions.map((p) => ({
+      attrs: { dataset: { partition: String(p.partition) } },
+      cells: [
+        String(p.partition),
+        fmt.count(p.first_offset),
+        fmt.count(p.next_offset),
+        fmt.count(p.records),
+        fmt.bytes(p.bytes),
+        fmt.count(p.segments),
+        p.failure ? h('span', { class: 'bad' }, `refuses appends: ${p.failure}`) : h('span', { class: 'good' }, 'ok'),
+        damagedList(p.damaged),
+        h('a', { href: messagesHref(d.stream, d.topic, p.partition) }, 'Browse'),
+      ],
+    })),
+  })
+}
+
+export function mount(ctx, [stream, topic]) {
+  const full = `${stream}/${topic}`
+  ctx.setPage(full, [[full]])
+  const summary = h('div')
+  const options = h('div')
+  const partitions = h('div')
+  const charts = h('div')
+  const error = h('p', { class: 'error', role: 'alert', hidden: true })
+  let described = null
+  const groups = groupsSection(ctx, { scope: { stream, topic } })
+  const actions = ctx.writes
+    ? h('div', { class: 'tools' },
+      h('button', {
+        type: 'button',
+        class: 'danger',
+        onclick: () => deleteTopic({
+          stream,
+          topic,
+          records: described ? fmt.count(described.totals.records) : undefined,
+          done: () => {
+            ctx.notify(`Deleted topic ${full}.`)
+            location.hash = '#/'
+          },
+        }),
+      }, 'Delete topic'))
+    : null
+  ctx.main.append(
+    h('div', { class: 'page-head' },
+      h('h1', { tabindex: '-1' }, h('span', { class: 'muted' }, `${stream}/`), topic),
+      actions),
+    error,
+    summary,
+    section('Traffic, last 5 minutes', null, charts),
+    section('Partitions', null, partitions),
+    h('div', { class: 'two-columns' }, groups.element, section('Options', null, options)))
+
+  return {
+    async refresh(alive) {
+      let d
+      let rates
+      try {
+        [d, rates] = await Promise.all([
+          get(topicPath(stream, topic)),
+          get('/api/v1/rates', { stream, topic }),
+        ])
+      } catch (e) {
+        if (!alive() || (e instanceof ApiError && e.unreachable)) return
+        error.textContent = e instanceof ApiError && e.code === 'TOPIC_NOT_FOUND'
+          ? `There is no topic ${full}.`
+          : describeError(e)
+        error.hidden = false
+        return
+      }
+      if (!alive()) return
+      described = d
+      error.hidden = true
+      const r = d.rates
+      replace(summary, h('ul', { class: 'stats' },
+        h('li', null, h('span', null, 'Records'), h('strong', null, fmt.count(d.totals.records))),
+        h('li', null, h('span', null, 'Size'), h('strong', null, fmt.bytes(d.totals.bytes))),
+        h('li', null, h('span', null, 'Segments'), h('strong', null, fmt.count(d.totals.segments))),
+        h('li', null, h('span', null, 'In'), h('strong', null, r ? fmt.rate(r.records_in_per_second) : '—')),
+        h('li', null, h('span', null, 'Out'), h('strong', null, r ? fmt.rate(r.records_out_per_second) : '—')),
+        h('li', null, h('span', null, 'Failed partitions'),
+          h('strong', { class: d.totals.failed_partitions ? 'bad' : null }, fmt.count(d.totals.failed_partitions)))))
+      replace(options, optionFacts(d.options))
+      replace(partitions, partitionsTable(d))
+      replace(charts, rateCharts(rates))
+      await groups.refresh(alive, [{ stream, topic }])
+    },
+  }
+}
