@@ -1,5 +1,5 @@
-//! The `rill` command line (see `shared/spec/cli.md`): a thin layer over `rill-client`,
-//! `rill-server` and `rill-broker`.
+//! The `rill` command line (every command, flag and output: docs/CLI.md): a thin layer
+//! over `rill-client`, `rill-server` and `rill-broker`.
 //!
 //! Exit codes: 0 success, 1 runtime error (one line on stderr saying what to do),
 //! 2 usage error.
@@ -12,9 +12,12 @@ mod bench;
 mod consume;
 mod copies;
 mod events;
+mod failure;
 mod groups;
 mod output;
 mod produce;
+mod progress;
+mod record_json;
 mod serve;
 mod target;
 mod top;
@@ -94,8 +97,9 @@ enum Command {
 
 fn main() -> ExitCode {
     copies::restart_with_vector_copies();
-    let cli = Cli::parse();
+    let (cli, matches) = failure::parse::<Cli>(command());
     init_logging(matches!(cli.command, Command::Serve(_)));
+    failure::quiet_on_closed_stdout();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -106,18 +110,49 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result = runtime.block_on(run(cli));
+    // A `println!` that finds stdout closed panics; that ends the command quietly.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(run(cli, &matches))
+    }));
     match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("rill: {}", one_line(&e));
-            ExitCode::from(1)
-        }
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => failure::report(&e),
+        Err(panic) if failure::closed_stdout_panic(panic.as_ref()) => ExitCode::SUCCESS,
+        Err(panic) => std::panic::resume_unwind(panic),
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
-    let target = target::Target::new(cli.server, cli.data, cli.tls_ca);
+/// The command line as clap parses it. `serve` shadows the global flags of commands
+/// that talk to a server (`--server`, `--tls-ca`) with hidden ones, so its help lists
+/// only its own, and refuses them (in `run`).
+fn command() -> clap::Command {
+    use clap::CommandFactory as _;
+    Cli::command().mut_subcommand("serve", |serve| {
+        serve
+            .arg(clap::Arg::new("server").long("server").hide(true))
+            .arg(
+                clap::Arg::new("tls_ca")
+                    .long("tls-ca")
+                    .hide(true)
+                    .value_parser(clap::value_parser!(std::path::PathBuf)),
+            )
+    })
+}
+
+async fn run(cli: Cli, matches: &clap::ArgMatches) -> anyhow::Result<()> {
+    if matches!(cli.command, Command::Serve(_)) {
+        for (id, flag) in [("server", "--server"), ("tls_ca", "--tls-ca")] {
+            if matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine) {
+                return Err(failure::usage(format!(
+                    "{flag} is for commands that talk to a server; rill serve takes --listen, --http and --tls-cert"
+                )));
+            }
+        }
+    }
+    let from_env = matches.value_source("server") == Some(clap::parser::ValueSource::EnvVariable);
+    let target = target::Target::new(cli.server, cli.data, cli.tls_ca)
+        .creating(target::creates_data(matches))
+        .server_origin(if from_env { "RILL_SERVER" } else { "--server" });
     match cli.command {
         Command::Serve(args) => serve::run(args, target.data_dir()).await,
         Command::Stream(c) => admin::stream(c, &target).await,
@@ -143,30 +178,42 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// An error and its causes on one line.
-fn one_line(e: &anyhow::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-    }
-    parts.join(": ").replace('\n', " ")
-}
-
 /// Logs go to stderr; `RILL_LOG` sets the filter (default `info` for the server, with
 /// the Raft library's own logs at `warn` — it narrates every vote at `info` —, and
-/// `warn` for other commands). Colored only on a terminal, so files and pipes get plain
-/// `key=value` text.
+/// `warn` for other commands, where a background producer's failed send is left to the
+/// one `rill:` line that reports it). Colored only on a terminal, so files and pipes
+/// get plain `key=value` text. A `RILL_LOG` that does not parse is named in a warning
+/// and the default is used.
 fn init_logging(server: bool) {
     use std::io::IsTerminal as _;
-    let default = if server { "info,openraft=warn" } else { "warn" };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RILL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let default = if server {
+        "info,openraft=warn"
+    } else {
+        "warn,rill_client::producer::background=error"
+    };
+    let (filter, bad) = match std::env::var("RILL_LOG") {
+        Ok(text) => match tracing_subscriber::EnvFilter::try_new(&text) {
+            Ok(filter) => (filter, None),
+            Err(e) => (tracing_subscriber::EnvFilter::new(default), Some((text, e))),
+        },
+        Err(_) => (tracing_subscriber::EnvFilter::new(default), None),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    if let Some((text, e)) = bad {
+        tracing::warn!("RILL_LOG={text:?} is not a log filter ({e}); using {default:?}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap checks the definitions (flag names, value types, conflicts) only when they
+    /// are used: this uses them all.
+    #[test]
+    fn the_command_line_is_consistent() {
+        super::command().debug_assert();
+    }
 }

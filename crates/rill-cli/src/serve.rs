@@ -42,6 +42,11 @@ pub(crate) struct ServeArgs {
     /// can read, write and delete every stream)
     #[arg(long)]
     insecure: bool,
+    /// Serve the writes of the HTTP admin API (create and delete topics; the broker
+    /// still authorizes each); without it they are refused with 403. Also
+    /// `http_admin_writes = true` in the TOML file [env RILL_HTTP_ADMIN_WRITES]
+    #[arg(long)]
+    http_admin_writes: bool,
     /// Speak TLS only, on the client port and the HTTP port, with this certificate
     /// chain (PEM, leaf first); re-read on SIGHUP. Also `tls_cert` in the TOML file
     #[arg(long, value_name = "FILE", requires = "tls_key")]
@@ -112,6 +117,8 @@ struct FileConfig {
     reserved_space_bytes: Option<u64>,
     /// As `--auth`.
     auth: Option<bool>,
+    /// As `--http-admin-writes`.
+    http_admin_writes: Option<bool>,
     /// PBKDF2 iterations of SCRAM verifiers the server makes (4,096-1,000,000).
     scram_iterations: Option<u32>,
     /// As `--tls-cert`, `--tls-key` and `--tls-client-ca`.
@@ -224,6 +231,9 @@ fn apply_env(file: &mut FileConfig, env: impl Fn(&str) -> Option<String>) -> any
     }
     if let Some(v) = env("RILL_RESERVED_SPACE_BYTES") {
         file.reserved_space_bytes = Some(parse("RILL_RESERVED_SPACE_BYTES", &v)?);
+    }
+    if let Some(v) = env("RILL_HTTP_ADMIN_WRITES") {
+        file.http_admin_writes = Some(parse("RILL_HTTP_ADMIN_WRITES", &v)?);
     }
     Ok(())
 }
@@ -443,6 +453,8 @@ fn server_config(args: &ServeArgs, file: &FileConfig) -> anyhow::Result<ServerCo
         (Some(_), None) => anyhow::bail!("tls_cert needs tls_key"),
         (None, Some(_)) => anyhow::bail!("tls_key needs tls_cert"),
     };
+    config.http_admin_writes =
+        args.http_admin_writes || file.http_admin_writes.unwrap_or(false);
     config.validate()?;
     Ok(config)
 }
@@ -712,6 +724,7 @@ mod tests {
             auth: false,
             admin_password_file: None,
             insecure: false,
+            http_admin_writes: false,
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
@@ -792,6 +805,24 @@ mod tests {
         apply_env(&mut file, env).unwrap();
         let config = server_config(&args(), &file).unwrap();
         assert_eq!(config.idle_timeout, Some(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn http_admin_writes_come_from_the_flag_the_environment_or_the_file() {
+        let off = server_config(&args(), &FileConfig::default()).unwrap();
+        assert!(!off.http_admin_writes);
+        let mut flag = args();
+        flag.http_admin_writes = true;
+        assert!(server_config(&flag, &FileConfig::default()).unwrap().http_admin_writes);
+        let file: FileConfig = toml::from_str("http_admin_writes = true\n").unwrap();
+        assert!(server_config(&args(), &file).unwrap().http_admin_writes);
+        let mut file = FileConfig::default();
+        let env = |name: &str| (name == "RILL_HTTP_ADMIN_WRITES").then(|| "true".to_owned());
+        apply_env(&mut file, env).unwrap();
+        assert!(server_config(&args(), &file).unwrap().http_admin_writes);
+        let bad = |name: &str| (name == "RILL_HTTP_ADMIN_WRITES").then(|| "yes please".to_owned());
+        let e = apply_env(&mut FileConfig::default(), bad).unwrap_err();
+        assert!(e.to_string().contains("RILL_HTTP_ADMIN_WRITES"), "{e}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Where a command goes: a server (`--server`, `RILL_SERVER`) or a data directory
 //! opened embedded (`--data`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use std::time::Duration;
@@ -14,6 +14,11 @@ pub(crate) struct Target {
     server: Option<String>,
     data: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
+    /// Whether the command creates something, and so may make a missing `--data`
+    /// directory (any other command is told the directory does not exist).
+    creating: bool,
+    /// Where the server URL came from, for messages: `--server` or `RILL_SERVER`.
+    server_origin: &'static str,
 }
 
 impl Target {
@@ -26,7 +31,21 @@ impl Target {
             server,
             data,
             tls_ca,
+            creating: false,
+            server_origin: "--server",
         }
+    }
+
+    /// Marks a command that creates things (see [`creates_data`]).
+    pub(crate) fn creating(mut self, on: bool) -> Self {
+        self.creating = on;
+        self
+    }
+
+    /// Names where the server URL came from in messages about it.
+    pub(crate) fn server_origin(mut self, origin: &'static str) -> Self {
+        self.server_origin = origin;
+        self
     }
 
     /// The data directory given with `--data`, for `serve`.
@@ -36,11 +55,21 @@ impl Target {
 
     pub(crate) async fn client(&self) -> anyhow::Result<Client> {
         match (&self.data, &self.server) {
-            (Some(dir), _) => Client::open(dir)
-                .await
-                .with_context(|| format!("cannot open data directory {}", dir.display())),
+            (Some(dir), _) => {
+                check_data_dir(dir, self.creating)?;
+                Client::open(dir)
+                    .await
+                    .with_context(|| format!("cannot open data directory {}", dir.display()))
+            }
             (None, server) => {
                 let url = server.as_deref().unwrap_or(DEFAULT_URL);
+                check_url(url).map_err(|reason| {
+                    crate::failure::usage(format!(
+                        "invalid server URL {:?} ({}): {reason}",
+                        rill_client::redact_url(url),
+                        self.server_origin
+                    ))
+                })?;
                 // A command line answers quickly: a short retry budget (about 1 s)
                 // rides out a server restart without making a typo wait long.
                 let retry = RetryPolicy {
@@ -67,7 +96,7 @@ impl Target {
                         }
                     );
                     let context = if let ClientError::Protocol(_) = &e {
-                        format!("cannot connect to the rill server at {shown}")
+                        format!("cannot connect to {shown}")
                     } else if refused {
                         format!("the rill server at {shown} refused this client (give credentials with rill://USER:PASSWORD@HOST:PORT, RILL_USER and RILL_PASSWORD, or RILL_TOKEN)")
                     } else {
@@ -80,10 +109,60 @@ impl Target {
     }
 }
 
+/// Whether the command of `matches` creates things in a data directory, and so may make
+/// the directory: `stream create`, `topic create`, `user create` (the first admin, before
+/// the first start) and `bench` (its own topic). `serve` makes its own.
+pub(crate) fn creates_data(matches: &clap::ArgMatches) -> bool {
+    match matches.subcommand() {
+        Some(("stream" | "topic" | "user", sub)) => sub.subcommand_name() == Some("create"),
+        Some(("bench", _)) => true,
+        _ => false,
+    }
+}
+
+/// Checks `--data DIR`: a directory, or missing where the command may make it.
+pub(crate) fn check_data_dir(dir: &Path, may_create: bool) -> anyhow::Result<()> {
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => anyhow::bail!("the data directory {} is not a directory", dir.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && may_create => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => anyhow::bail!(
+            "the data directory {} does not exist (commands that create something make it, such as `rill --data {} topic create STREAM/TOPIC`)",
+            dir.display(),
+            dir.display()
+        ),
+        Err(e) => Err(e).with_context(|| format!("cannot open data directory {}", dir.display())),
+    }
+}
+
+/// Checks a server URL before connecting, so a typo is told apart from a server that
+/// is down: what `Client::connect` checks, and that each host is a host name or an
+/// address (`rill:/h:1`, with one slash, would otherwise be taken for a host).
+fn check_url(url: &str) -> Result<(), String> {
+    let (url, _) = rill_client::split_credentials(url).map_err(|e| reason_of(&e))?;
+    for addr in rill_client::parse_urls(&url).map_err(|e| reason_of(&e))? {
+        let host = addr.rsplit_once(':').map_or(addr.as_str(), |(h, _)| h);
+        if host.contains(['/', '@', ' ']) {
+            return Err(format!(
+                "{host:?} is not a host (a URL is rill://HOST:PORT, or rills://HOST:PORT with TLS)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What is wrong with a URL, without the URL (the message names it once).
+fn reason_of(e: &ClientError) -> String {
+    match e {
+        ClientError::InvalidUrl { reason, .. } => (*reason).to_owned(),
+        other => other.to_string(),
+    }
+}
+
 /// TLS for a `rills://` server: `--tls-ca` / `RILL_TLS_CA` to trust a private CA, and
 /// a client certificate from `RILL_TLS_CLIENT_CERT` with `RILL_TLS_CLIENT_KEY`.
 fn tls_options(
-    ca: Option<&std::path::Path>,
+    ca: Option<&Path>,
     env: impl Fn(&str) -> Option<PathBuf>,
 ) -> anyhow::Result<TlsOptions> {
     let mut tls = TlsOptions::new();

@@ -389,12 +389,15 @@ fn unreachable_server_is_a_clear_runtime_error() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("rill serve"), "{err}");
+    // A URL that is not one is a bad value (a usage error), not an unreachable server.
     let out = rill(
         &["--server".into(), "http://x".into()],
         &["stream", "list"],
         None,
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("invalid server URL") && !err.contains("rill serve"), "{err}");
 }
 
 #[test]

@@ -18,6 +18,13 @@ const PYTHON = path.resolve(__dirname, '../../python/.venv/bin/python')
 const hex = (bytes) => Buffer.from(bytes).toString('hex')
 const unhex = (text) => Buffer.from(text, 'hex')
 const INTS = new Set(['int8', 'int16', 'int32', 'int64', 'int128', 'uint8', 'uint16', 'uint32', 'uint64', 'uint128'])
+// The CLI's names of header types (its JSON's `header_list`), and the integer types it
+// writes as decimal strings there.
+const CLI_TYPES = {
+  str: 'str', bytes: 'bytes', bool: 'bool', int8: 'i8', int16: 'i16', int32: 'i32', int64: 'i64', int128: 'i128',
+  uint8: 'u8', uint16: 'u16', uint32: 'u32', uint64: 'u64', uint128: 'u128', float32: 'f32', float64: 'f64',
+}
+const WIDE = new Set(['int64', 'int128', 'uint64', 'uint128'])
 
 // Records as every language here writes them down: key and value in hex, headers as
 // [name, type, value] with integers as decimal strings, bytes in hex, floats as numbers.
@@ -129,6 +136,12 @@ function cliJson({ partition, offset, key, headers, value }) {
     else if (INTS.has(type)) out.headers[name] = Number.isSafeInteger(Number(v)) ? Number(v) : BigInt(v)
     else out.headers[name] = v
   }
+  // Every header, in order and typed: 64- and 128-bit integers as decimal strings.
+  out.header_list = headers.map(([name, type, v]) => ({
+    name,
+    type: CLI_TYPES[type],
+    value: type === 'bytes' ? unhex(v).toString('base64') : WIDE.has(type) ? v : INTS.has(type) ? Number(v) : v,
+  }))
   if (text(unhex(value)) !== null) out.value = text(unhex(value))
   else out.value_b64 = unhex(value).toString('base64')
   return out

@@ -66,6 +66,15 @@ async def test_records_published_from_python_read_the_same_from_rust(server: Ser
                     "raw": base64.b64encode(bytes([0, 255, i])).decode(),
                     "ratio": 0.25 * i,
                 },
+                # Every header in order, typed; 64-bit integers as decimal strings.
+                "header_list": [
+                    {"name": "source", "type": "str", "value": "python"},
+                    {"name": "n", "type": "i64", "value": str(-i)},
+                    {"name": "small", "type": "u16", "value": i + 7},
+                    {"name": "ok", "type": "bool", "value": i % 2 == 0},
+                    {"name": "raw", "type": "bytes", "value": base64.b64encode(bytes([0, 255, i])).decode()},
+                    {"name": "ratio", "type": "f64", "value": 0.25 * i},
+                ],
                 "value": f"value-{i}",
             }
         )

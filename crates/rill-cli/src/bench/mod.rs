@@ -1,6 +1,6 @@
 //! `rill bench produce|consume|e2e`: creates its own topic in stream `bench`, runs a
 //! bounded workload against a server or an embedded data directory, and reports
-//! throughput and latency percentiles (see the `## Bench` section of `shared/spec/cli.md`).
+//! throughput and latency percentiles (docs/CLI.md, "Bench").
 //!
 //! Each run first pushes `--warmup` records through the same path (first writes into
 //! cold memory are several times slower), then resets its histograms and timers and

@@ -1,7 +1,6 @@
 //! The bench's tasks: producers, consumers, and the supervisor that waits for them,
 //! shows progress and fails a run that stops making progress.
 
-use std::io::IsTerminal;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -533,64 +532,57 @@ impl Consumer {
 
 // ---- supervisor -------------------------------------------------------------------------
 
-/// Waits for every task of a phase, showing progress on stderr; fails on the first
-/// task error, or when `progress` has not moved for [`STALL`].
+/// Waits for every task of a phase, showing progress on stderr (a bar, on a terminal
+/// only); fails on the first task error, or when `progress` has not moved for
+/// [`STALL`].
 pub(super) async fn supervise(
     mut tasks: Tasks,
     progress: &Progress,
     total: u64,
     label: &str,
 ) -> anyhow::Result<Vec<TaskResult>> {
-    let terminal = std::io::stderr().is_terminal();
+    let bar = crate::progress::bar(total, &format!("records ({label})"));
+    let result = watch(&mut tasks, progress, total, label, &bar).await;
+    bar.finish_and_clear();
+    result
+}
+
+async fn watch(
+    tasks: &mut Tasks,
+    progress: &Progress,
+    total: u64,
+    label: &str,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<Vec<TaskResult>> {
     let mut results = Vec::new();
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    // Often enough for a smooth bar; a stall is judged by time, not by ticks.
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut seen, mut moved) = (progress.get(), Instant::now());
-    let mut ticks = 0u64;
     loop {
         tokio::select! {
             joined = tasks.join_next() => match joined {
                 None => break,
                 Some(Ok(Ok(r))) => results.push(r),
-                Some(Ok(Err(e))) => {
-                    clear_line(terminal);
-                    return Err(e);
-                }
-                Some(Err(e)) => {
-                    clear_line(terminal);
-                    anyhow::bail!("a bench task failed: {e}");
-                }
+                Some(Ok(Err(e))) => return Err(e),
+                Some(Err(e)) => anyhow::bail!("a bench task failed: {e}"),
             },
             _ = tick.tick() => {
-                ticks += 1;
                 let n = progress.get();
                 if n != seen {
                     (seen, moved) = (n, Instant::now());
                 } else if moved.elapsed() >= STALL {
-                    clear_line(terminal);
                     anyhow::bail!(
                         "{label}: no progress for {} s ({n} of {total} records done); \
                          is the server alive and the disk not full?",
                         STALL.as_secs()
                     );
                 }
-                let pct = n as f64 * 100.0 / total.max(1) as f64;
-                if terminal {
-                    eprint!("\r{label}: {n}/{total} records ({pct:.0}%)   ");
-                } else if ticks.is_multiple_of(10) {
-                    eprintln!("{label}: {n}/{total} records ({pct:.0}%)");
-                }
+                bar.set_position(n);
             }
         }
     }
-    clear_line(terminal);
     Ok(results)
-}
-
-fn clear_line(terminal: bool) {
-    if terminal {
-        eprint!("\r\x1b[2K");
-    }
 }
 
 #[cfg(test)]

@@ -1,14 +1,23 @@
-//! `rill consume`.
+//! `rill consume`: an anonymous reader of a topic's partitions, a named consumer per
+//! partition (`--name`), or a member of a consumer group (`--group`) (docs/CLI.md,
+//! "Consume").
 
-use std::io::Write;
+mod members;
+mod print;
+mod template;
+mod until;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::Context;
-use base64::Engine;
-use clap::{Args, ValueEnum};
-use rill_client::{ClientError, CommitPolicy, Offsets, Position, Record, StartAt, Topic, Value};
-use serde_json::{Map, json};
+use clap::Args;
+use rill_client::{Offsets, StartAt, Topic};
 
+use self::print::{Format, Printer, Style};
+use self::template::Template;
+use self::until::{Stop, Until};
+use crate::failure::usage;
 use crate::target::{self, Target};
 
 #[derive(Debug, Args)]
@@ -24,18 +33,30 @@ pub(crate) struct ConsumeArgs {
     /// Only this partition.
     #[arg(long)]
     partition: Option<u32>,
-    /// first | last | next | offset:N | time:RFC3339 (default: first, or next with --name)
-    #[arg(long, value_parser = parse_from)]
+    /// first | last | end | next | offset:N | time:RFC3339 (default: first, or next with
+    /// --name). With --group it applies to partitions without a stored offset.
+    #[arg(long, value_parser = until::parse_from)]
     from: Option<StartAt>,
-    /// Stop after this many records.
-    #[arg(long)]
+    /// With --group: start every partition at --from, even one with a stored offset.
+    #[arg(long, requires = "from")]
+    replay: bool,
+    /// Stop after this many records (at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     count: Option<u64>,
+    /// Stop each partition before offset:N, or before the first record at or after
+    /// time:RFC3339.
+    #[arg(long, value_name = "offset:N|time:RFC3339", value_parser = until::parse_until)]
+    until: Option<Until>,
     /// Keep waiting for new records until interrupted.
     #[arg(long)]
     follow: bool,
-    /// How to print records.
-    #[arg(long, value_enum, default_value_t = Format::Value)]
-    format: Format,
+    /// How to print records (default value; template with --template).
+    #[arg(long, value_enum)]
+    format: Option<Format>,
+    /// With --format template: each record's line, with placeholders such as
+    /// {partition}, {offset}, {timestamp}, {key}, {value} and {header.NAME}.
+    #[arg(long, value_name = "STRING", value_parser = Template::parse)]
+    template: Option<Template>,
     /// With --group: how long this member may be silent before the broker moves its
     /// partitions (e.g. 10s; set by the group's first member).
     #[arg(long, value_parser = crate::admin::parse_duration, requires = "group")]
@@ -51,46 +72,42 @@ fn parse_member(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Format {
-    /// Each value as a line.
-    Value,
-    /// One JSON object per record.
-    Json,
-}
-
-fn parse_from(s: &str) -> Result<StartAt, String> {
-    match s {
-        "first" => Ok(StartAt::First),
-        "last" => Ok(StartAt::Last),
-        "next" => Ok(StartAt::Next),
-        _ => {
-            if let Some(n) = s.strip_prefix("offset:") {
-                return n
-                    .parse()
-                    .map(StartAt::Offset)
-                    .map_err(|_| format!("bad offset {n:?}"));
-            }
-            if let Some(t) = s.strip_prefix("time:") {
-                let at =
-                    humantime::parse_rfc3339_weak(t).map_err(|e| format!("bad time {t:?}: {e}"))?;
-                let us = at
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_err(|_| "time before 1970".to_owned())?
-                    .as_micros();
-                return i64::try_from(us)
-                    .map(StartAt::TimestampMicros)
-                    .map_err(|_| "time too large".into());
-            }
-            Err("expected first, last, next, offset:N or time:RFC3339".into())
+impl ConsumeArgs {
+    /// Checks what clap cannot and returns how records print.
+    fn style(&self) -> anyhow::Result<Style> {
+        if self.group.is_some() && self.partition.is_some() {
+            return Err(usage(
+                "--partition does not go with --group: the group assigns partitions",
+            ));
         }
+        let anonymous = self.group.is_none() && self.name.is_none();
+        if anonymous && self.from == Some(StartAt::Next) {
+            return Err(usage(
+                "--from next needs --name or --group: it means after the offset they stored, and a reader without a name stores none (use --from first, or --from end for only new records)",
+            ));
+        }
+        if anonymous && self.replay {
+            return Err(usage(
+                "--replay goes with --group or --name: a reader without a name has no stored offset to replay from",
+            ));
+        }
+        Ok(match (self.format, &self.template) {
+            (None | Some(Format::Template), Some(t)) => Style::Template(t.clone()),
+            (Some(Format::Template), None) => {
+                return Err(usage("--format template needs --template 'STRING'"));
+            }
+            (Some(_), Some(_)) => {
+                return Err(usage("--template goes with --format template"));
+            }
+            (None | Some(Format::Value), None) => Style::Value,
+            (Some(Format::Json), None) => Style::Json,
+            (Some(Format::Hex), None) => Style::Hex,
+        })
     }
 }
 
 pub(crate) async fn run(args: ConsumeArgs, target: &Target) -> anyhow::Result<()> {
-    if args.group.is_some() && args.partition.is_some() {
-        anyhow::bail!("--partition does not go with --group: the group assigns partitions");
-    }
+    let style = args.style()?;
     let client = target.client().await?;
     let topic = target::topic(&client, &args.topic)?;
     let partitions = topic
@@ -105,129 +122,89 @@ pub(crate) async fn run(args: ConsumeArgs, target: &Target) -> anyhow::Result<()
         Some(p) => vec![p],
         None => (0..partitions).collect(),
     };
-    let mut out = Output::new(args.format, args.count);
+    let mut out = Printer::new(style, args.count);
     let result = match (&args.group, &args.name) {
-        (Some(group), _) => grouped(&topic, group, &args, &mut out).await,
-        (None, Some(name)) => named(&topic, name, &selected, &args, &mut out).await,
+        (Some(group), _) => members::grouped(&topic, group, &args, &mut out).await,
+        (None, Some(name)) => members::named(&topic, name, &selected, &args, &mut out).await,
         (None, None) => anonymous(&topic, &selected, &args, &mut out).await,
     };
-    out.flush()?;
+    out.finish();
+    // A closed stdout keeps its own error: the command ends quietly without flushing.
+    let flushed = match &result {
+        Err(e) if e.is::<crate::failure::StdoutClosed>() => Ok(()),
+        _ => out.flush(),
+    };
     target::finish(&client).await?;
-    result
+    result.and(flushed)
 }
 
-/// Prints records and counts them against `--count`.
-struct Output {
-    format: Format,
-    remaining: Option<u64>,
-    stdout: std::io::BufWriter<std::io::Stdout>,
+/// The stops of `--until`, resolved per partition when first needed (a group member
+/// learns its partitions as it goes).
+#[derive(Debug, Default)]
+struct Stops {
+    until: Option<Until>,
+    resolved: BTreeMap<u32, Stop>,
+    /// Partitions that reached their stop.
+    done: BTreeSet<u32>,
 }
 
-impl Output {
-    fn new(format: Format, count: Option<u64>) -> Self {
+impl Stops {
+    fn new(until: Option<Until>) -> Self {
         Self {
-            format,
-            remaining: count,
-            stdout: std::io::BufWriter::new(std::io::stdout()),
+            until,
+            ..Self::default()
         }
     }
 
-    fn done(&self) -> bool {
-        self.remaining == Some(0)
+    async fn stop(&mut self, topic: &Topic, partition: u32) -> anyhow::Result<Option<Stop>> {
+        let Some(until) = self.until else {
+            return Ok(None);
+        };
+        if let Some(stop) = self.resolved.get(&partition) {
+            return Ok(Some(*stop));
+        }
+        let stop = Stop::resolve(until, topic, partition).await?;
+        self.resolved.insert(partition, stop);
+        Ok(Some(stop))
     }
 
-    fn print(&mut self, record: &Record) -> anyhow::Result<()> {
-        match self.format {
-            Format::Value => {
-                self.stdout.write_all(&record.value)?;
-                self.stdout.write_all(b"\n")?;
-            }
-            Format::Json => {
-                serde_json::to_writer(&mut self.stdout, &to_json(record))?;
-                self.stdout.write_all(b"\n")?;
-            }
+    /// Whether `record` is printed: false once its partition reached its stop.
+    async fn admits(
+        &mut self,
+        topic: &Topic,
+        record: &rill_client::Record,
+    ) -> anyhow::Result<bool> {
+        if self.done.contains(&record.partition) {
+            return Ok(false);
         }
-        if let Some(n) = self.remaining.as_mut() {
-            *n = n.saturating_sub(1);
+        match self.stop(topic, record.partition).await? {
+            Some(stop) if stop.stops(record) => {
+                self.done.insert(record.partition);
+                Ok(false)
+            }
+            _ => Ok(true),
+        }
+    }
+
+    /// Marks `partition` done if reading from `position` can print nothing more.
+    async fn check_start(
+        &mut self,
+        topic: &Topic,
+        partition: u32,
+        position: u64,
+    ) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop(topic, partition).await?
+            && stop.passed(position)
+        {
+            self.done.insert(partition);
         }
         Ok(())
     }
 
-    /// Reports records that cannot be delivered (`DataLoss`, `Corrupt`) as one line on
-    /// stderr, after what was printed before them, and returns the last offset of the
-    /// range (to store past it); any other error is returned.
-    fn lost(&mut self, e: ClientError) -> anyhow::Result<Option<(u32, u64)>> {
-        let Some((partition, _, to)) = e.lost_range() else {
-            return Err(e.into());
-        };
-        self.flush()?;
-        eprintln!(
-            "rill: {}; reading goes on after them",
-            e.to_string().replace('\n', " ")
-        );
-        Ok(to
-            .and_then(|t| t.checked_sub(1))
-            .map(|last| (partition, last)))
+    /// Whether every one of `partitions` reached its stop (never without `--until`).
+    fn all_done(&self, partitions: &[u32]) -> bool {
+        self.until.is_some() && partitions.iter().all(|p| self.done.contains(p))
     }
-
-    fn flush(&mut self) -> anyhow::Result<()> {
-        match self.stdout.flush() {
-            // A closed pipe (`| head`) is not an error worth reporting.
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-            other => Ok(other?),
-        }
-    }
-}
-
-fn to_json(record: &Record) -> serde_json::Value {
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let mut object = Map::new();
-    object.insert("partition".into(), json!(record.partition));
-    object.insert("offset".into(), json!(record.offset));
-    object.insert("timestamp_us".into(), json!(record.timestamp_us));
-    match &record.key {
-        None => {
-            object.insert("key".into(), serde_json::Value::Null);
-        }
-        Some(k) => match std::str::from_utf8(k) {
-            Ok(s) => {
-                object.insert("key".into(), json!(s));
-            }
-            Err(_) => {
-                object.insert("key_b64".into(), json!(b64.encode(k)));
-            }
-        },
-    }
-    let headers: Map<String, serde_json::Value> = record
-        .headers
-        .iter()
-        .map(|(name, value)| {
-            let v = match value {
-                Value::Str(s) => json!(s),
-                Value::Bytes(b) => json!(b64.encode(b)),
-                Value::Bool(b) => json!(b),
-                Value::I8(n) => json!(n),
-                Value::I16(n) => json!(n),
-                Value::I32(n) => json!(n),
-                Value::I64(n) => json!(n),
-                Value::I128(n) => json!(n.to_string()),
-                Value::U8(n) => json!(n),
-                Value::U16(n) => json!(n),
-                Value::U32(n) => json!(n),
-                Value::U64(n) => json!(n),
-                Value::U128(n) => json!(n.to_string()),
-                Value::F32(n) => json!(n),
-                Value::F64(n) => json!(n),
-            };
-            (name.clone(), v)
-        })
-        .collect();
-    object.insert("headers".into(), serde_json::Value::Object(headers));
-    match std::str::from_utf8(&record.value) {
-        Ok(s) => object.insert("value".into(), json!(s)),
-        Err(_) => object.insert("value_b64".into(), json!(b64.encode(&record.value))),
-    };
-    serde_json::Value::Object(object)
 }
 
 /// An anonymous cursor over the selected partitions.
@@ -235,9 +212,10 @@ async fn anonymous(
     topic: &Topic,
     partitions: &[u32],
     args: &ConsumeArgs,
-    out: &mut Output,
+    out: &mut Printer,
 ) -> anyhow::Result<()> {
     let from = args.from.unwrap_or(StartAt::First);
+    let mut stops = Stops::new(args.until);
     let mut offsets = Offsets::default();
     let all = topic.partitions().await?;
     for p in 0..all {
@@ -245,15 +223,30 @@ async fn anonymous(
             // Unselected partitions start at their end, so the cursor skips them.
             topic.end_offset(p).await?
         } else {
-            topic.offset_for(p, from).await?
+            let start = topic.offset_for(p, from).await?;
+            stops.check_start(topic, p, start).await?;
+            start
         };
         offsets.0.insert(p, start);
     }
     let mut reader = topic.records("cli").from_offsets(offsets);
     loop {
+        if stops.all_done(partitions) {
+            return Ok(());
+        }
         while let Some(item) = reader.next().await {
             match item {
-                Ok(record) => out.print(&record)?,
+                Ok(record) => {
+                    if !partitions.contains(&record.partition)
+                        || !stops.admits(topic, &record).await?
+                    {
+                        if stops.all_done(partitions) {
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                    out.print(&record)?;
+                }
                 Err(e) => {
                     out.lost(e)?;
                     continue;
@@ -270,193 +263,4 @@ async fn anonymous(
         // A caught-up reader looks at the tails again on its next call.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// Records printed but not yet stored, per partition, flushed and stored together.
-const COMMIT_EVERY_RECORDS: usize = 100;
-
-/// A member of a consumer group. Partitions without a stored group offset start where
-/// `--from` says. Offsets are stored only after the records were flushed to stdout
-/// (every 100 records, when the stream goes quiet, and at the end), so a crash re-prints
-/// rather than loses.
-async fn grouped(
-    topic: &Topic,
-    group: &str,
-    args: &ConsumeArgs,
-    out: &mut Output,
-) -> anyhow::Result<()> {
-    // Applies to partitions without a stored group offset (`next` resolves as `first`).
-    let start = args.from.unwrap_or(StartAt::First);
-    let mut builder = topic
-        .consumer_group(group)
-        .start_at(start)
-        .commit_policy(CommitPolicy::Disabled);
-    if let Some(d) = args.session_timeout {
-        builder = builder.session_timeout(d);
-    }
-    if let Some(id) = &args.member {
-        builder = builder.member_id(id);
-    }
-    let mut consumer = builder.build().await?;
-    // Without --follow: stop once nothing has arrived for a while (caught up).
-    let quiet = Duration::from_millis(1500);
-    let mut printed: std::collections::BTreeMap<u32, u64> = Default::default();
-    let mut since_store = 0usize;
-    let mut result = Ok(());
-    loop {
-        match consumer.next_within(quiet).await {
-            Ok(record) => {
-                out.print(&record)?;
-                printed.insert(record.partition, record.offset);
-                since_store += 1;
-                if out.done() {
-                    break;
-                }
-                if since_store >= COMMIT_EVERY_RECORDS {
-                    store_printed(&consumer, out, &mut printed).await;
-                    since_store = 0;
-                }
-            }
-            Err(ClientError::Timeout(_)) => {
-                store_printed(&consumer, out, &mut printed).await;
-                since_store = 0;
-                if !args.follow {
-                    break;
-                }
-            }
-            Err(e) if e.lost_range().is_some() => {
-                // Stored like a printed record, so the next run does not meet it again.
-                if let Some((partition, last)) = out.lost(e)? {
-                    printed.insert(partition, last);
-                }
-            }
-            Err(e) => {
-                result = Err(e.into());
-                break;
-            }
-        }
-    }
-    store_printed(&consumer, out, &mut printed).await;
-    consumer.shutdown().await?;
-    result
-}
-
-/// Flushes stdout, then stores each partition's last printed offset. A partition that
-/// moved to another member meanwhile is refused by the broker; that member re-reads
-/// from the group's last stored offset (at least once).
-async fn store_printed(
-    consumer: &rill_client::GroupConsumer,
-    out: &mut Output,
-    printed: &mut std::collections::BTreeMap<u32, u64>,
-) {
-    if out.flush().is_err() {
-        return;
-    }
-    for (partition, offset) in std::mem::take(printed) {
-        if let Err(e) = consumer
-            .store_offset(Position::new(partition, offset))
-            .await
-        {
-            tracing::info!(partition, error = %e, "offset not stored (the partition moved)");
-        }
-    }
-}
-
-/// Named consumers (one per selected partition); offsets are stored after each
-/// printed batch.
-async fn named(
-    topic: &Topic,
-    name: &str,
-    partitions: &[u32],
-    args: &ConsumeArgs,
-    out: &mut Output,
-) -> anyhow::Result<()> {
-    let start = args.from.unwrap_or(StartAt::Next);
-    let wait = Duration::from_millis(200);
-    let mut consumers = Vec::new();
-    for &p in partitions {
-        let end = topic.end_offset(p).await?;
-        let consumer = topic
-            .consumer(name, p)
-            .start_at(start)
-            .allow_replay()
-            // Stored explicitly, after the printed records were flushed.
-            .commit_policy(CommitPolicy::Disabled)
-            .max_wait(wait)
-            .build()
-            .await?;
-        consumers.push((consumer, end));
-    }
-    let mut result = Ok(());
-    'outer: loop {
-        let mut progressed = false;
-        for (consumer, end) in &mut consumers {
-            // Drain what this partition has, then move on.
-            let mut since_store = 0usize;
-            loop {
-                let caught_up = consumer
-                    .last_consumed_offset(consumer.partition())
-                    .is_some_and(|o| o + 1 >= *end);
-                if !args.follow && (caught_up || *end == 0) {
-                    break;
-                }
-                match consumer.next_within(wait * 2).await {
-                    Ok(record) => {
-                        progressed = true;
-                        out.print(&record)?;
-                        since_store += 1;
-                        if out.done() {
-                            break 'outer;
-                        }
-                        if since_store >= COMMIT_EVERY_RECORDS {
-                            store_named(consumer, out).await?;
-                            since_store = 0;
-                        }
-                    }
-                    Err(ClientError::Timeout(_)) => break,
-                    // The consumer counts the range as consumed; it is stored with the
-                    // printed records.
-                    Err(e) if e.lost_range().is_some() => {
-                        progressed = true;
-                        out.lost(e)?;
-                    }
-                    Err(e) => {
-                        result = Err(e.into());
-                        break 'outer;
-                    }
-                }
-            }
-            store_named(consumer, out).await?;
-        }
-        if !args.follow {
-            // Stop when every partition reached the end it had when we started, or
-            // nothing moved in a full round.
-            let all_done = consumers.iter().all(|(c, end)| {
-                *end == 0
-                    || c.last_consumed_offset(c.partition())
-                        .is_some_and(|o| o + 1 >= *end)
-            });
-            if all_done || !progressed {
-                break;
-            }
-        }
-        out.flush()?;
-    }
-    for (mut consumer, _) in consumers {
-        store_named(&mut consumer, out).await?;
-        consumer.shutdown().await?;
-    }
-    result
-}
-
-/// Flushes stdout, then stores the consumer's last printed offset, if it moved.
-async fn store_named(consumer: &mut rill_client::Consumer, out: &mut Output) -> anyhow::Result<()> {
-    out.flush()?;
-    let p = consumer.partition();
-    if let Some(last) = consumer.last_consumed_offset(p)
-        && consumer.last_stored_offset(p) != Some(last)
-    {
-        consumer.store_offset(Position::new(p, last)).await?;
-    }
-    Ok(())
 }

@@ -1,0 +1,312 @@
+//! The `rill` command line as a new user meets it, before any command runs: a bad
+//! server URL or environment variable named as such, a peer that is not a Rill server
+//! named so, data directories that must exist, `serve` that logs one plain listening
+//! line, lists only its own flags and leaves nothing behind when it cannot start, and
+//! `bench` that shows no progress without a terminal.
+//!
+//! `RILL_CLI_UNDER_TEST=/path/to/rill` runs the tests against another build (to see
+//! that they fail without the changes they test).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+fn bin() -> String {
+    std::env::var("RILL_CLI_UNDER_TEST").unwrap_or_else(|_| common::rill_bin().to_owned())
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts a usage error (exit 2) whose message contains `says`.
+fn usage_error(out: &Output, says: &str) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(says), "expected {says:?} in: {err}");
+}
+
+/// Asserts a runtime error (exit 1): one line on stderr, containing `says`.
+fn runtime_error(out: &Output, says: &str) -> String {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.contains(says), "expected {says:?} in: {err}");
+    err
+}
+
+#[test]
+fn bad_server_urls_are_usage_errors_that_name_their_origin() {
+    let run = |server: Option<&str>, env: Option<&str>| {
+        let mut c = Command::new(bin());
+        c.env_remove("RILL_SERVER");
+        if let Some(s) = server {
+            c.args(["--server", s]);
+        }
+        if let Some(e) = env {
+            c.env("RILL_SERVER", e);
+        }
+        c.args(["stream", "list"]).output().unwrap()
+    };
+    usage_error(&run(Some("http://x"), None), "--server");
+    usage_error(&run(Some("http://x"), None), "rill://");
+    usage_error(&run(None, Some("zzz")), "RILL_SERVER");
+    usage_error(&run(Some("rill:/127.0.0.1:7171"), None), "not a host");
+    // A valid URL with nothing behind it is a runtime error that says so.
+    let err = runtime_error(&run(Some("rill://127.0.0.1:1"), None), "rill serve");
+    assert!(!err.contains("invalid"), "{err}");
+}
+
+/// A fake server that answers every connection with `answer`, then closes it.
+fn fake_server(answer: &'static [u8]) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 256];
+            let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(answer);
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_peer_that_is_not_a_rill_server_is_named_so() {
+    let http =
+        fake_server(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+    let out = Command::new(bin())
+        .args(["--server", &format!("rill://{http}"), "stream", "list"])
+        .env_remove("RILL_SERVER")
+        .output()
+        .unwrap();
+    let err = runtime_error(&out, "not a Rill server");
+    assert!(err.contains("HTTP") && !err.contains("1347703880"), "{err}");
+    let other = fake_server(b"<!DOCTYPE html><html>nothing to see here</html>");
+    let out = Command::new(bin())
+        .args(["--server", &format!("rill://{other}"), "stream", "list"])
+        .env_remove("RILL_SERVER")
+        .output()
+        .unwrap();
+    runtime_error(&out, "not a Rill server");
+}
+
+#[test]
+fn data_directories_must_exist_and_be_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let typo = dir.path().join("typo");
+    let data = |path: &std::path::Path, args: &[&str]| {
+        Command::new(bin())
+            .arg("--data")
+            .arg(path)
+            .args(args)
+            .env_remove("RILL_SERVER")
+            .output()
+            .unwrap()
+    };
+    runtime_error(&data(&typo, &["stream", "list"]), "does not exist");
+    runtime_error(&data(&typo, &["consume", "s/t"]), "does not exist");
+    assert!(!typo.exists(), "a read command made {}", typo.display());
+    let file = dir.path().join("file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let err = runtime_error(&data(&file, &["stream", "list"]), "is not a directory");
+    assert!(!err.contains("File exists"), "{err}");
+    // Commands that create something make the directory.
+    ok(&data(&typo, &["topic", "create", "s/t"]));
+    ok(&data(&typo, &["stream", "list"]));
+}
+
+/// Starts `rill serve` with `env` and extra args on free ports; its whole stderr.
+fn serve_briefly(data: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> (Child, String) {
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--data",
+    ])
+    .arg(data)
+    .args(args)
+    .env("RILL_LOG", "info")
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut log = String::new();
+    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+        log.push_str(&line);
+        log.push('\n');
+        if line.starts_with("rill listening on ") {
+            break;
+        }
+    }
+    (child, log)
+}
+
+#[test]
+fn serve_logs_plain_text_and_says_where_it_listens_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, log) = serve_briefly(&dir.path().join("data"), &[], &[]);
+    let _ = child.kill();
+    let _ = child.wait();
+    let listening = log.lines().last().unwrap().to_owned();
+    assert!(listening.starts_with("rill listening on "), "{log}");
+    let addr = listening
+        .trim_start_matches("rill listening on ")
+        .split(' ')
+        .next()
+        .unwrap();
+    assert_eq!(log.matches(addr).count(), 1, "the address once: {log}");
+    assert!(!log.contains('\x1b'), "no colours in a pipe: {log:?}");
+    assert!(!log.contains("Some("), "{log}");
+}
+
+#[test]
+fn serve_help_lists_only_its_own_flags() {
+    let out = Command::new(bin())
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = ok(&out);
+    assert!(
+        help.contains("--listen") && help.contains("--data"),
+        "{help}"
+    );
+    assert!(
+        !help.contains("--server") && !help.contains("--tls-ca"),
+        "{help}"
+    );
+    let out = Command::new(bin())
+        .args(["serve", "--server", "rill://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    usage_error(&out, "--server is for commands that talk to a server");
+}
+
+#[test]
+fn bad_environment_variables_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let serve = |env: &[(&str, &str)]| {
+        let mut c = Command::new(bin());
+        c.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--data",
+        ])
+        .arg(&data)
+        .env("RILL_LOG", "error");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let out = Command::new(bin())
+        .args(["serve", "--data"])
+        .arg(&data)
+        .env("RILL_LISTEN", "nowhere")
+        .output()
+        .unwrap();
+    usage_error(&out, "RILL_LISTEN");
+    runtime_error(
+        &serve(&[("RILL_DEFAULT_DURABILITY", "sometimes")]),
+        "RILL_DEFAULT_DURABILITY",
+    );
+    assert!(!data.exists(), "a failed start left {}", data.display());
+    let out = Command::new(bin())
+        .args(["--data"])
+        .arg(dir.path().join("other"))
+        .args(["topic", "create", "s/t"])
+        .env("RILL_LOG", "info,[broken")
+        .output()
+        .unwrap();
+    ok(&out);
+    assert!(stderr(&out).contains("RILL_LOG"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_serve_that_cannot_listen_leaves_no_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().to_string();
+    let data = dir.path().join("data");
+    let out = Command::new(bin())
+        .args([
+            "serve",
+            "--listen",
+            &port,
+            "--http",
+            "127.0.0.1:0",
+            "--data",
+        ])
+        .arg(&data)
+        .env("RILL_LOG", "error")
+        .output()
+        .unwrap();
+    runtime_error(&out, "cannot start the server");
+    assert!(!data.exists(), "a failed start left {}", data.display());
+    // A directory that was there stays.
+    std::fs::create_dir(&data).unwrap();
+    let out = Command::new(bin())
+        .args([
+            "serve",
+            "--listen",
+            &port,
+            "--http",
+            "127.0.0.1:0",
+            "--data",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(data.exists());
+}
+
+#[test]
+fn bench_prints_no_progress_without_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(bin())
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .args([
+            "bench",
+            "produce",
+            "--messages",
+            "3000",
+            "--warmup",
+            "0",
+            "--size",
+            "10",
+            "--json",
+        ])
+        .env_remove("RILL_LOG")
+        .output()
+        .unwrap();
+    ok(&out);
+    let err = stderr(&out);
+    assert!(err.lines().all(|l| l.starts_with("rill bench: ")), "{err}");
+}
