@@ -42,6 +42,12 @@ pub(crate) struct ServeArgs {
     /// can read, write and delete every stream)
     #[arg(long)]
     insecure: bool,
+    /// Serve the writes of the HTTP admin API (topic create, change and delete, group and
+    /// consumer resets; the broker still authorizes each); without it they are refused
+    /// with 403. Also `http_admin_writes = true` in the TOML file [env
+    /// RILL_HTTP_ADMIN_WRITES]
+    #[arg(long)]
+    http_admin_writes: bool,
     /// Serve the writes of the HTTP admin API (create and delete topics; the broker
     /// still authorizes each); without it they are refused with 403. Also
     /// `http_admin_writes = true` in the TOML file [env RILL_HTTP_ADMIN_WRITES]
@@ -117,6 +123,8 @@ struct FileConfig {
     reserved_space_bytes: Option<u64>,
     /// As `--auth`.
     auth: Option<bool>,
+    /// As `--http-admin-writes`.
+    http_admin_writes: Option<bool>,
     /// As `--http-admin-writes`.
     http_admin_writes: Option<bool>,
     /// PBKDF2 iterations of SCRAM verifiers the server makes (4,096-1,000,000).
@@ -231,6 +239,9 @@ fn apply_env(file: &mut FileConfig, env: impl Fn(&str) -> Option<String>) -> any
     }
     if let Some(v) = env("RILL_RESERVED_SPACE_BYTES") {
         file.reserved_space_bytes = Some(parse("RILL_RESERVED_SPACE_BYTES", &v)?);
+    }
+    if let Some(v) = env("RILL_HTTP_ADMIN_WRITES") {
+        file.http_admin_writes = Some(parse("RILL_HTTP_ADMIN_WRITES", &v)?);
     }
     if let Some(v) = env("RILL_HTTP_ADMIN_WRITES") {
         file.http_admin_writes = Some(parse("RILL_HTTP_ADMIN_WRITES", &v)?);
@@ -455,6 +466,7 @@ fn server_config(args: &ServeArgs, file: &FileConfig) -> anyhow::Result<ServerCo
     };
     config.http_admin_writes =
         args.http_admin_writes || file.http_admin_writes.unwrap_or(false);
+    config.http_admin_writes = args.http_admin_writes || file.http_admin_writes.unwrap_or(false);
     config.validate()?;
     Ok(config)
 }
@@ -725,6 +737,7 @@ mod tests {
             admin_password_file: None,
             insecure: false,
             http_admin_writes: false,
+            http_admin_writes: false,
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
@@ -814,6 +827,28 @@ mod tests {
         let mut flag = args();
         flag.http_admin_writes = true;
         assert!(server_config(&flag, &FileConfig::default()).unwrap().http_admin_writes);
+        let file: FileConfig = toml::from_str("http_admin_writes = true\n").unwrap();
+        assert!(server_config(&args(), &file).unwrap().http_admin_writes);
+        let mut file = FileConfig::default();
+        let env = |name: &str| (name == "RILL_HTTP_ADMIN_WRITES").then(|| "true".to_owned());
+        apply_env(&mut file, env).unwrap();
+        assert!(server_config(&args(), &file).unwrap().http_admin_writes);
+        let bad = |name: &str| (name == "RILL_HTTP_ADMIN_WRITES").then(|| "yes please".to_owned());
+        let e = apply_env(&mut FileConfig::default(), bad).unwrap_err();
+        assert!(e.to_string().contains("RILL_HTTP_ADMIN_WRITES"), "{e}");
+    }
+
+    #[test]
+    fn http_admin_writes_come_from_the_flag_the_environment_or_the_file() {
+        let off = server_config(&args(), &FileConfig::default()).unwrap();
+        assert!(!off.http_admin_writes);
+        let mut flag = args();
+        flag.http_admin_writes = true;
+        assert!(
+            server_config(&flag, &FileConfig::default())
+                .unwrap()
+                .http_admin_writes
+        );
         let file: FileConfig = toml::from_str("http_admin_writes = true\n").unwrap();
         assert!(server_config(&args(), &file).unwrap().http_admin_writes);
         let mut file = FileConfig::default();

@@ -9,10 +9,11 @@ use rill_proto::pb;
 use serde::{Deserialize, Serialize};
 
 use super::server::{LagPointJson, SAMPLE_INTERVAL_SECONDS};
-use super::{ApiPath, ask, check_name};
+use super::{ApiJson, ApiPath, ApiQuery, ask, check_name};
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::records::parse_rfc3339_us;
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct GroupPath {
@@ -115,5 +116,309 @@ pub(crate) async fn describe(
         stream: path.stream,
         topic: path.topic,
         group: path.group,
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct TopicPath {
+    stream: String,
+    topic: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PageQuery {
+    after: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct GroupSummaryJson {
+    group: String,
+    members: u32,
+    generation: u64,
+    lag: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct GroupsJson {
+    groups: Vec<GroupSummaryJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<String>,
+}
+
+fn page_after(query: &PageQuery) -> Result<String, ApiError> {
+    match &query.after {
+        Some(after) => {
+            check_name("after", after)?;
+            Ok(after.clone())
+        }
+        None => Ok(String::new()),
+    }
+}
+
+/// `GET /api/v1/streams/{stream}/topics/{topic}/groups`: a page of the topic's groups
+/// (the broker's page: at most 1,000, in name order).
+pub(crate) async fn list(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    ApiPath(path): ApiPath<TopicPath>,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> Result<Json<GroupsJson>, ApiError> {
+    check_name("stream", &path.stream)?;
+    check_name("topic", &path.topic)?;
+    let (answer, _) = ask!(
+        &state,
+        &caller,
+        ListGroups(pb::ListGroupsRequest {
+            stream: path.stream,
+            topic: path.topic,
+            after: page_after(&query)?,
+        })
+    );
+    Ok(Json(GroupsJson {
+        groups: answer
+            .groups
+            .into_iter()
+            .map(|g| GroupSummaryJson {
+                group: g.group,
+                members: g.members,
+                generation: g.generation,
+                lag: g.lag,
+            })
+            .collect(),
+        next: answer.next,
+    }))
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ConsumerPartitionJson {
+    partition: u32,
+    offset: u64,
+    log_end: u64,
+    lag: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ConsumerJson {
+    consumer: String,
+    partitions: Vec<ConsumerPartitionJson>,
+    lag: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ConsumersJson {
+    consumers: Vec<ConsumerJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<String>,
+}
+
+/// `GET /api/v1/streams/{stream}/topics/{topic}/consumers`: a page of the topic's named
+/// consumers with their stored offsets.
+pub(crate) async fn consumers(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    ApiPath(path): ApiPath<TopicPath>,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> Result<Json<ConsumersJson>, ApiError> {
+    check_name("stream", &path.stream)?;
+    check_name("topic", &path.topic)?;
+    let (answer, _) = ask!(
+        &state,
+        &caller,
+        ListConsumers(pb::ListConsumersRequest {
+            stream: path.stream,
+            topic: path.topic,
+            after: page_after(&query)?,
+        })
+    );
+    Ok(Json(ConsumersJson {
+        consumers: answer
+            .consumers
+            .into_iter()
+            .map(|c| ConsumerJson {
+                consumer: c.consumer,
+                partitions: c
+                    .partitions
+                    .into_iter()
+                    .map(|p| ConsumerPartitionJson {
+                        partition: p.partition,
+                        offset: p.offset,
+                        log_end: p.log_end,
+                        lag: p.lag,
+                    })
+                    .collect(),
+                lag: c.lag,
+            })
+            .collect(),
+        next: answer.next,
+    }))
+}
+
+/// The body of a reset: where to move the stored offsets, and of which partition.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ResetJson {
+    to: String,
+    offset: Option<u64>,
+    time: Option<String>,
+    partition: Option<u32>,
+}
+
+/// A reset's target on the wire: `(to, offset, timestamp_us)`.
+fn reset_target(body: &ResetJson) -> Result<(pb::ResetTo, u64, i64), ApiError> {
+    let only = |what: &str, ok: bool| {
+        if ok {
+            Ok(())
+        } else {
+            Err(ApiError::BadJson(format!("to {:?} takes {what}", body.to)))
+        }
+    };
+    match body.to.as_str() {
+        "first" | "end" => {
+            only(
+                "neither offset nor time",
+                body.offset.is_none() && body.time.is_none(),
+            )?;
+            let to = if body.to == "first" {
+                pb::ResetTo::First
+            } else {
+                pb::ResetTo::End
+            };
+            Ok((to, 0, 0))
+        }
+        "offset" => {
+            only(
+                "offset and not time",
+                body.offset.is_some() && body.time.is_none(),
+            )?;
+            Ok((pb::ResetTo::Offset, body.offset.unwrap_or(0), 0))
+        }
+        "time" => {
+            only(
+                "time and not offset",
+                body.time.is_some() && body.offset.is_none(),
+            )?;
+            let text = body.time.as_deref().unwrap_or("");
+            let us = parse_rfc3339_us(text).ok_or_else(|| {
+                ApiError::BadJson(format!("time: {text:?} is not an RFC 3339 time"))
+            })?;
+            Ok((pb::ResetTo::Timestamp, 0, us))
+        }
+        other => Err(ApiError::BadJson(format!(
+            "to: {other:?} is not first, end, offset or time"
+        ))),
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct OffsetJson {
+    partition: u32,
+    offset: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct OffsetsJson {
+    offsets: Vec<OffsetJson>,
+}
+
+fn offsets_json(offsets: Vec<pb::PartitionOffset>) -> OffsetsJson {
+    OffsetsJson {
+        offsets: offsets
+            .into_iter()
+            .map(|p| OffsetJson {
+                partition: p.partition,
+                offset: p.offset,
+            })
+            .collect(),
+    }
+}
+
+/// `POST /api/v1/streams/{stream}/topics/{topic}/groups/{group}/reset`.
+pub(crate) async fn reset(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    ApiPath(path): ApiPath<GroupPath>,
+    ApiJson(body): ApiJson<ResetJson>,
+) -> Result<Json<OffsetsJson>, ApiError> {
+    check_name("stream", &path.stream)?;
+    check_name("topic", &path.topic)?;
+    check_name("group", &path.group)?;
+    let (to, offset, timestamp_us) = reset_target(&body)?;
+    let (answer, _) = ask!(
+        &state,
+        &caller,
+        ResetGroupOffsets(pb::ResetGroupOffsetsRequest {
+            stream: path.stream,
+            topic: path.topic,
+            group: path.group,
+            to: to as i32,
+            offset,
+            timestamp_us,
+            partition: body.partition,
+        })
+    );
+    Ok(Json(offsets_json(answer.offsets)))
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ConsumerPath {
+    stream: String,
+    topic: String,
+    consumer: String,
+}
+
+/// `POST /api/v1/streams/{stream}/topics/{topic}/consumers/{consumer}/reset`.
+pub(crate) async fn reset_consumer(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    ApiPath(path): ApiPath<ConsumerPath>,
+    ApiJson(body): ApiJson<ResetJson>,
+) -> Result<Json<OffsetsJson>, ApiError> {
+    check_name("stream", &path.stream)?;
+    check_name("topic", &path.topic)?;
+    check_name("consumer", &path.consumer)?;
+    let (to, offset, timestamp_us) = reset_target(&body)?;
+    let (answer, _) = ask!(
+        &state,
+        &caller,
+        ResetConsumerOffsets(pb::ResetConsumerOffsetsRequest {
+            stream: path.stream,
+            topic: path.topic,
+            consumer: path.consumer,
+            to: to as i32,
+            offset,
+            timestamp_us,
+            partition: body.partition,
+        })
+    );
+    Ok(Json(offsets_json(answer.offsets)))
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct DeletedJson {
+    offsets_deleted: u32,
+}
+
+/// `DELETE /api/v1/streams/{stream}/topics/{topic}/groups/{group}`: the group's stored
+/// offsets go (`409 GROUP_NOT_EMPTY` while it has live members).
+pub(crate) async fn delete(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    ApiPath(path): ApiPath<GroupPath>,
+) -> Result<Json<DeletedJson>, ApiError> {
+    check_name("stream", &path.stream)?;
+    check_name("topic", &path.topic)?;
+    check_name("group", &path.group)?;
+    let (answer, _) = ask!(
+        &state,
+        &caller,
+        DeleteGroup(pb::DeleteGroupRequest {
+            stream: path.stream,
+            topic: path.topic,
+            group: path.group,
+        })
+    );
+    Ok(Json(DeletedJson {
+        offsets_deleted: answer.offsets_deleted,
     }))
 }

@@ -44,10 +44,17 @@ api_routes! {
     "/api/v1/streams" => get(topics::streams),
     "/api/v1/topics" => get(topics::list),
     "/api/v1/streams/{stream}/topics" => post(topics::create),
-    "/api/v1/streams/{stream}/topics/{topic}" => get(topics::describe).delete(topics::delete),
+    "/api/v1/streams/{stream}/topics/{topic}" =>
+        get(topics::describe).patch(topics::alter).delete(topics::delete),
     "/api/v1/streams/{stream}/topics/{topic}/partitions/{partition}/messages" =>
         get(messages::messages),
-    "/api/v1/streams/{stream}/topics/{topic}/groups/{group}" => get(groups::describe),
+    "/api/v1/streams/{stream}/topics/{topic}/groups" => get(groups::list),
+    "/api/v1/streams/{stream}/topics/{topic}/groups/{group}" =>
+        get(groups::describe).delete(groups::delete),
+    "/api/v1/streams/{stream}/topics/{topic}/groups/{group}/reset" => post(groups::reset),
+    "/api/v1/streams/{stream}/topics/{topic}/consumers" => get(groups::consumers),
+    "/api/v1/streams/{stream}/topics/{topic}/consumers/{consumer}/reset" =>
+        post(groups::reset_consumer),
 }
 
 /// Makes one request to the broker as `caller`: its answer's body and payload, or the

@@ -386,3 +386,65 @@ pub(crate) async fn delete(
     );
     Ok(StatusCode::NO_CONTENT)
 }
+
+/// Reads a field that may be absent (`None`), `null` (`Some(None)`) or a value.
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// The body of `PATCH /api/v1/streams/{stream}/topics/{topic}`: an absent field stays,
+/// a `null` limit is removed.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AlterTopicJson {
+    #[serde(default, deserialize_with = "present")]
+    retention_ms: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "present")]
+    retention_bytes: Option<Option<u64>>,
+    durability: Option<String>,
+    partitions: Option<u32>,
+}
+
+/// `PATCH /api/v1/streams/{stream}/topics/{topic}`: the topic's description after the
+/// change.
+pub(crate) async fn alter(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    ApiPath(path): ApiPath<TopicPath>,
+    ApiJson(body): ApiJson<AlterTopicJson>,
+) -> Result<Json<TopicJson>, ApiError> {
+    check_name("stream", &path.stream)?;
+    check_name("topic", &path.topic)?;
+    let (durability, durability_interval_ms) = match &body.durability {
+        None => (pb::Durability::Unspecified, None),
+        Some(text) => match text.parse::<rill_format::Durability>() {
+            Ok(rill_format::Durability::Always) => (pb::Durability::Always, None),
+            Ok(rill_format::Durability::Never) => (pb::Durability::Never, None),
+            Ok(d @ rill_format::Durability::Interval(_)) => {
+                (pb::Durability::Interval, d.interval_ms())
+            }
+            Err(e) => return Err(ApiError::BadJson(format!("durability: {e}"))),
+        },
+    };
+    let change = |c: Option<Option<u64>>| c.map(|value| pb::LimitChange { value });
+    ask!(
+        &state,
+        &caller,
+        AlterTopic(pb::AlterTopicRequest {
+            stream: path.stream.clone(),
+            topic: path.topic.clone(),
+            retention_ms: change(body.retention_ms),
+            retention_bytes: change(body.retention_bytes),
+            durability: durability as i32,
+            durability_interval_ms,
+            partitions: body.partitions,
+        })
+    );
+    Ok(Json(
+        describe_one(&state, &caller, &path.stream, &path.topic).await?,
+    ))
+}

@@ -67,6 +67,7 @@ fn concrete(template: &str) -> String {
         .replace("{topic}", "t")
         .replace("{partition}", "0")
         .replace("{group}", "g")
+        .replace("{consumer}", "c")
 }
 
 #[tokio::test]
