@@ -48,11 +48,6 @@ pub(crate) struct ServeArgs {
     /// RILL_HTTP_ADMIN_WRITES]
     #[arg(long)]
     http_admin_writes: bool,
-    /// Serve the writes of the HTTP admin API (create and delete topics; the broker
-    /// still authorizes each); without it they are refused with 403. Also
-    /// `http_admin_writes = true` in the TOML file [env RILL_HTTP_ADMIN_WRITES]
-    #[arg(long)]
-    http_admin_writes: bool,
     /// Speak TLS only, on the client port and the HTTP port, with this certificate
     /// chain (PEM, leaf first); re-read on SIGHUP. Also `tls_cert` in the TOML file
     #[arg(long, value_name = "FILE", requires = "tls_key")]
@@ -123,8 +118,6 @@ struct FileConfig {
     reserved_space_bytes: Option<u64>,
     /// As `--auth`.
     auth: Option<bool>,
-    /// As `--http-admin-writes`.
-    http_admin_writes: Option<bool>,
     /// As `--http-admin-writes`.
     http_admin_writes: Option<bool>,
     /// PBKDF2 iterations of SCRAM verifiers the server makes (4,096-1,000,000).
@@ -239,9 +232,6 @@ fn apply_env(file: &mut FileConfig, env: impl Fn(&str) -> Option<String>) -> any
     }
     if let Some(v) = env("RILL_RESERVED_SPACE_BYTES") {
         file.reserved_space_bytes = Some(parse("RILL_RESERVED_SPACE_BYTES", &v)?);
-    }
-    if let Some(v) = env("RILL_HTTP_ADMIN_WRITES") {
-        file.http_admin_writes = Some(parse("RILL_HTTP_ADMIN_WRITES", &v)?);
     }
     if let Some(v) = env("RILL_HTTP_ADMIN_WRITES") {
         file.http_admin_writes = Some(parse("RILL_HTTP_ADMIN_WRITES", &v)?);
@@ -464,8 +454,6 @@ fn server_config(args: &ServeArgs, file: &FileConfig) -> anyhow::Result<ServerCo
         (Some(_), None) => anyhow::bail!("tls_cert needs tls_key"),
         (None, Some(_)) => anyhow::bail!("tls_key needs tls_cert"),
     };
-    config.http_admin_writes =
-        args.http_admin_writes || file.http_admin_writes.unwrap_or(false);
     config.http_admin_writes = args.http_admin_writes || file.http_admin_writes.unwrap_or(false);
     config.validate()?;
     Ok(config)
@@ -737,7 +725,6 @@ mod tests {
             admin_password_file: None,
             insecure: false,
             http_admin_writes: false,
-            http_admin_writes: false,
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
@@ -818,24 +805,6 @@ mod tests {
         apply_env(&mut file, env).unwrap();
         let config = server_config(&args(), &file).unwrap();
         assert_eq!(config.idle_timeout, Some(Duration::from_millis(1500)));
-    }
-
-    #[test]
-    fn http_admin_writes_come_from_the_flag_the_environment_or_the_file() {
-        let off = server_config(&args(), &FileConfig::default()).unwrap();
-        assert!(!off.http_admin_writes);
-        let mut flag = args();
-        flag.http_admin_writes = true;
-        assert!(server_config(&flag, &FileConfig::default()).unwrap().http_admin_writes);
-        let file: FileConfig = toml::from_str("http_admin_writes = true\n").unwrap();
-        assert!(server_config(&args(), &file).unwrap().http_admin_writes);
-        let mut file = FileConfig::default();
-        let env = |name: &str| (name == "RILL_HTTP_ADMIN_WRITES").then(|| "true".to_owned());
-        apply_env(&mut file, env).unwrap();
-        assert!(server_config(&args(), &file).unwrap().http_admin_writes);
-        let bad = |name: &str| (name == "RILL_HTTP_ADMIN_WRITES").then(|| "yes please".to_owned());
-        let e = apply_env(&mut FileConfig::default(), bad).unwrap_err();
-        assert!(e.to_string().contains("RILL_HTTP_ADMIN_WRITES"), "{e}");
     }
 
     #[test]
