@@ -216,6 +216,7 @@ fn apply_env(file: &mut FileConfig, env: impl Fn(&str) -> Option<String>) -> any
         file.files_reserved = Some(parse("RILL_FILES_RESERVED", &v)?);
     }
     if let Some(v) = env("RILL_DEFAULT_DURABILITY") {
+        parse::<rill_storage::Durability>("RILL_DEFAULT_DURABILITY", &v)?;
         file.default_durability = Some(v);
     }
     if let Some(v) = env("RILL_RETENTION_CHECK_SECS") {
@@ -500,6 +501,9 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
     let data = data
         .or_else(|| file.data.clone())
         .unwrap_or_else(|| PathBuf::from("./rill-data"));
+    crate::target::check_data_dir(&data, true)?;
+    // A directory this start makes is removed again if the start fails.
+    let mut made = MadeDir::new(&data);
     let mut broker_config = broker_config(&file, &data, server_config.max_frame_bytes)
         .context("invalid broker settings")?;
     let auth = args.auth || file.auth.unwrap_or(false);
@@ -542,22 +546,23 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
         &broker.config().data_dir,
     )
     .await?;
+    let server = match Server::bind(server_config, Arc::clone(&broker)).await {
+        Ok(server) => server,
+        Err(e) => {
+            let b = Arc::clone(&broker);
+            let _closed = tokio::task::spawn_blocking(move || b.shutdown()).await;
+            return Err(anyhow::Error::new(e).context("cannot start the server"));
+        }
+    };
+    made.keep();
     let upkeep = tokio::spawn(Arc::clone(&broker).run_upkeep());
-    let server = Server::bind(server_config, Arc::clone(&broker))
-        .await
-        .context("cannot start the server")?;
     if let Some(node) = &cluster {
         node.register_client(server.local_addr().to_string());
     }
     if let Some(tls) = server.tls() {
         reload_on_sighup(tls);
     }
-    tracing::info!(
-        listen = %server.local_addr(),
-        http = ?server.http_addr(),
-        max_connections = server.max_connections(),
-        "rill is serving"
-    );
+    tracing::info!(max_connections = server.max_connections(), "connections at most");
     // Scripts read the bound addresses from this line (useful with port 0).
     eprintln!(
         "rill listening on {} (http {})",
@@ -574,6 +579,32 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
         .context("flushing data at shutdown")?;
     tracing::info!("rill stopped");
     Ok(())
+}
+
+/// A data directory that did not exist before `serve` started: removed when dropped
+/// unless [`MadeDir::keep`] was called, so a start that fails (a port in use) leaves
+/// nothing behind.
+struct MadeDir(Option<PathBuf>);
+
+impl MadeDir {
+    fn new(data: &Path) -> Self {
+        Self((!data.exists()).then(|| data.to_path_buf()))
+    }
+
+    fn keep(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for MadeDir {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take()
+            && let Err(e) = std::fs::remove_dir_all(&dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the data directory this failed start made");
+        }
+    }
 }
 
 /// Starts this process's cluster node: binds its node-to-node listener on its
@@ -626,7 +657,8 @@ async fn start_node(
     let node = rill_cluster::node::ClusterNode::start(config, listener)
         .await
         .context("cannot start the cluster node")?;
-    tracing::info!(node = id, peers = ?peers, "cluster node started");
+    let shown: Vec<String> = peers.iter().map(|(n, a)| format!("{n}={a}")).collect();
+    tracing::info!(node = id, peers = %shown.join(","), "cluster node started");
     eprintln!(
         "rill node {id} of a cluster of {} (peers on {own})",
         peers.len()
