@@ -562,7 +562,10 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
     if let Some(tls) = server.tls() {
         reload_on_sighup(tls);
     }
-    tracing::info!(max_connections = server.max_connections(), "connections at most");
+    tracing::info!(
+        max_connections = server.max_connections(),
+        "connections at most"
+    );
     // Scripts read the bound addresses from this line (useful with port 0).
     eprintln!(
         "rill listening on {} (http {})",
