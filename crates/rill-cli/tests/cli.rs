@@ -397,7 +397,10 @@ fn unreachable_server_is_a_clear_runtime_error() {
     );
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("invalid server URL") && !err.contains("rill serve"), "{err}");
+    assert!(
+        err.contains("invalid server URL") && !err.contains("rill serve"),
+        "{err}"
+    );
 }
 
 #[test]
