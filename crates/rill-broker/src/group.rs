@@ -1,4 +1,4 @@
-//! The consumer-group coordinator as a pure state machine (DESIGN.md §5): events in
+//! The consumer-group coordinator as a pure state machine: events in
 //! (join, leave, heartbeat, revocation done, clock), each member's view out. No I/O and
 //! no clock of its own, so it is tested exhaustively without a broker.
 //!

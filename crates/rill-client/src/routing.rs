@@ -15,7 +15,7 @@ pub enum Routing {
 }
 
 /// The error of a record that has both a key and an explicit partition: the two are
-/// exclusive ways to pick its partition (DESIGN.md §1), in every write path.
+/// exclusive ways to pick its partition, in every write path.
 pub(crate) fn key_and_partition() -> crate::ClientError {
     crate::ClientError::InvalidArgument(
         "a record takes a key or an explicit partition, not both".into(),

@@ -44,7 +44,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     ("rill", &["rill-client", "rill-events"]),
-    // Typed events stand on the client only (DESIGN.md §2); the derive macros on nothing.
+    // Typed events stand on the client only; the derive macros on nothing.
     ("rill-events", &["rill-client", "rill-events-derive"]),
     ("rill-events-derive", &[]),
     // Test tools drive Rill from outside: the soak runs `rill serve` and talks to it
