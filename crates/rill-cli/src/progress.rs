@@ -28,34 +28,61 @@ fn target() -> ProgressDrawTarget {
     }
 }
 
-/// A bar towards `total` items named `unit` (`records`, `messages`).
+/// A bar towards `total` items named `unit` (`records`, `messages`). The templates stay
+/// well within 80 columns: a line that wraps is redrawn below itself.
 pub(crate) fn bar(total: u64, unit: &str) -> ProgressBar {
-    let style = ProgressStyle::with_template(&format!(
-        "{{bar:30}} {{human_pos}}/{{human_len}} {unit} ({{per_sec}}, {{eta}} left)"
-    ))
-    .unwrap_or_else(|_| ProgressStyle::default_bar());
-    ProgressBar::with_draw_target(Some(total), target()).with_style(style)
+    ProgressBar::with_draw_target(Some(total), target()).with_style(style(&bar_template(unit)))
 }
 
 /// A bar over `total` bytes of input, which also counts the `unit`s sent.
 pub(crate) fn bytes(total: u64, unit: &str) -> ProgressBar {
-    let style = ProgressStyle::with_template(&format!(
-        "{{bar:30}} {{binary_bytes}}/{{binary_total_bytes}} ({{binary_bytes_per_sec}}, {{eta}} left) {{msg}} {unit}"
-    ))
-    .unwrap_or_else(|_| ProgressStyle::default_bar());
-    ProgressBar::with_draw_target(Some(total), target()).with_style(style)
+    ProgressBar::with_draw_target(Some(total), target()).with_style(style(&bytes_template(unit)))
 }
 
 /// A counter of `unit`s for work of unknown length.
 pub(crate) fn counter(unit: &str) -> ProgressBar {
-    let style = ProgressStyle::with_template(&format!(
-        "{{spinner}} {{human_pos}} {unit} ({{per_sec}}, {{elapsed}})"
-    ))
-    .unwrap_or_else(|_| ProgressStyle::default_spinner());
-    let bar = ProgressBar::with_draw_target(None, target()).with_style(style);
+    let bar =
+        ProgressBar::with_draw_target(None, target()).with_style(style(&counter_template(unit)));
     if shown() {
         // Ticks on its own, so a quiet input still shows the command is alive.
         bar.enable_steady_tick(TICK);
     }
     bar
+}
+
+fn bar_template(unit: &str) -> String {
+    format!("{{bar:20}} {{human_pos}}/{{human_len}} {unit}, {{eta}} left")
+}
+
+fn bytes_template(unit: &str) -> String {
+    format!("{{bar:20}} {{binary_bytes}}/{{binary_total_bytes}}, {{msg}} {unit}, {{eta}} left")
+}
+
+fn counter_template(unit: &str) -> String {
+    format!("{{spinner}} {{human_pos}} {unit}, {{elapsed}}")
+}
+
+/// The style of a template; the templates are constants, checked by a test, so the
+/// plain bar in its place is never drawn in practice.
+fn style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_template_parses() {
+        for template in [
+            bar_template("records"),
+            bytes_template("records"),
+            counter_template("records"),
+        ] {
+            assert!(
+                ProgressStyle::with_template(&template).is_ok(),
+                "{template}"
+            );
+        }
+    }
 }
