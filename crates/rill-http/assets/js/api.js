@@ -113,12 +113,15 @@ export function topicPath(stream, topic) {
   return `/api/v1/streams/${encodeURIComponent(stream)}/topics/${encodeURIComponent(topic)}`
 }
 
-/** The error as a sentence for the page. */
+/** The error as a sentence for the page. An error that is not an `ApiError` is the
+ * console's own bug, so it is also logged to the browser's console (where the browser
+ * tests look for errors). */
 export function describeError(error) {
   if (error instanceof ApiError) {
     if (error.unreachable) return error.message
     return error.code ? `${error.message} (${error.code})` : `The server answered: ${error.message}.`
   }
+  console.error(error)
   return `Something failed in the console: ${error && error.message ? error.message : error}`
 }
 

@@ -17,11 +17,18 @@ const PAD = { left: 56, right: 14, top: 12, bottom: 24 }
  * reads 0.25 records). */
 function niceTop(value, whole) {
   const v = Math.max(value, whole ? 4 : 1) / 4
-  const power = 10 ** Math.floor(Math.log10(v))
+  const power = 10 ** Math.floor(Math.log10(v) + 1e-9)
   for (const step of [1, 2, 2.5, 5, 10]) {
     if (step * power >= v && (!whole || Number.isInteger(step * power))) return 4 * step * power
   }
   return 40 * power
+}
+
+/** As `niceTop`, for byte counts: steps of 1, 2, 2.5 or 5 of the largest binary unit
+ * (KiB, MiB, …) below the value, so the axis reads 2 KiB rather than 1.9 KiB. */
+function niceTopBytes(value) {
+  const unit = 1024 ** Math.max(0, Math.floor(Math.log(Math.max(value, 1)) / Math.log(1024)))
+  return niceTop(value / unit, unit === 1) * unit
 }
 
 const TIME_STEPS = [5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600].map((s) => s * 1000)
@@ -34,8 +41,9 @@ const TIME_STEPS = [5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600].map((s) =
  * - `gapMs`: points further apart than this are not joined (a pause in sampling).
  * - `empty`: the words shown when no series has a point.
  * - `whole`: the values are whole numbers (counts), so are the axis's steps.
+ * - `bytes`: the values are bytes: the axis steps by binary units.
  */
-export function lineChart({ label, series, format = String, gapMs = Infinity, height = 180, empty = 'No samples yet.', whole = false }) {
+export function lineChart({ label, series, format = String, gapMs = Infinity, height = 180, empty = 'No samples yet.', whole = false, bytes = false }) {
   const all = series.flatMap((s) => s.points)
   const legend = h('ul', { class: 'legend' })
   const figure = h('figure', { class: 'chart' })
@@ -45,7 +53,8 @@ export function lineChart({ label, series, format = String, gapMs = Infinity, he
   }
   const t0 = Math.min(...all.map((p) => p[0]))
   const t1 = Math.max(t0 + 1000, ...all.map((p) => p[0]))
-  const yMax = niceTop(Math.max(...all.map((p) => p[1])), whole)
+  const top = Math.max(...all.map((p) => p[1]))
+  const yMax = bytes ? niceTopBytes(top) : niceTop(top, whole)
   const plotW = WIDTH - PAD.left - PAD.right
   const plotH = height - PAD.top - PAD.bottom
   const x = (t) => PAD.left + ((t - t0) / (t1 - t0)) * plotW
@@ -150,6 +159,7 @@ export function rateCharts(rates) {
       lineChart({
         label: 'Bytes per second in and out',
         format: (v) => byteRate(v).replace('/s', ''),
+        bytes: true,
         gapMs,
         empty,
         series: [

@@ -5,6 +5,7 @@
 
 import { ApiError, describeError, send, topicPath } from './api.js'
 import { h } from './dom.js'
+import * as fmt from './format.js'
 
 /** The protocol's name rule (docs/PROTOCOL.md §7), checked before sending so a typo
  * is pointed at in the form; the server checks it again. */
@@ -20,11 +21,14 @@ function nameProblem(name) {
 
 let dialogCount = 0
 
+/** A problem with what was typed into a form, found before anything was sent. */
+class FormProblem extends Error {}
+
 /**
  * Opens a modal dialog with a form.
  * - `fields`: the form's content (nodes).
- * - `submit(form)`: does the action; resolves to close the dialog, throws to show the
- *   error in it.
+ * - `submit(form)`: does the action; resolves to close the dialog (`false`: it stays
+ *   open), throws to show the error in it.
  * - `danger`: the submit button is styled as destructive.
  */
 export function openDialog({ title, intro, fields, submitLabel, danger = false, submit, ready }) {
@@ -50,10 +54,11 @@ export function openDialog({ title, intro, fields, submitLabel, danger = false, 
     }
     submitButton.disabled = true
     try {
-      await submit(form)
-      dialog.close()
+      if ((await submit(form)) !== false) dialog.close()
     } catch (e) {
-      error.textContent = e instanceof ApiError ? `The server refused: ${describeError(e)}` : describeError(e)
+      if (e instanceof FormProblem) error.textContent = e.message
+      else if (e instanceof ApiError && !e.unreachable) error.textContent = `The server refused: ${describeError(e)}`
+      else error.textContent = describeError(e)
       error.hidden = false
     } finally {
       submitButton.disabled = false
@@ -87,9 +92,10 @@ const TIME_UNITS = [['minutes', 60_000], ['hours', 3_600_000], ['days', 86_400_0
 const SIZE_UNITS = [['MiB', 1 << 20], ['GiB', 1 << 30]]
 
 /** A number with a unit select; resolves to its value times the unit, or null when
- * left empty (the server's default). */
-function amount(name, units, defaultUnit) {
-  const number = h('input', { name, type: 'number', min: '1', step: '1', inputmode: 'numeric' })
+ * left empty (the server's default). `label` names the number when no field label
+ * points at it. */
+function amount(name, units, defaultUnit, label) {
+  const number = h('input', { name, type: 'number', min: '1', step: '1', inputmode: 'numeric', 'aria-label': label })
   const unit = h('select', { name: `${name}-unit`, 'aria-label': 'unit' },
     units.map(([label]) => h('option', { value: label, selected: label === defaultUnit }, label)))
   return {
@@ -166,8 +172,10 @@ export function confirmByName({ title, intro, name, submitLabel, action }) {
       input.focus()
     },
     async submit() {
-      if (input.value !== name) throw new Error(`type ${name} to confirm`)
+      // The button is disabled until the name matches; Enter in the field is not.
+      if (input.value !== name) return false
       await action()
+      return true
     },
   })
 }
@@ -182,6 +190,136 @@ export function deleteTopic({ stream, topic, records, done }) {
     submitLabel: 'Delete topic',
     async action() {
       await send('DELETE', topicPath(stream, topic))
+      done()
+    },
+  })
+}
+
+/** A limit that can stay, be removed or be set: a select and an amount. Resolves to
+ * `undefined` (unchanged), `null` (removed) or the new value. */
+function limitChange(name, label, units, defaultUnit, current, describe) {
+  const mode = h('select', { name: `${name}-mode` },
+    h('option', { value: 'keep' }, `keep (now ${current === null ? 'no limit' : describe(current)})`),
+    h('option', { value: 'none' }, 'no limit'),
+    h('option', { value: 'set' }, 'set to'))
+  const value = amount(name, units, defaultUnit, `New ${label.toLowerCase()}`)
+  value.nodes.hidden = true
+  value.number.required = false
+  mode.addEventListener('change', () => {
+    value.nodes.hidden = mode.value !== 'set'
+    value.number.required = mode.value === 'set'
+  })
+  return {
+    nodes: h('span', { class: 'amount' }, mode, value.nodes),
+    mode,
+    number: value.number,
+    change() {
+      if (mode.value === 'keep') return undefined
+      if (mode.value === 'none') return null
+      return value.value()
+    },
+  }
+}
+
+/** The "change a topic" dialog (`PATCH` of the topic): retention, durability, more
+ * partitions. Only what was changed is sent. `done(description)` after the server
+ * applied it. */
+export function alterTopic({ stream, topic, options, done }) {
+  const retention = limitChange('retention', 'Retention time', TIME_UNITS, 'days', options.retention_ms, fmt.millis)
+  const retentionBytes = limitChange('retention-bytes', 'Retention size', SIZE_UNITS, 'GiB', options.retention_bytes, fmt.bytes)
+  const durability = h('select', { name: 'durability' },
+    h('option', { value: '' }, `keep (now ${options.durability})`),
+    h('option', { value: 'always' }, 'always'),
+    h('option', { value: 'interval' }, 'interval'),
+    h('option', { value: 'never' }, 'never'))
+  const interval = h('input', { name: 'interval', type: 'number', min: '1', step: '1', value: '1000' })
+  const intervalField = field('Sync interval (ms)', interval)
+  intervalField.hidden = true
+  durability.addEventListener('change', () => {
+    intervalField.hidden = durability.value !== 'interval'
+  })
+  const partitions = h('input', { name: 'partitions', type: 'number', min: String(options.partitions), max: '100000', step: '1', value: String(options.partitions), required: true })
+  openDialog({
+    title: `Change ${stream}/${topic}`,
+    fields: [
+      field('Retention time', retention.nodes, null, retention.mode),
+      field('Retention size per partition', retentionBytes.nodes, null, retentionBytes.mode),
+      field('Durability', durability),
+      intervalField,
+      field('Partitions', partitions, 'Partitions can only be added. Keyed records of a key may then go to another partition than before.'),
+    ],
+    submitLabel: 'Change topic',
+    async submit() {
+      const body = {}
+      const ms = retention.change()
+      if (ms !== undefined) body.retention_ms = ms
+      const size = retentionBytes.change()
+      if (size !== undefined) body.retention_bytes = size
+      if (durability.value === 'interval') body.durability = `interval:${interval.value}`
+      else if (durability.value) body.durability = durability.value
+      if (Number(partitions.value) !== options.partitions) body.partitions = Number(partitions.value)
+      if (Object.keys(body).length === 0) throw new FormProblem('Nothing is changed: pick what to change first.')
+      done(await send('PATCH', topicPath(stream, topic), body))
+    },
+  })
+}
+
+/** The reset dialog of a group's or a named consumer's stored offsets. `kind` is
+ * `group` or `consumer`; `members`, for a group, its live members (the server refuses
+ * a reset while there are any). `done(offsets)` with the new stored offsets. */
+export function resetOffsets({ kind, stream, topic, name, partitions, members = 0, done }) {
+  const to = h('select', { name: 'to' },
+    h('option', { value: 'first' }, 'the first record of each partition'),
+    h('option', { value: 'end' }, 'the end (only records appended later are read)'),
+    h('option', { value: 'offset' }, 'an offset'),
+    h('option', { value: 'time' }, 'a time'))
+  const offset = h('input', { name: 'offset', type: 'number', min: '0', step: '1' })
+  const time = h('input', { name: 'time', type: 'datetime-local', step: '1' })
+  const offsetField = field('Offset', offset)
+  const timeField = field('Time (this browser\'s time zone)', time, 'The first record stamped at or after it.')
+  offsetField.hidden = true
+  timeField.hidden = true
+  to.addEventListener('change', () => {
+    offsetField.hidden = to.value !== 'offset'
+    timeField.hidden = to.value !== 'time'
+    offset.required = to.value === 'offset'
+    time.required = to.value === 'time'
+  })
+  const partition = h('select', { name: 'partition' },
+    h('option', { value: '' }, 'every partition'),
+    partitions.map((p) => h('option', { value: String(p) }, `partition ${p}`)))
+  const what = kind === 'group' ? `group ${name}` : `named consumer ${name}`
+  const path = `${topicPath(stream, topic)}/${kind === 'group' ? 'groups' : 'consumers'}/${encodeURIComponent(name)}/reset`
+  openDialog({
+    title: `Reset the offsets of ${what}`,
+    intro: kind === 'group' && members > 0
+      ? `The group has ${members} live member${members === 1 ? '' : 's'}: the server refuses a reset until they have left.`
+      : kind === 'consumer'
+        ? 'Stop the consumer first: a running one stores its own offsets over the new ones.'
+        : 'Members that join next start reading from the new offsets.',
+    fields: [field('Move to', to), offsetField, timeField, field('Partitions', partition)],
+    submitLabel: 'Reset offsets',
+    danger: true,
+    async submit() {
+      const body = { to: to.value }
+      if (to.value === 'offset') body.offset = Number(offset.value)
+      if (to.value === 'time') body.time = new Date(time.value).toISOString()
+      if (partition.value !== '') body.partition = Number(partition.value)
+      const answer = await send('POST', path, body)
+      done(answer.offsets)
+    },
+  })
+}
+
+/** The "delete a group" dialog: its stored offsets on the topic go. */
+export function deleteGroup({ stream, topic, group, done }) {
+  confirmByName({
+    title: `Delete group ${group}?`,
+    intro: `This deletes the stored offsets of the group ${group} on ${stream}/${topic}. The server refuses while the group has live members. A member that joins later starts where its start position says.`,
+    name: group,
+    submitLabel: 'Delete group',
+    async action() {
+      await send('DELETE', `${topicPath(stream, topic)}/groups/${encodeURIComponent(group)}`)
       done()
     },
   })

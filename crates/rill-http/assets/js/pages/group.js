@@ -3,10 +3,11 @@
 // server's sampler (the last 15 minutes) and, per partition, what this console saw on
 // each refresh since the page was first opened (the API keeps no per-partition history).
 
-import { ApiError, describeError, get, topicPath } from '../api.js'
+import { ApiError, describeError, get, has, topicPath } from '../api.js'
 import { PALETTE, lineChart } from '../chart.js'
 import { h, replace, section, table } from '../dom.js'
 import * as fmt from '../format.js'
+import { deleteGroup, resetOffsets } from '../writes.js'
 import { messagesHref } from './topic.js'
 
 /** Samples kept per partition: 15 minutes at the refresh interval. */
@@ -46,8 +47,47 @@ export function mount(ctx, [stream, topic, groupName]) {
   const totalChart = h('div')
   const partitionChart = h('div')
   const error = h('p', { class: 'error', role: 'alert', hidden: true })
+  let last = null
+  const groupPath = '/api/v1/streams/{stream}/topics/{topic}/groups/{group}'
+  const actions = ctx.writes
+    ? h('div', { class: 'tools' },
+      has('POST', `${groupPath}/reset`)
+        ? h('button', {
+          type: 'button',
+          onclick: () => last && resetOffsets({
+            kind: 'group',
+            stream,
+            topic,
+            name: groupName,
+            partitions: last.partitions.map((p) => p.partition),
+            members: last.members.length,
+            done: (offsets) => {
+              ctx.notify(`Reset group ${groupName}: ${offsets.map((o) => `partition ${o.partition} at ${o.offset === null ? 'none' : fmt.count(o.offset)}`).join(', ')}.`)
+              ctx.refresh()
+            },
+          }),
+        }, 'Reset offsets')
+        : null,
+      has('DELETE', groupPath)
+        ? h('button', {
+          type: 'button',
+          class: 'danger',
+          onclick: () => deleteGroup({
+            stream,
+            topic,
+            group: groupName,
+            done: () => {
+              ctx.notify(`Deleted group ${groupName} of ${full}.`)
+              location.hash = topicHref
+            },
+          }),
+        }, 'Delete group')
+        : null)
+    : null
   ctx.main.append(
-    h('h1', { tabindex: '-1' }, h('span', { class: 'muted' }, 'Group '), groupName, h('span', { class: 'muted' }, ` on ${full}`)),
+    h('div', { class: 'page-head' },
+      h('h1', { tabindex: '-1' }, h('span', { class: 'muted' }, 'Group '), groupName, h('span', { class: 'muted' }, ` on ${full}`)),
+      actions),
     error,
     summary,
     section('Members', null, members),
@@ -70,6 +110,7 @@ export function mount(ctx, [stream, topic, groupName]) {
         return
       }
       if (!alive()) return
+      last = g
       error.hidden = true
       replace(summary, h('ul', { class: 'stats' },
         h('li', null, h('span', null, 'Total lag (records)'), h('strong', { id: 'group-lag' }, fmt.count(g.lag))),

@@ -6,6 +6,7 @@
 import { ApiError, describeError, get, has, topicPath } from '../api.js'
 import { h, replace, table } from '../dom.js'
 import * as fmt from '../format.js'
+import { resetOffsets } from '../writes.js'
 
 const GROUPS_PATH = '/api/v1/streams/{stream}/topics/{topic}/groups'
 const CONSUMERS_PATH = '/api/v1/streams/{stream}/topics/{topic}/consumers'
@@ -62,7 +63,7 @@ function openByName(topics) {
 /**
  * The section. `scope` is `'all'` (the overview: every topic's groups) or
  * `{stream, topic}`. Its `refresh(alive, topics)` takes the topics the page already
- * has (`[{stream, topic}]`).
+ * has (`[{stream, topic}]`; for one topic with its `partitions` numbers too).
  */
 export function groupsSection(ctx, { scope }) {
   const body = h('div')
@@ -96,7 +97,7 @@ export function groupsSection(ctx, { scope }) {
         return
       }
       if (!alive()) return
-      const columns = ['Group', ...(one ? [] : ['Topic']), ['Members', { numeric: true }], ['Generation', { numeric: true }], ['Lag', { numeric: true }]]
+      const columns = ['Group', ...(one ? [] : ['Topic']), ['Live members', { numeric: true }], ['Lag', { numeric: true }]]
       replace(body,
         table({
           key: 'groups',
@@ -109,7 +110,6 @@ export function groupsSection(ctx, { scope }) {
               h('a', { href: href(g.stream, g.topic, g.group) }, g.group),
               ...(one ? [] : [h('a', { href: `#/topics/${encodeURIComponent(g.stream)}/${encodeURIComponent(g.topic)}` }, `${g.stream}/${g.topic}`)]),
               fmt.count(g.members),
-              fmt.count(g.generation),
               fmt.count(g.lag),
             ],
           })),
@@ -128,19 +128,35 @@ export function groupsSection(ctx, { scope }) {
         return
       }
       if (!alive()) return
+      const resettable = ctx.writes && has('POST', `${CONSUMERS_PATH}/{consumer}/reset`)
+      const reset = (c) => h('button', {
+        type: 'button',
+        onclick: () => resetOffsets({
+          kind: 'consumer',
+          stream: scope.stream,
+          topic: scope.topic,
+          name: c.consumer,
+          partitions: topics[0].partitions,
+          done: (offsets) => {
+            ctx.notify(`Reset named consumer ${c.consumer}: ${offsets.map((o) => `partition ${o.partition} at ${o.offset === null ? 'none' : fmt.count(o.offset)}`).join(', ')}.`)
+            ctx.refresh()
+          },
+        }),
+      }, 'Reset')
       replace(consumersBody,
         h('h3', null, 'Named consumers'),
         table({
           key: 'consumers',
           caption: 'Named consumers',
           empty: 'No named consumers.',
-          columns: ['Consumer', 'Stored offsets (partition: offset)', ['Lag', { numeric: true }]],
+          columns: ['Consumer', 'Stored offsets (partition: offset)', ['Lag', { numeric: true }], ...(resettable ? [''] : [])],
           rows: consumers.map((c) => ({
             attrs: { dataset: { consumer: c.consumer } },
             cells: [
               c.consumer,
               c.partitions.map((p) => `${p.partition}: ${fmt.count(p.offset)}`).join(', ') || '—',
               fmt.count(c.lag),
+              ...(resettable ? [reset(c)] : []),
             ],
           })),
         }))

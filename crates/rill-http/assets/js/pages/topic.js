@@ -2,11 +2,11 @@
 // (offsets, size, segments, failures, damaged ranges) with a link to browse each, its
 // groups and named consumers, and the write actions the server takes.
 
-import { ApiError, describeError, get, topicPath } from '../api.js'
+import { ApiError, describeError, get, has, topicPath } from '../api.js'
 import { rateCharts } from '../chart.js'
 import { facts, h, replace, section, table } from '../dom.js'
 import * as fmt from '../format.js'
-import { deleteTopic } from '../writes.js'
+import { alterTopic, deleteTopic } from '../writes.js'
 import { groupsSection } from './groups.js'
 
 export function messagesHref(stream, topic, partition, offset) {
@@ -71,6 +71,20 @@ export function mount(ctx, [stream, topic]) {
   const groups = groupsSection(ctx, { scope: { stream, topic } })
   const actions = ctx.writes
     ? h('div', { class: 'tools' },
+      has('PATCH', '/api/v1/streams/{stream}/topics/{topic}')
+        ? h('button', {
+          type: 'button',
+          onclick: () => described && alterTopic({
+            stream,
+            topic,
+            options: described.options,
+            done: () => {
+              ctx.notify(`Changed topic ${full}.`)
+              ctx.refresh()
+            },
+          }),
+        }, 'Change topic')
+        : null,
       h('button', {
         type: 'button',
         class: 'danger',
@@ -127,7 +141,7 @@ export function mount(ctx, [stream, topic]) {
       replace(options, optionFacts(d.options))
       replace(partitions, partitionsTable(d))
       replace(charts, rateCharts(rates))
-      await groups.refresh(alive, [{ stream, topic }])
+      await groups.refresh(alive, [{ stream, topic, partitions: d.partitions.map((p) => p.partition) }])
     },
   }
 }
