@@ -167,7 +167,7 @@ fn tls_options(
 ) -> anyhow::Result<TlsOptions> {
     let mut tls = TlsOptions::new();
     if let Some(ca) = ca {
-        tls = tls.ca_file(ca).context("--tls-ca")?;
+        tls = tls.ca_file(ca).context("--tls-ca (or RILL_TLS_CA)")?;
     }
     match (env("RILL_TLS_CLIENT_CERT"), env("RILL_TLS_CLIENT_KEY")) {
         (Some(cert), Some(key)) => {

@@ -16,6 +16,7 @@ const CONSUMED: u64 = 4;
 over_both_transports!(
     named_consumers_start_where_the_stored_offset_says,
     group_members_start_where_the_stored_offset_says,
+    starting_at_the_end_reads_only_what_comes_after,
 );
 
 /// A one-partition topic of `RECORDS` records; returns it and a timestamp that selects
@@ -153,4 +154,64 @@ async fn first_member(t: &Topic, group: &str, start: StartAt, replay: bool) -> u
     let first = m.next_within(Duration::from_secs(10)).await.unwrap().offset;
     m.shutdown().await.unwrap();
     first
+}
+
+/// `StartAt::End`: a named consumer or a group member reads only the records appended
+/// after its start was resolved; a stored offset still wins unless replay is allowed.
+async fn starting_at_the_end_reads_only_what_comes_after(client: &Client) {
+    let (t, _, _) = topic(client, "end").await;
+    let mut c = t
+        .consumer("from-end", 0)
+        .start_at(StartAt::End)
+        .commit_policy(CommitPolicy::Disabled)
+        .build()
+        .await
+        .unwrap();
+    t.publish().value("late").send().await.unwrap();
+    let first = c.next_within(Duration::from_secs(10)).await.unwrap();
+    assert_eq!((first.offset, &first.value[..]), (RECORDS, &b"late"[..]));
+
+    store_named(&t, "stored-end").await;
+    let end = t.end_offset(0).await.unwrap();
+    assert_eq!(
+        first_named(&t, "stored-end", StartAt::End, false).await,
+        CONSUMED + 1
+    );
+    let mut replayed = t
+        .consumer("stored-end", 0)
+        .start_at(StartAt::End)
+        .allow_replay()
+        .commit_policy(CommitPolicy::Disabled)
+        .build()
+        .await
+        .unwrap();
+    t.publish().value("later").send().await.unwrap();
+    let first = replayed.next_within(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(
+        first.offset, end,
+        "replay from the end skips what was stored before"
+    );
+
+    let mut m = t
+        .consumer_group("from-end")
+        .start_at(StartAt::End)
+        .commit_policy(CommitPolicy::Disabled)
+        .build()
+        .await
+        .unwrap();
+    // The member resolves its start when it is given the partition: publish after that.
+    let end = t.end_offset(0).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while m.position(0) != Some(end) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no partition: {:?}",
+            m.assignment()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    t.publish().value("latest").send().await.unwrap();
+    let first = m.next_within(Duration::from_secs(10)).await.unwrap();
+    assert_eq!((first.offset, &first.value[..]), (end, &b"latest"[..]));
+    m.shutdown().await.unwrap();
 }
