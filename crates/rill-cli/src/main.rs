@@ -124,11 +124,18 @@ fn main() -> ExitCode {
 
 /// The command line as clap parses it. `serve` shadows the global flags of commands
 /// that talk to a server (`--server`, `--tls-ca`) with hidden ones, so its help lists
-/// only its own, and refuses them (in `run`).
+/// only its own, and refuses them (in `run`); and `--data` with its own words.
 fn command() -> clap::Command {
     use clap::CommandFactory as _;
     Cli::command().mut_subcommand("serve", |serve| {
         serve
+            .arg(
+                clap::Arg::new("data")
+                    .long("data")
+                    .value_name("DIR")
+                    .value_parser(clap::value_parser!(std::path::PathBuf))
+                    .help("The data directory [default ./rill-data; env RILL_DATA]"),
+            )
             .arg(clap::Arg::new("server").long("server").hide(true))
             .arg(
                 clap::Arg::new("tls_ca")
