@@ -201,6 +201,54 @@ impl Broker {
     }
 }
 
+impl Broker {
+    /// Alters a topic in a cluster (docs/REPLICATION.md §11.1): one metadata command,
+    /// made against the options as this node's mirror has them once it is current (a
+    /// compare-and-set: an alter committed meanwhile makes it fail, never lost), with
+    /// the added partitions placed as a new topic's. Every node then changes its
+    /// replicas' logs and starts the added partitions' replicas as it applies it; the
+    /// answer comes once this node's mirror shows the new options.
+    pub(crate) async fn cluster_alter_topic(
+        &self,
+        stream: &str,
+        topic: &str,
+        changes: &TopicChanges,
+    ) -> Result<TopicConfig, BrokerError> {
+        self.cluster_linearize().await?;
+        let from = self.topic(stream, topic)?.config.clone();
+        let to = changes.applied_to(&from, stream, topic)?;
+        if to == from {
+            return Ok(to);
+        }
+        let change = crate::cluster::CatalogChange::AlterTopic {
+            stream: stream.to_owned(),
+            topic: topic.to_owned(),
+            from,
+            to: to.clone(),
+        };
+        match self.change(change).await? {
+            crate::cluster::CatalogOutcome::Done | crate::cluster::CatalogOutcome::Exists => {}
+            crate::cluster::CatalogOutcome::NotFound(_) => {
+                return Err(BrokerError::TopicNotFound {
+                    stream: stream.to_owned(),
+                    topic: topic.to_owned(),
+                });
+            }
+            crate::cluster::CatalogOutcome::Conflict(m) => {
+                return Err(BrokerError::InvalidRequest(m));
+            }
+        }
+        self.mirrored_until("the altered topic", |s| {
+            s.get(stream)
+                .and_then(|s| s.topics.get(topic))
+                .is_some_and(|t| t.config == to)
+        })
+        .await?;
+        tracing::info!(stream, topic, config = ?to, "topic altered through the cluster");
+        Ok(to)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

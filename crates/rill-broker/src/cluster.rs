@@ -48,6 +48,19 @@ pub enum CatalogChange {
         /// The topic.
         topic: String,
     },
+    /// Changes a topic's options from `from` (what the change was made against: a
+    /// topic altered meanwhile is a `Conflict`) to `to`, adding partitions up to
+    /// `to.partitions`, placed as a new topic's are.
+    AlterTopic {
+        /// The stream.
+        stream: String,
+        /// The topic.
+        topic: String,
+        /// Its options as the change found them.
+        from: TopicConfig,
+        /// Its new options.
+        to: TopicConfig,
+    },
 }
 
 /// What the metadata group answered a catalog change.
@@ -303,6 +316,22 @@ pub trait Cluster: Send + Sync + fmt::Debug + 'static {
     /// Replaces the credential file if it is still at version `expected` (0: none
     /// yet); resolves once committed and applied on this node. `Conflict` if it changed.
     fn replace_auth(&self, expected: u64, text: Arc<str>) -> ClusterFuture<'_, CatalogOutcome>;
+    /// Stores offsets all at once or none (a named consumer's reset); resolves once
+    /// committed and applied on this node. `InvalidRequest` if one names a partition
+    /// that no longer exists (then none is stored).
+    fn reset_offsets(&self, offsets: Vec<(OffsetName, u64)>) -> ClusterFuture<'_, ()>;
+    /// [`Cluster::reset_offsets`] only if this node leads the metadata group (a group's
+    /// reset, never forwarded); resolves once committed, with the entry's index.
+    fn reset_offsets_here(&self, offsets: Vec<(OffsetName, u64)>) -> ClusterFuture<'_, u64>;
+    /// Deletes every stored offset of `consumer` on a topic at once, only if this node
+    /// leads the metadata group (a group's delete, never forwarded); resolves once
+    /// committed, with how many there were and the entry's index.
+    fn delete_consumer_here(
+        &self,
+        stream: &str,
+        topic: &str,
+        consumer: &str,
+    ) -> ClusterFuture<'_, (u32, u64)>;
 }
 
 /// A partition replica on this node, as the broker serves it.

@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use rill_proto::pb;
 
+use crate::broker::partition_options;
 use crate::broker::{Stream, Topic};
 use crate::catalog::TopicConfig;
 use crate::cluster::{CatalogChange, CatalogOutcome, Cluster, ClusterCatalog, OffsetName};
 use crate::names::validate_name;
-use crate::partition::{Partition, PartitionOptions};
+use crate::partition::Partition;
 use crate::{Broker, BrokerError};
 
 /// How long a request waits for the node to mirror a change it proposed.
@@ -60,54 +61,28 @@ impl Broker {
             self.auth.apply_cluster(*version, text);
         }
         let mut streams = BTreeMap::new();
+        let mut grown = Vec::new();
         {
             let old = self.read_streams();
             for (name, topics) in &view.streams {
                 let mut mirrored = BTreeMap::new();
                 for (topic_name, topic) in topics {
-                    let kept = old
-                        .get(name)
-                        .and_then(|s| s.topics.get(topic_name))
-                        .filter(|t| same_topic(t, topic))
-                        .cloned();
-                    let t = kept.unwrap_or_else(|| {
-                        let mut log_config = topic.config.log_config(self.config.max_batch_bytes);
-                        log_config.timestamp_ahead_max = self.config.max_timestamp_ahead;
-                        let options = PartitionOptions {
-                            log: log_config,
-                            producers_max: self.config.producers_per_partition_max,
-                            recent_batches: self.config.producer_batches_remembered,
-                            sequence_wait: self.config.sequence_wait,
-                        };
-                        let partitions = topic
-                            .partitions
-                            .iter()
-                            .enumerate()
-                            .map(|(p, placement)| {
-                                if let Some(replica) = &placement.local
-                                    && matches!(
-                                        topic.config.durability,
-                                        rill_storage::Durability::Interval(_)
-                                    )
-                                {
-                                    // Its timer syncs the replica's log, as a single
-                                    // node's (a log an install replaced is not).
-                                    self.flusher.register(&replica.log());
-                                }
-                                Arc::new(Partition::clustered(
-                                    (name.clone(), topic_name.clone(), p as u32),
-                                    placement,
-                                    options.clone(),
-                                    &self.env,
-                                ))
-                            })
-                            .collect();
-                        Arc::new(Topic {
-                            created_us: 0,
-                            config: topic.config.clone(),
-                            partitions,
-                        })
-                    });
+                    let before = old.get(name).and_then(|s| s.topics.get(topic_name));
+                    let t = match before {
+                        Some(t) if same_topic(t, topic) => Arc::clone(t),
+                        _ => {
+                            if let Some(b) = before
+                                && topic.partitions.len() > b.partitions.len()
+                            {
+                                grown.push((
+                                    name.clone(),
+                                    topic_name.clone(),
+                                    topic.config.partitions,
+                                ));
+                            }
+                            self.mirror_topic(name, topic_name, topic, before.map(Arc::as_ref))
+                        }
+                    };
                     mirrored.insert(topic_name.clone(), t);
                 }
                 streams.insert(
@@ -126,7 +101,63 @@ impl Broker {
             .filter_map(|m| m.client.clone().map(|c| (m.id, c)))
             .collect();
         *self.cluster_offsets.write() = Arc::new(view.offsets.clone());
+        // An alter added partitions: the groups this node coordinates assign them.
+        for (stream, topic, partitions) in grown {
+            self.groups.grow_topic(&stream, &topic, partitions);
+        }
         self.mirrored.send_replace(view.version);
+    }
+
+    /// The broker's topic for the cluster's `topic`. The partitions of `before` (the
+    /// topic as mirrored until now, if it was) whose replica is the same are kept, with
+    /// their producer tables and long polls: an alter changes options and adds
+    /// partitions without disturbing the others.
+    fn mirror_topic(
+        &self,
+        stream: &str,
+        name: &str,
+        topic: &crate::cluster::ClusterTopic,
+        before: Option<&Topic>,
+    ) -> Arc<Topic> {
+        let options = partition_options(&self.config, &topic.config);
+        let interval = matches!(
+            topic.config.durability,
+            rill_storage::Durability::Interval(_)
+        );
+        let partitions = topic
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(p, placement)| {
+                if let Some(replica) = &placement.local
+                    && interval
+                {
+                    // Its timer syncs the replica's log, as a single node's (a log an
+                    // install replaced is not).
+                    self.flusher.register(&replica.log());
+                }
+                let kept = before.and_then(|t| t.partitions.get(p)).filter(|k| {
+                    match (k.replica(), &placement.local) {
+                        (Some(a), Some(b)) => Arc::ptr_eq(&a, b),
+                        _ => false,
+                    }
+                });
+                match kept {
+                    Some(k) => Arc::clone(k),
+                    None => Arc::new(Partition::clustered(
+                        (stream.to_owned(), name.to_owned(), p as u32),
+                        placement,
+                        options.clone(),
+                        &self.env,
+                    )),
+                }
+            })
+            .collect();
+        Arc::new(Topic {
+            created_us: 0,
+            config: topic.config.clone(),
+            partitions,
+        })
     }
 
     /// In a cluster, a name this node does not know may exist if its catalog is behind
@@ -170,7 +201,7 @@ impl Broker {
     }
 
     /// Waits (bounded) until the mirrored catalog satisfies `done`.
-    async fn mirrored_until(
+    pub(crate) async fn mirrored_until(
         &self,
         what: &str,
         mut done: impl FnMut(&BTreeMap<String, Stream>) -> bool,
@@ -192,7 +223,10 @@ impl Broker {
         }
     }
 
-    async fn change(&self, change: CatalogChange) -> Result<CatalogOutcome, BrokerError> {
+    pub(crate) async fn change(
+        &self,
+        change: CatalogChange,
+    ) -> Result<CatalogOutcome, BrokerError> {
         let cluster = self
             .cluster()
             .ok_or_else(|| BrokerError::Internal("not a cluster node".into()))?;
@@ -403,6 +437,53 @@ impl Broker {
                  within {MIRROR_WAIT:?}"
             ))),
         }
+    }
+
+    /// Stores a named consumer's reset offsets through the cluster, all at once.
+    pub(crate) async fn cluster_reset_offsets(
+        &self,
+        offsets: Vec<(OffsetName, u64)>,
+    ) -> Result<(), BrokerError> {
+        let cluster = self
+            .cluster()
+            .ok_or_else(|| BrokerError::Internal("not a cluster node".into()))?;
+        cluster.reset_offsets(offsets).await
+    }
+
+    /// Stores a group's reset offsets through the metadata group, all at once, from its
+    /// leader only (this node: the coordinator), and waits until this node's mirror
+    /// has them, as [`Broker::cluster_store_offset_here`] does.
+    pub(crate) async fn cluster_reset_offsets_here(
+        &self,
+        offsets: Vec<(OffsetName, u64)>,
+    ) -> Result<(), BrokerError> {
+        let cluster = self
+            .cluster()
+            .ok_or_else(|| BrokerError::Internal("not a cluster node".into()))?;
+        let index = cluster
+            .reset_offsets_here(offsets)
+            .await
+            .map_err(|e| self.locate(e))?;
+        self.mirrored_past(index).await
+    }
+
+    /// Deletes every stored offset of `consumer` (a group's key) on a topic through the
+    /// metadata group, from its leader only; returns how many there were.
+    pub(crate) async fn cluster_delete_consumer_here(
+        &self,
+        stream: &str,
+        topic: &str,
+        consumer: &str,
+    ) -> Result<u32, BrokerError> {
+        let cluster = self
+            .cluster()
+            .ok_or_else(|| BrokerError::Internal("not a cluster node".into()))?;
+        let (deleted, index) = cluster
+            .delete_consumer_here(stream, topic, consumer)
+            .await
+            .map_err(|e| self.locate(e))?;
+        self.mirrored_past(index).await?;
+        Ok(deleted)
     }
 
     /// Deletes a stored offset through the cluster.

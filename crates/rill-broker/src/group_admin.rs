@@ -201,9 +201,9 @@ impl Broker {
                 return match target {
                     ResetTarget::Offset(n) => Ok(n),
                     _ => Err(BrokerError::InvalidRequest(format!(
-                        "partition {partition} of {stream}/{topic} has no replica on this node \
-                         (the consumer groups' coordinator), which cannot resolve it: reset it \
-                         to an explicit offset"
+                        "partition {partition} of {stream}/{topic} has no replica on the node \
+                         that was asked, which cannot resolve its first offset, end or times: \
+                         reset it to an explicit offset"
                     ))),
                 };
             }
@@ -284,9 +284,29 @@ impl Broker {
     ) -> Result<u32, BrokerError> {
         self.check_running()?;
         validate_name("group", group)?;
-        self.topic(stream, topic)?;
+        let partitions = self.topic(stream, topic)?.config.partitions;
         let key: GroupKey = (stream.to_owned(), topic.to_owned(), group.to_owned());
         let consumer = format!("{GROUP_KEY_PREFIX}{group}");
+        if self.is_clustered() {
+            // Under `Groups::order`, taken by the dispatch (`cluster_coordinate`): no
+            // join or commit of this node runs between the check and the delete.
+            Self::check_group_idle(&mut self.groups.lock(), &key, DELETE_HINT)?;
+            if !self.group_exists(&key, None, partitions) {
+                return Err(BrokerError::GroupNotFound(group.to_owned()));
+            }
+            let deleted = self
+                .cluster_delete_consumer_here(stream, topic, &consumer)
+                .await?;
+            self.groups.lock().remove(&key);
+            tracing::info!(
+                stream,
+                topic,
+                group,
+                deleted,
+                "group deleted through the cluster"
+            );
+            return Ok(deleted);
+        }
         let broker = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
             let (pending, deleted) = {
@@ -335,6 +355,26 @@ impl Broker {
         validate_name("group", &r.group)?;
         let target = ResetTarget::from_wire(r.to, r.offset, r.timestamp_us)?;
         let key: GroupKey = (r.stream.clone(), r.topic.clone(), r.group.clone());
+        if self.is_clustered() {
+            // Under `Groups::order`, as a delete.
+            Self::check_group_idle(&mut self.groups.lock(), &key, RESET_HINT)?;
+            let broker = Arc::clone(self);
+            let (stream, topic, partition) = (r.stream.clone(), r.topic.clone(), r.partition);
+            let resets = tokio::task::spawn_blocking(move || {
+                broker.resolve_resets(&stream, &topic, partition, target)
+            })
+            .await
+            .map_err(|e| BrokerError::Internal(format!("group reset task failed: {e}")))??;
+            let offsets = resets
+                .iter()
+                .map(|&(p, o)| {
+                    let k = group_offset_key(&r.stream, &r.topic, &r.group, p);
+                    (crate::data::offset_name(k), o)
+                })
+                .collect();
+            self.cluster_reset_offsets_here(offsets).await?;
+            return Ok(answer(&resets));
+        }
         let broker = Arc::clone(self);
         let (stream, topic, partition) = (r.stream.clone(), r.topic.clone(), r.partition);
         tokio::task::spawn_blocking(move || {
@@ -380,6 +420,14 @@ impl Broker {
             partition: p,
             consumer: r.consumer.clone(),
         };
+        if self.is_clustered() {
+            let offsets = resets
+                .iter()
+                .map(|&(p, o)| (crate::data::offset_name(key(p)), o))
+                .collect();
+            self.cluster_reset_offsets(offsets).await?;
+            return Ok(answer(&resets));
+        }
         let changes = resets.iter().map(|&(p, o)| (key(p), Some(o))).collect();
         let broker = Arc::clone(self);
         tokio::task::spawn_blocking(move || {

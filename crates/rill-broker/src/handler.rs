@@ -450,14 +450,14 @@ impl Broker {
             RequestBody::RepairPartition(_) => {
                 return Err(BrokerError::NotInCluster("repairing a partition"));
             }
-            RequestBody::AlterTopic(_) => {
-                return Err(BrokerError::NotInCluster("altering a topic"));
-            }
-            RequestBody::DeleteGroup(_) => {
-                return Err(BrokerError::NotInCluster("deleting a consumer group"));
-            }
-            RequestBody::ResetGroupOffsets(_) | RequestBody::ResetConsumerOffsets(_) => {
-                return Err(BrokerError::NotInCluster("resetting stored offsets"));
+            RequestBody::AlterTopic(r) => {
+                let changes = crate::alter::TopicChanges::from_proto(r)?;
+                let config = self
+                    .cluster_alter_topic(&r.stream, &r.topic, &changes)
+                    .await?;
+                ResponseBody::AlterTopic(AlterTopicResponse {
+                    options: Some(config.to_proto()),
+                })
             }
             RequestBody::ClusterStatus(_) => {
                 let cluster = self

@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{free_port, rill_bin};
-use rill_client::{Client, Message, Position};
+use rill_client::{Client, Message, Position, ResetTo, TopicChanges};
 
 /// One node: a `rill serve` process with fixed ports; killed when dropped.
 struct Node {
@@ -515,15 +515,7 @@ async fn retention_runs_on_every_replica_of_a_cluster_and_readers_go_on_from_the
     }
     let out = rill(
         &url,
-        &[
-            "topic",
-            "create",
-            "shop/logs",
-            "--retention-bytes",
-            "16384",
-            "--segment-bytes",
-            "4096",
-        ],
+        &["topic", "create", "shop/logs", "--segment-bytes", "4096"],
     );
     assert!(
         out.status.success(),
@@ -532,6 +524,13 @@ async fn retention_runs_on_every_replica_of_a_cluster_and_readers_go_on_from_the
     );
     let client = Client::connect(&url).await.unwrap();
     let topic = client.stream("shop").topic("logs");
+    // The limit comes with an alter through the metadata group (docs/REPLICATION.md
+    // §11.1), which every node applies to its running replica's log.
+    let altered = topic
+        .alter(TopicChanges::new().retention_bytes(Some(16384)))
+        .await
+        .unwrap();
+    assert_eq!(altered.retention_bytes, Some(16384));
     let producer = topic
         .producer()
         .retries(30, Duration::from_millis(200))
@@ -595,6 +594,81 @@ async fn retention_runs_on_every_replica_of_a_cluster_and_readers_go_on_from_the
             .offset,
         end
     );
+    // A second partition: its replicas start on the nodes it names, and its group
+    // takes records.
+    let altered = topic
+        .alter(TopicChanges::new().partitions(2))
+        .await
+        .unwrap();
+    assert_eq!(
+        (altered.partitions, altered.retention_bytes),
+        (2, Some(16384))
+    );
+    let added = topic
+        .publish()
+        .partition(1)
+        .value("added")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((added.partition, added.offset), (1, 0));
+    // Operators' requests through the cluster: a group reset by the coordinator to
+    // the new log start, listed, read from there by a member, then deleted once the
+    // member is gone; a named consumer reset and listed.
+    let reset = topic.reset_group("g", ResetTo::First, None).await.unwrap();
+    let reset: Vec<(u32, u64)> = reset.iter().map(|o| (o.partition, o.next_offset)).collect();
+    // The coordinator's own replica names the start: each replica's retention cuts on
+    // its own schedule (docs/REPLICATION.md §7.5), so it may still be a segment behind.
+    let group_start = reset[0].1;
+    assert!(
+        group_start > 0 && group_start <= start,
+        "{reset:?}, leader's start {start}"
+    );
+    assert_eq!(reset[1], (1, 0));
+    let groups = topic.groups().await.unwrap();
+    assert_eq!(groups.len(), 1);
+    assert_eq!((groups[0].name.as_str(), groups[0].members), ("g", 0));
+    // Both partitions count, as far as the coordinator's replicas know their ends.
+    let lag = groups[0].lag;
+    assert!(
+        (end - group_start..=end + 2 - group_start).contains(&lag),
+        "lag {lag}"
+    );
+    let mut member = topic.consumer_group("g").build().await.unwrap();
+    let first = member.next_within(Duration::from_secs(20)).await.unwrap();
+    assert!(
+        (first.partition == 0 && first.offset >= group_start)
+            || (first.partition, first.offset) == (1, 0),
+        "{first:?}"
+    );
+    let busy = topic.delete_group("g").await.unwrap_err();
+    assert_eq!(
+        busy.code(),
+        Some(rill_client::ErrorCode::GroupNotEmpty),
+        "{busy}"
+    );
+    member.shutdown().await.unwrap();
+    assert_eq!(topic.delete_group("g").await.unwrap(), 2);
+    assert!(topic.groups().await.unwrap().is_empty());
+    // A node resolves the end as its replica knows it (a follower's high watermark
+    // trails the leader's by the latest commit until its next append): asked again, it
+    // reaches the end.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let reset = topic
+            .reset_consumer("c", ResetTo::End, Some(0))
+            .await
+            .unwrap();
+        if reset[0].next_offset == end + 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{reset:?}, end {}", end + 1);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let consumers = topic.consumers().await.unwrap();
+    assert_eq!(consumers.len(), 1);
+    assert_eq!(consumers[0].name, "c");
+    assert_eq!(consumers[0].partitions[0].next_offset, end + 1);
     for n in &mut nodes {
         n.terminate();
     }

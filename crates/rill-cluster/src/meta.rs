@@ -130,6 +130,37 @@ pub enum MetaCommand {
         /// The whole new file.
         text: Arc<str>,
     },
+    /// Changes a topic's options and adds partitions, if its options are still
+    /// `expected` (a compare-and-set: two concurrent alters never lose one, and the
+    /// added partitions continue the count the change was made against).
+    AlterTopic {
+        /// The stream.
+        stream: String,
+        /// The topic.
+        topic: String,
+        /// The options the change was made against, byte for byte.
+        expected: Vec<u8>,
+        /// The new options.
+        options: Vec<u8>,
+        /// The replicas of each added partition, numbered from the topic's count.
+        add: Vec<Vec<u64>>,
+    },
+    /// Deletes every stored offset of one consumer (a named consumer or a group) on a
+    /// topic, at once.
+    DeleteConsumer {
+        /// The stream.
+        stream: String,
+        /// The topic.
+        topic: String,
+        /// The consumer's name as its offsets are keyed.
+        consumer: String,
+    },
+    /// Stores offsets all at once or none (a reset): refused whole if one names a
+    /// partition that does not exist.
+    ResetOffsets {
+        /// The offsets.
+        offsets: Vec<(OffsetKey, u64)>,
+    },
 }
 
 /// What applying a command did.
@@ -152,6 +183,8 @@ pub enum MetaResponse {
     },
     /// `DeleteOffset`: whether an offset was stored.
     Deleted(bool),
+    /// `DeleteConsumer`: how many offsets were stored.
+    DeletedCount(u32),
 }
 
 /// The replicated metadata.
@@ -277,6 +310,59 @@ impl MetaState {
                 });
                 MetaResponse::Done
             }
+            MetaCommand::AlterTopic {
+                stream,
+                topic,
+                expected,
+                options,
+                add,
+            } => {
+                let Some(spec) = self
+                    .streams
+                    .get_mut(stream)
+                    .and_then(|topics| topics.get_mut(topic))
+                else {
+                    return MetaResponse::NotFound(format!("topic {stream}/{topic}"));
+                };
+                if spec.options != *expected {
+                    return MetaResponse::Conflict(format!(
+                        "{stream}/{topic} was altered meanwhile: try again"
+                    ));
+                }
+                if add.iter().any(Vec::is_empty) {
+                    return MetaResponse::Conflict(format!(
+                        "{stream}/{topic}: every partition needs a replica"
+                    ));
+                }
+                spec.options.clone_from(options);
+                spec.replicas.extend(add.iter().cloned());
+                MetaResponse::Done
+            }
+            MetaCommand::DeleteConsumer {
+                stream,
+                topic,
+                consumer,
+            } => {
+                let before = self.offsets.len();
+                self.offsets.retain(|k, _| {
+                    !(k.stream == *stream && k.topic == *topic && k.consumer == *consumer)
+                });
+                MetaResponse::DeletedCount(
+                    u32::try_from(before - self.offsets.len()).unwrap_or(u32::MAX),
+                )
+            }
+            MetaCommand::ResetOffsets { offsets } => {
+                if let Some((k, _)) = offsets.iter().find(|(k, _)| !self.partition_exists(k)) {
+                    return MetaResponse::NotFound(format!(
+                        "partition {} of {}/{}",
+                        k.partition, k.stream, k.topic
+                    ));
+                }
+                for (k, o) in offsets {
+                    self.offsets.insert(k.clone(), *o);
+                }
+                MetaResponse::Done
+            }
         }
     }
 
@@ -336,6 +422,19 @@ impl std::fmt::Display for MetaCommand {
                 "replace the credentials at version {expected} ({} bytes)",
                 text.len()
             ),
+            Self::AlterTopic {
+                stream, topic, add, ..
+            } => write!(
+                f,
+                "alter topic {stream}/{topic} ({} partitions added)",
+                add.len()
+            ),
+            Self::DeleteConsumer {
+                stream,
+                topic,
+                consumer,
+            } => write!(f, "delete the offsets of {consumer} in {stream}/{topic}"),
+            Self::ResetOffsets { offsets } => write!(f, "reset {} offsets", offsets.len()),
         }
     }
 }
@@ -349,6 +448,7 @@ impl std::fmt::Display for MetaResponse {
             Self::Conflict(why) => f.write_str(why),
             Self::Stored { refused } => write!(f, "stored ({} refused)", refused.len()),
             Self::Deleted(d) => write!(f, "deleted: {d}"),
+            Self::DeletedCount(n) => write!(f, "deleted {n} offsets"),
         }
     }
 }

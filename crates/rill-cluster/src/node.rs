@@ -38,6 +38,8 @@ use crate::peer::{
 };
 use crate::store::{MetaLogStore, MetaStateMachine};
 
+mod tune;
+
 /// How long a node waits for itself to apply a metadata command the leader committed.
 const APPLY_WAIT: Duration = Duration::from_secs(10);
 
@@ -151,6 +153,8 @@ pub struct Replica {
     leader_changes: Arc<std::sync::atomic::AtomicU64>,
     /// The node's commit latency, where this replica's proposals are counted.
     pub(crate) commit_latency: Arc<rill_broker::cluster::LatencyHistogram>,
+    /// The topic's options (as the catalog stores them) its log runs with now.
+    options: Arc<parking_lot::Mutex<Vec<u8>>>,
 }
 
 /// Counts the leader changes a group's metrics show until the group stops.
@@ -930,7 +934,10 @@ impl ClusterNode {
             }
         }
         for (id, (replicas, spec)) in wanted {
-            if self.inner.replicas.read().contains_key(&id) {
+            let running = self.inner.replicas.read().get(&id).cloned();
+            if let Some(replica) = running {
+                // An alter may have changed the topic's options.
+                self.retune(&replica, &spec.options);
                 continue;
             }
             match self.start_replica(&id, replicas, spec).await {
@@ -999,6 +1006,7 @@ impl ClusterNode {
             replicas,
             leader_changes,
             commit_latency: Arc::clone(&self.inner.commit_latency),
+            options: Arc::new(parking_lot::Mutex::new(spec.options.clone())),
         })
     }
 }

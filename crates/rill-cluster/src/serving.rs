@@ -88,6 +88,15 @@ impl Cluster for NodeCluster {
                 CatalogChange::DeleteTopic { stream, topic } => {
                     MetaCommand::DeleteTopic { stream, topic }
                 }
+                CatalogChange::AlterTopic {
+                    stream,
+                    topic,
+                    from,
+                    to,
+                } => match self.alter_command(stream, topic, &from, &to).await? {
+                    Ok(command) => command,
+                    Err(outcome) => return Ok(outcome),
+                },
                 CatalogChange::CreateTopic {
                     stream,
                     topic,
@@ -236,6 +245,64 @@ impl Cluster for NodeCluster {
         })
     }
 
+    fn reset_offsets(&self, offsets: Vec<(OffsetName, u64)>) -> ClusterFuture<'_, ()> {
+        Box::pin(async move {
+            let offsets = offsets
+                .into_iter()
+                .map(|(k, o)| (offset_key(k), o))
+                .collect();
+            let (response, index) = self
+                .node
+                .propose_indexed(MetaCommand::ResetOffsets { offsets })
+                .await
+                .map_err(cluster_error)?;
+            reset_outcome(response)?;
+            self.node.wait_published(index).await
+        })
+    }
+
+    fn reset_offsets_here(&self, offsets: Vec<(OffsetName, u64)>) -> ClusterFuture<'_, u64> {
+        Box::pin(async move {
+            let offsets = offsets
+                .into_iter()
+                .map(|(k, o)| (offset_key(k), o))
+                .collect();
+            let (response, index) = self
+                .node
+                .propose_here(MetaCommand::ResetOffsets { offsets })
+                .await
+                .map_err(cluster_error)?;
+            reset_outcome(response)?;
+            Ok(index)
+        })
+    }
+
+    fn delete_consumer_here(
+        &self,
+        stream: &str,
+        topic: &str,
+        consumer: &str,
+    ) -> ClusterFuture<'_, (u32, u64)> {
+        let command = MetaCommand::DeleteConsumer {
+            stream: stream.to_owned(),
+            topic: topic.to_owned(),
+            consumer: consumer.to_owned(),
+        };
+        Box::pin(async move {
+            let (response, index) = self
+                .node
+                .propose_here(command)
+                .await
+                .map_err(cluster_error)?;
+            match response {
+                MetaResponse::DeletedCount(n) => Ok((n, index)),
+                other => Err(BrokerError::Internal(format!(
+                    "deleting a consumer's offsets answered {other}"
+                ))),
+            }
+        })
+    }
+
     fn read_index(&self) -> ClusterFuture<'_, u64> {
         Box::pin(async move { self.node.read_index().await.map_err(cluster_error) })
     }
@@ -252,6 +319,62 @@ impl Cluster for NodeCluster {
             self.node.wait_published(index).await?;
             Ok(matches!(response, MetaResponse::Deleted(true)))
         })
+    }
+}
+
+/// A reset's answer: refused whole when a partition it names no longer exists.
+fn reset_outcome(response: MetaResponse) -> Result<(), BrokerError> {
+    match response {
+        MetaResponse::NotFound(what) => Err(BrokerError::InvalidRequest(format!(
+            "{what} no longer exists: no offset was reset"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+impl NodeCluster {
+    /// The metadata command of an alter from `from` to `to`, made against the options
+    /// as this node applied them (the proposer made sure they are current): the command
+    /// is a compare-and-set on their bytes, and the added partitions are placed as a
+    /// new topic's, with the topic's replica count. An outcome instead when the topic
+    /// is gone or is no longer at `from`.
+    async fn alter_command(
+        &self,
+        stream: String,
+        topic: String,
+        from: &TopicConfig,
+        to: &TopicConfig,
+    ) -> Result<Result<MetaCommand, CatalogOutcome>, BrokerError> {
+        let state = self.node.metadata().await;
+        let Some(spec) = state.topic(&stream, &topic) else {
+            return Ok(Err(CatalogOutcome::NotFound(format!(
+                "topic {stream}/{topic}"
+            ))));
+        };
+        let current: TopicConfig = serde_json::from_slice(&spec.options)
+            .map_err(|e| BrokerError::Internal(format!("{stream}/{topic}'s options: {e}")))?;
+        if current != *from {
+            return Ok(Err(CatalogOutcome::Conflict(format!(
+                "{stream}/{topic} was altered meanwhile: try again"
+            ))));
+        }
+        let have = spec.partitions();
+        let per_partition = spec
+            .replicas
+            .first()
+            .map_or(1, |r| u32::try_from(r.len()).unwrap_or(u32::MAX));
+        let add = if to.partitions > have {
+            place(&self.node.node_ids(), to.partitions, per_partition).split_off(have as usize)
+        } else {
+            Vec::new()
+        };
+        Ok(Ok(MetaCommand::AlterTopic {
+            expected: spec.options.clone(),
+            options: serde_json::to_vec(to).map_err(|e| BrokerError::Internal(e.to_string()))?,
+            add,
+            stream,
+            topic,
+        }))
     }
 }
 

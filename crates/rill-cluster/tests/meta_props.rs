@@ -25,7 +25,7 @@ fn key() -> impl Strategy<Value = OffsetKey> {
 fn spec() -> impl Strategy<Value = TopicSpec> {
     (
         proptest::collection::vec(proptest::collection::vec(1u64..4, 0..3), 0..4),
-        proptest::collection::vec(any::<u8>(), 0..3),
+        options(),
         0u64..3,
     )
         .prop_map(|(replicas, options, incarnation)| TopicSpec {
@@ -59,7 +59,37 @@ fn command() -> impl Strategy<Value = MetaCommand> {
             expected,
             text: text.into(),
         }),
+        (
+            name(),
+            name(),
+            options(),
+            options(),
+            proptest::collection::vec(proptest::collection::vec(1u64..4, 0..3), 0..3),
+        )
+            .prop_map(
+                |(stream, topic, expected, options, add)| MetaCommand::AlterTopic {
+                    stream,
+                    topic,
+                    expected,
+                    options,
+                    add,
+                }
+            ),
+        (name(), name(), name()).prop_map(|(stream, topic, consumer)| {
+            MetaCommand::DeleteConsumer {
+                stream,
+                topic,
+                consumer,
+            }
+        }),
+        proptest::collection::vec((key(), any::<u64>()), 0..4)
+            .prop_map(|offsets| MetaCommand::ResetOffsets { offsets }),
     ]
+}
+
+/// Options bytes from a small set, so an alter's expected options often match.
+fn options() -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(0u8..2, 0..2)
 }
 
 proptest! {
@@ -118,6 +148,72 @@ proptest! {
                 && (spec.replicas.is_empty() || spec.replicas.iter().any(Vec::is_empty))
             {
                 prop_assert!(matches!(response, MetaResponse::Conflict(_) | MetaResponse::NotFound(_)));
+            }
+            prop_assert!(state.consistent(), "after {c}: {state:?}");
+        }
+    }
+
+    /// The operators' commands: an alter applies only against the options it was made
+    /// from and never removes a partition; a reset stores every offset or none; a
+    /// consumer's delete removes exactly its offsets of the topic.
+    #[test]
+    fn alters_resets_and_deletes_keep_their_promises(
+        commands in proptest::collection::vec(command(), 0..60),
+    ) {
+        let mut state = MetaState::default();
+        for c in &commands {
+            let before = state.clone();
+            let response = state.apply(c);
+            match c {
+                MetaCommand::AlterTopic { stream, topic, expected, options, add } => {
+                    match before.topic(stream, topic) {
+                        Some(old) if old.options == *expected && add.iter().all(|r| !r.is_empty()) => {
+                            prop_assert_eq!(&response, &MetaResponse::Done);
+                            let new = state.topic(stream, topic).unwrap();
+                            prop_assert_eq!(&new.options, options);
+                            prop_assert_eq!(new.partitions(), old.partitions() + add.len() as u32);
+                            prop_assert_eq!(&new.replicas[..old.replicas.len()], &old.replicas[..]);
+                            prop_assert_eq!(new.incarnation, old.incarnation);
+                        }
+                        _ => {
+                            prop_assert!(matches!(response, MetaResponse::Conflict(_) | MetaResponse::NotFound(_)));
+                            prop_assert_eq!(&state, &before);
+                        }
+                    }
+                }
+                MetaCommand::ResetOffsets { offsets } => {
+                    let all_exist = offsets.iter().all(|(k, _)| {
+                        before.topic(&k.stream, &k.topic).is_some_and(|t| k.partition < t.partitions())
+                    });
+                    if all_exist {
+                        prop_assert_eq!(&response, &MetaResponse::Done);
+                        for (i, (k, o)) in offsets.iter().enumerate() {
+                            if offsets[i + 1..].iter().all(|(later, _)| later != k) {
+                                prop_assert_eq!(state.offsets.get(k), Some(o));
+                            }
+                        }
+                    } else {
+                        prop_assert!(matches!(response, MetaResponse::NotFound(_)));
+                        prop_assert_eq!(&state, &before);
+                    }
+                }
+                MetaCommand::DeleteConsumer { stream, topic, consumer } => {
+                    let of = |k: &OffsetKey| k.stream == *stream && k.topic == *topic && k.consumer == *consumer;
+                    let had = before.offsets.keys().filter(|k| of(k)).count() as u32;
+                    prop_assert_eq!(response, MetaResponse::DeletedCount(had));
+                    prop_assert!(!state.offsets.keys().any(of));
+                    prop_assert_eq!(state.offsets.len(), before.offsets.len() - had as usize);
+                }
+                _ => {}
+            }
+            for (stream, topics) in &before.streams {
+                for (topic, spec) in topics {
+                    if let Some(now) = state.topic(stream, topic)
+                        && now.incarnation == spec.incarnation
+                    {
+                        prop_assert!(now.partitions() >= spec.partitions(), "a partition was removed");
+                    }
+                }
             }
             prop_assert!(state.consistent(), "after {c}: {state:?}");
         }

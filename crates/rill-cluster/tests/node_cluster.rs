@@ -4,7 +4,8 @@
 //! name, each group elects a leader, and a produce through the leader is committed
 //! on every replica with the same bytes; readers never see past the high watermark; a
 //! node stopped and started again from its directory takes its replicas back and
-//! catches up; a node whose `--peers` differs from its stored voters refuses to start.
+//! catches up; an alter that adds a partition starts its replicas; a node whose
+//! `--peers` differs from its stored voters refuses to start.
 
 mod common;
 
@@ -228,6 +229,37 @@ async fn three_nodes_form_a_cluster_replicate_a_topic_and_take_a_node_back() {
     for p in 0..2u32 {
         converged(&nodes, &partition(p), end[p as usize]).await;
     }
+
+    // An alter adds a partition (a compare-and-set on the options it was made from):
+    // every node its replica set names starts its replica, which takes batches.
+    let stale = MetaCommand::AlterTopic {
+        stream: "shop".into(),
+        topic: "orders".into(),
+        expected: b"other".to_vec(),
+        options: Vec::new(),
+        add: vec![vec![3, 1, 2]],
+    };
+    assert!(matches!(
+        follower.propose(stale).await.unwrap(),
+        rill_cluster::MetaResponse::Conflict(_)
+    ));
+    let alter = MetaCommand::AlterTopic {
+        stream: "shop".into(),
+        topic: "orders".into(),
+        expected: Vec::new(),
+        options: Vec::new(),
+        add: vec![vec![3, 1, 2]],
+    };
+    assert_eq!(
+        follower.propose(alter).await.unwrap(),
+        rill_cluster::MetaResponse::Done
+    );
+    until("every node holds the added partition's replica", || async {
+        nodes.values().all(|n| n.replica(&partition(2)).is_ok())
+    })
+    .await;
+    let added = produce(&nodes, &partition(2), "added").await;
+    converged(&nodes, &partition(2), added).await;
 
     // The leader of partition 0 stops: another takes over; the node comes back from
     // its directory with its replicas and catches up.

@@ -286,3 +286,59 @@ async fn a_snapshot_carries_its_batches_to_a_follower_that_is_behind() {
     assert_eq!(sm.applied_state().await.unwrap().0, Some(log_id(1, 1, 19)));
     assert_eq!(sm.high_watermark(), 80);
 }
+
+/// An altered topic's durability reaches a running replica's store
+/// (`PartitionLogStore::retune`): entries appended under `never` are not synced, and the
+/// move to `always` syncs them, batches and pointers, so a power loss that keeps only
+/// synced bytes keeps them; the options are those a reopen of the log takes.
+#[tokio::test]
+async fn a_move_to_always_syncs_what_a_replica_appended_before() {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use rill_storage::Io;
+    use rill_storage::sim::SimIo;
+
+    const DIR: &str = "/data/cluster/streams/s/t/0";
+    let sim = SimIo::new(3);
+    sim.create_dir_all(Path::new(DIR)).unwrap();
+    for dir in Path::new(DIR).ancestors() {
+        sim.sync_dir(dir).unwrap();
+    }
+    let env = LogEnv::new(Arc::new(sim.clone()), Arc::new(rill_storage::SystemClock));
+    let open_on = |env: &LogEnv| {
+        PartitionLogStore::open(Path::new(DIR), config(Durability::Never), env).unwrap()
+    };
+    let mut store = open_on(&env);
+    append(
+        &mut store,
+        vec![blank(1, 1), propose(1, 2, "a", 3), propose(1, 3, "b", 2)],
+    )
+    .await;
+    // Under `never`, nothing of it was synced.
+    let lost = sim.power_loss_durable();
+    let mut retuned = config(Durability::Always);
+    retuned.retention_bytes = Some(1 << 20);
+    store.retune(&retuned).unwrap();
+    assert_eq!(store.config().durability, Durability::Always);
+    assert_eq!(store.config().retention_bytes, Some(1 << 20));
+    assert_eq!(store.log().durability(), Durability::Always);
+    let kept = sim.power_loss_durable();
+    store.close();
+    drop(store);
+    let env_of =
+        |disk: &SimIo| LogEnv::new(Arc::new(disk.clone()), Arc::new(rill_storage::SystemClock));
+    let mut before = open_on(&env_of(&lost));
+    assert!(
+        entries(&mut before).await.len() < 3,
+        "appended under `never`: not synced"
+    );
+    let mut after = open_on(&env_of(&kept));
+    let kept_entries = entries(&mut after).await;
+    assert_eq!(
+        kept_entries.len(),
+        3,
+        "the move to `always` synced batches and pointers"
+    );
+    assert_eq!(after.log().next_offset(), 5);
+}

@@ -167,7 +167,7 @@ pub(crate) fn replace_log(
     //    its files are renamed away from under it.
     let config = LogConfig {
         initial_offset: snapshot.log_start,
-        ..shared.config.clone()
+        ..shared.config.read().clone()
     };
     {
         let env = LogEnv::new(Arc::clone(&shared.io), Arc::clone(&shared.env.clock));

@@ -21,6 +21,7 @@ use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 
 use bytes::{Bytes, BytesMut};
@@ -48,6 +49,8 @@ pub const TAIL_CACHE_BYTES: usize = 64 << 20;
 const FLUSH_QUEUE: usize = 1024;
 /// Durability notices the flusher handles with one sync at most.
 const FLUSH_BATCH: usize = 256;
+
+mod tune;
 
 fn storage_err(e: StorageError) -> io::Error {
     io::Error::other(e)
@@ -170,7 +173,11 @@ pub(crate) struct Shared {
     /// The partition's directory (its log's files) and its `raft/` directory.
     pub(crate) partition_dir: PathBuf,
     pub(crate) dir: PathBuf,
-    pub(crate) config: LogConfig,
+    /// The log's options; a topic's alter changes its durability and retention
+    /// (`tune.rs`), which a log reopened after an install keeps.
+    pub(crate) config: parking_lot::RwLock<LogConfig>,
+    /// Whether the flusher syncs the pointer file: under `always` (changed with it).
+    pub(crate) sync_pointers: Arc<AtomicBool>,
     pub(crate) env: LogEnv,
     /// The log; an install that replaces it whole swaps it.
     log: parking_lot::RwLock<Arc<PartitionLog>>,
@@ -265,19 +272,21 @@ impl PartitionLogStore {
         }
         let current_file = Arc::new(Mutex::new(Arc::clone(&state.file)));
         let (tx, rx) = std::sync::mpsc::sync_channel(FLUSH_QUEUE);
-        let sync_pointers = config.durability == Durability::Always;
+        let sync_pointers = Arc::new(AtomicBool::new(config.durability == Durability::Always));
         {
             let current_file = Arc::clone(&current_file);
+            let sync_pointers = Arc::clone(&sync_pointers);
             std::thread::Builder::new()
                 .name("rill-raft-flush".into())
-                .spawn(move || flusher(&rx, &current_file, sync_pointers))?;
+                .spawn(move || flusher(&rx, &current_file, &sync_pointers))?;
         }
         let store = Self {
             shared: Arc::new(Shared {
                 io,
                 partition_dir: partition_dir.to_path_buf(),
                 dir,
-                config,
+                config: parking_lot::RwLock::new(config),
+                sync_pointers,
                 env: env.clone(),
                 log: parking_lot::RwLock::new(log),
                 state: Mutex::new(state),
@@ -305,8 +314,8 @@ impl PartitionLogStore {
     }
 
     /// The options of the partition's log.
-    pub fn config(&self) -> &LogConfig {
-        &self.shared.config
+    pub fn config(&self) -> LogConfig {
+        self.shared.config.read().clone()
     }
 
     /// The environment the partition's log was opened in.
@@ -323,7 +332,8 @@ impl PartitionLogStore {
     /// swapped its files).
     pub(crate) fn reopen_log(&self) -> io::Result<()> {
         let shared = &self.shared;
-        let log = PartitionLog::open_in(&shared.partition_dir, shared.config.clone(), &shared.env)
+        let config = shared.config.read().clone();
+        let log = PartitionLog::open_in(&shared.partition_dir, config, &shared.env)
             .map_err(storage_err)?;
         *shared.log.write() = Arc::new(log);
         Ok(())
@@ -504,7 +514,7 @@ fn rewrite(shared: &Shared, state: &mut State) -> io::Result<()> {
 }
 
 /// Tells the library appends are durable, in order, one sync for many.
-fn flusher(rx: &Receiver<Flush>, pointers: &Mutex<Arc<dyn IoFile>>, sync_pointers: bool) {
+fn flusher(rx: &Receiver<Flush>, pointers: &Mutex<Arc<dyn IoFile>>, sync_pointers: &AtomicBool) {
     while let Ok(first) = rx.recv() {
         let mut flushes = vec![first];
         while flushes.len() < FLUSH_BATCH {
@@ -512,13 +522,14 @@ fn flusher(rx: &Receiver<Flush>, pointers: &Mutex<Arc<dyn IoFile>>, sync_pointer
                 Ok(more) if Arc::ptr_eq(&more.log, &flushes[0].log) => flushes.push(more),
                 Ok(other) => {
                     // Another log (after an install): its own round.
-                    flush(std::mem::take(&mut flushes), pointers, sync_pointers);
+                    let sync = sync_pointers.load(Ordering::Acquire);
+                    flush(std::mem::take(&mut flushes), pointers, sync);
                     flushes.push(other);
                 }
                 Err(_) => break,
             }
         }
-        flush(flushes, pointers, sync_pointers);
+        flush(flushes, pointers, sync_pointers.load(Ordering::Acquire));
     }
 }
 

@@ -371,7 +371,7 @@ async fn receive_begin(group: &PartitionGroup, begin: SnapshotBegin) -> Result<(
         initial_offset: begin.log_start,
         // Synced whole before it is installed.
         durability: Durability::Never,
-        ..group.store.config().clone()
+        ..group.store.config()
     };
     let env = rill_storage::LogEnv::new(Arc::clone(io), Arc::clone(&group.store.env().clock));
     let log = PartitionLog::open_in(&dir, config, &env).map_err(storage)?;
