@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
-use rill_client::{Background, Backpressure, Producer, Routing, Sharding};
+use rill_client::{Background, Backpressure, ClientError, Producer, Routing, Sharding};
 
 use self::input::{Framing, Maker};
 use crate::failure::usage;
@@ -206,10 +206,11 @@ async fn send_input(
         };
         for (number, message) in chunk.messages {
             let bytes = message.value.len() + message.key.as_ref().map_or(0, Bytes::len);
-            producer
-                .send(message)
-                .await
-                .with_context(|| format!("cannot send {unit} {number}"))?;
+            producer.send(message).await.map_err(|e| match e {
+                // An earlier batch's failure, reported now: not this record's.
+                ClientError::Background(_) => anyhow::Error::new(e),
+                e => anyhow::Error::new(e).context(format!("cannot send {unit} {number}")),
+            })?;
             sent += 1;
             unflushed += bytes;
             if unflushed >= UNFLUSHED_BYTES_MAX {
