@@ -243,6 +243,39 @@ describe('the console of a read-only server', () => {
     assert.equal(await page.locator('#m-mode').inputValue(), 'time')
   })
 
+  test('live refresh: the latest records follow new ones, and nothing is asked while the tab is hidden', async () => {
+    await visit('#/topics/shop/events/messages?partition=0&from=latest')
+    const last = HEAD_RECORDS + FILLER_RECORDS - 1
+    const shows = (offset) => page.locator(`details.record[data-offset="${offset}"]`)
+    await shows(last).waitFor()
+    await rill(server, ['produce', 'shop/events'], { input: 'live one\n' })
+    // The next refresh (every 5 s) brings it.
+    await shows(last + 1).waitFor({ timeout: 8_000 })
+    assert.equal(await shows(last + 1).locator('.r-value').innerText(), 'live one')
+
+    // Headless Chromium keeps every tab visible, so the page is told it is hidden the
+    // way a browser tells it: document.hidden and a visibilitychange event.
+    const setHidden = (hidden) => page.evaluate((value) => {
+      Object.defineProperty(document, 'hidden', { configurable: true, get: () => value })
+      Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => (value ? 'hidden' : 'visible') })
+      document.dispatchEvent(new Event('visibilitychange'))
+    }, hidden)
+    await setHidden(true)
+    // A refresh that was under way when the tab was hidden may still finish.
+    await page.waitForTimeout(1_000)
+    const asked = []
+    const onRequest = (request) => { if (request.url().includes('/api/')) asked.push(request.url()) }
+    page.on('request', onRequest)
+    await rill(server, ['produce', 'shop/events'], { input: 'live two\n' })
+    await page.waitForTimeout(6_000)
+    page.off('request', onRequest)
+    assert.deepEqual(asked, [], 'requests while hidden')
+    assert.equal(await shows(last + 2).count(), 0)
+    // Visible again: refreshed at once.
+    await setHidden(false)
+    await shows(last + 2).waitFor({ timeout: 2_000 })
+  })
+
   test('group page: members, assignment, stored offsets and lag per partition', async () => {
     const g = await describeGroup(server, 'shop/orders', 'billing')
     assert.equal(g.lag, g.partitions.reduce((sum, p) => sum + p.log_end, 0) - BILLING_CONSUMED)
