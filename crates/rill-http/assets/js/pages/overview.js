@@ -35,7 +35,7 @@ function serverFacts(info) {
     ['Authentication', info.auth ? 'required (--auth)' : 'off: every client acts as the same anonymous user'],
     info.auth ? ['Signed in as', info.user || 'unknown'] : null,
     ['TLS', info.tls ? 'on, on both ports' : 'off'],
-    ['Writes over HTTP', info.admin_writes ? 'enabled (--http-admin-writes)' : 'disabled: start rill serve with --http-admin-writes to create and delete topics here'],
+    ['Writes over HTTP', info.admin_writes ? 'enabled (--http-admin-writes)' : 'disabled: start rill serve with --http-admin-writes to change topics and groups here'],
     ['Client port', info.listen.client],
     ['HTTP port', info.listen.http || '—'],
     ['Cluster', cluster
