@@ -14,20 +14,21 @@ use serde::Deserialize;
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
-    /// Address of the client protocol listener [default 127.0.0.1:7171; env RILL_LISTEN]
+    /// Address of the client protocol listener [default 127.0.0.1:7171]
     #[arg(long, env = "RILL_LISTEN")]
     listen: Option<SocketAddr>,
-    /// Address of the HTTP admin endpoint (/health, /metrics) [default 127.0.0.1:7172; env RILL_HTTP]
+    /// Address of the HTTP admin endpoint (/health, /metrics, the API, the console)
+    /// [default 127.0.0.1:7172]
     #[arg(long, env = "RILL_HTTP")]
     http: Option<SocketAddr>,
-    /// A TOML file with settings (flags and RILL_* variables override it) [env RILL_CONFIG]
+    /// A TOML file with settings (flags and RILL_* variables override it)
     #[arg(long, env = "RILL_CONFIG")]
     config: Option<PathBuf>,
-    /// In a cluster: this node's id, one of --peers [env RILL_NODE_ID]
+    /// In a cluster: this node's id, one of --peers
     #[arg(long, env = "RILL_NODE_ID")]
     node_id: Option<u64>,
     /// In a cluster: every node's node-to-node address, this one's included, as
-    /// 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT [env RILL_PEERS]
+    /// 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT
     #[arg(long, env = "RILL_PEERS")]
     peers: Option<String>,
     /// Require every connection to authenticate (docs/SECURITY.md); also `auth = true`
