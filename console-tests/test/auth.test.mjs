@@ -6,7 +6,7 @@ import assert from 'node:assert/strict'
 import fs from 'node:fs'
 import path from 'node:path'
 import { after, before, describe, test } from 'node:test'
-import { launch, screenshot } from '../lib/browser.mjs'
+import { OUTPUT, launch, screenshot } from '../lib/browser.mjs'
 import { rill, startServer, tempDir } from '../lib/server.mjs'
 
 const PASSWORD = 'console-test-password'
@@ -45,6 +45,7 @@ describe('the console of a server with --auth', () => {
 
   test('with the credential the console works as the signed-in user', async () => {
     browser = await launch({ httpCredentials: { username: 'admin', password: PASSWORD } })
+    console.log(`screenshots go to ${OUTPUT}`)
     const { page } = browser
     await page.goto(`${server.http}/`)
     await page.locator('tr[data-topic="shop/orders"]').waitFor()

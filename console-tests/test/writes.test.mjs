@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict'
 import fs from 'node:fs'
 import { after, before, describe, test } from 'node:test'
-import { horizontalOverflow, launch, screenshot } from '../lib/browser.mjs'
+import { OUTPUT, horizontalOverflow, launch, screenshot } from '../lib/browser.mjs'
 import { describeTopic } from '../lib/data.mjs'
 import { rill, rillJson, startServer } from '../lib/server.mjs'
 
@@ -26,6 +26,7 @@ describe('the console of a server that takes writes', () => {
     await rill(server, ['consume', 'shop/orders', '--name', 'c1', '--count', '4'])
     browser = await launch()
     page = browser.page
+    console.log(`screenshots go to ${OUTPUT}`)
   })
 
   after(async () => {

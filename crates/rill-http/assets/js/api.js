@@ -142,6 +142,11 @@ export async function loadOperations() {
   return operations
 }
 
+/** Whether the list of operations was loaded. */
+export function operationsKnown() {
+  return operations !== null
+}
+
 /** Whether the API has `METHOD path` (a path as the OpenAPI document writes it, with
  * `{stream}`-style parameters). False until the document was loaded. */
 export function has(method, path) {

@@ -8,7 +8,7 @@
 // shell never runs two refreshes at once, and drops a page's refresh once the user
 // left it.
 
-import { ApiError, describeError, get, isReachable, loadOperations, onReachability } from './api.js'
+import { ApiError, describeError, get, isReachable, loadOperations, onReachability, operationsKnown } from './api.js'
 import { h, replace } from './dom.js'
 import { duration } from './format.js'
 import * as overview from './pages/overview.js'
@@ -103,7 +103,7 @@ function mountPage({ first = false, force = false } = {}) {
     page = null
     return
   }
-  page = { id: pageId, module, key, writes: ctx.writes, ...module.mount(ctx, params, query) }
+  page = { id: pageId, module, key, writes: ctx.writes, operations: operationsKnown(), ...module.mount(ctx, params, query) }
   if (!first) {
     // Moves the keyboard and screen reader focus to the new page's heading.
     const heading = main.querySelector('h1')
@@ -150,9 +150,10 @@ async function refreshOnce() {
     const info = await get('/api/v1/info')
     ctx.info = info
     renderServerFacts()
-    if (page && page.writes !== ctx.writes) {
-      // The page was built before the server's settings were known, or the server
-      // restarted with others: build it again around them.
+    if (page && (page.writes !== ctx.writes || page.operations !== operationsKnown())) {
+      // The page was built before the server's settings and endpoints were known (it
+      // could not be reached), or the server restarted with other settings: build it
+      // again around them.
       mountPage({ first: true, force: true })
       return
     }
