@@ -176,6 +176,9 @@ export function mount(ctx, [stream, topic, groupName]) {
         }),
         history.size > LINES_MAX
           ? h('p', { class: 'muted' }, `The ${LINES_MAX} partitions with the largest lag of ${history.size}.`)
+          : null,
+        drawn.every(([, points]) => points.length === 1)
+          ? h('p', { class: 'muted' }, 'One sample so far: the lines grow with each refresh, every 5 s.')
           : null)
     },
   }
