@@ -138,7 +138,7 @@ export interface ProducerOptions {
 }
 
 export type StartFrom =
-  | { kind: 'first' } | { kind: 'last' } | { kind: 'next' }
+  | { kind: 'first' } | { kind: 'last' } | { kind: 'end' } | { kind: 'next' }
   | { kind: 'offset'; offset: number } | { kind: 'timestamp'; timestampMicros: number }
 export type CommitPolicyKind =
   | 'disabled' | 'interval' | 'polling' | 'intervalOrPolling' | 'all' | 'intervalOrAll'

@@ -56,6 +56,7 @@ pub(crate) fn start_at(c: &CommonOptions) -> Result<Option<StartAt>, ClientError
         (None, None, None) => Ok(None),
         (Some("first"), None, None) => Ok(Some(StartAt::First)),
         (Some("last"), None, None) => Ok(Some(StartAt::Last)),
+        (Some("end"), None, None) => Ok(Some(StartAt::End)),
         (Some("next"), None, None) => Ok(Some(StartAt::Next)),
         (Some("offset"), Some(n), None) => {
             Ok(Some(StartAt::Offset(offset_in("startFrom.offset", n)?)))
@@ -65,11 +66,13 @@ pub(crate) fn start_at(c: &CommonOptions) -> Result<Option<StartAt>, ClientError
         (Some("timestamp"), _, None) => Err(invalid(
             "startFrom { kind: \"timestamp\" } needs timestampMicros",
         )),
-        (Some(k @ ("first" | "last" | "next" | "offset" | "timestamp")), _, _) => Err(invalid(
-            format!("startFrom {{ kind: {k:?} }} takes only the field of its kind"),
-        )),
+        (Some(k @ ("first" | "last" | "end" | "next" | "offset" | "timestamp")), _, _) => {
+            Err(invalid(format!(
+                "startFrom {{ kind: {k:?} }} takes only the field of its kind"
+            )))
+        }
         (Some(other), _, _) => Err(invalid(format!(
-            "startFrom kind {other:?}: expected \"first\", \"last\", \"next\", \"offset\" or \"timestamp\""
+            "startFrom kind {other:?}: expected \"first\", \"last\", \"end\", \"next\", \"offset\" or \"timestamp\""
         ))),
         (None, _, _) => Err(invalid("startFrom needs a kind")),
     }

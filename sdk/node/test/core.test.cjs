@@ -156,6 +156,14 @@ for (const [transport, setup] of TRANSPORTS) {
         assert.ok(r.offset === 4 || r.offset === 5, `last starts at the tail, got ${r.offset}`)
         await c.shutdown()
       }
+      {
+        // end: only what is appended after the start
+        const c = await topic.consumer(unique('c'), 0, { startFrom: { kind: 'end' }, autoCommit: false, pollIntervalMs: 5 })
+        await assert.rejects(c.nextWithin(300), rill.TimeoutError)
+        const at = await topic.publish().bytes('later').partition(0).send()
+        assert.equal((await c.nextWithin(5_000)).offset, at.offset)
+        await c.shutdown()
+      }
       // a stored offset wins over startFrom (unless allowReplay)
       const name = unique('c')
       await topic.storeOffset(name, 0, 2)

@@ -49,7 +49,7 @@ impl Common {
     }
 }
 
-/// Where to start: `polling` names a `StartAt` variant (`first`, `last`, `next`,
+/// Where to start: `polling` names a `StartAt` variant (`first`, `last`, `end`, `next`,
 /// `offset`, `timestamp`), `offset` and `timestamp_micros` give the value of the last
 /// two (either alone implies its variant).
 pub(crate) fn start_at(
@@ -71,14 +71,15 @@ pub(crate) fn start_at(
         (Some("timestamp"), None, None) => {
             Err(invalid("polling=\"timestamp\" needs timestamp_micros="))
         }
-        (Some(p @ ("first" | "last" | "next")), None, None) => Ok(Some(match p {
+        (Some(p @ ("first" | "last" | "end" | "next")), None, None) => Ok(Some(match p {
             "first" => StartAt::First,
             "last" => StartAt::Last,
+            "end" => StartAt::End,
             _ => StartAt::Next,
         })),
-        (Some(p @ ("first" | "last" | "next" | "offset" | "timestamp")), _, _) => extra(p),
+        (Some(p @ ("first" | "last" | "end" | "next" | "offset" | "timestamp")), _, _) => extra(p),
         (Some(other), _, _) => Err(invalid(format!(
-            "polling {other:?}: expected \"first\", \"last\", \"next\", \"offset\" or \"timestamp\""
+            "polling {other:?}: expected \"first\", \"last\", \"end\", \"next\", \"offset\" or \"timestamp\""
         ))),
     }
 }

@@ -68,6 +68,15 @@ async def test_every_start_variant(client: rill.Client, kind: str) -> None:
 
     assert await first_offset(polling="first") == 0
     assert await first_offset(polling="last") == 4
+    # end: only what is appended after the start.
+    c = await make(topic, kind, unique("c"), auto_commit="disabled", polling="end").init()
+    try:
+        with pytest.raises(rill.TimeoutError):
+            await c.next_within(0.3)
+        await topic.publish(b"later").partition(0).send()
+        assert (await c.next_within(10)).offset == 5
+    finally:
+        await c.shutdown()
     assert await first_offset(polling="next") == 0, "next with nothing stored: the beginning"
     assert await first_offset(polling="offset", offset=3) == 3
     assert await first_offset(offset=2) == 2, "offset= alone means polling=\"offset\""

@@ -391,7 +391,8 @@ class Topic(Generic[T]):
         Options, with the Rust SDK's defaults: ``batch_length`` (1000),
         ``poll_interval_ms`` (100), ``max_wait_ms`` (1000, long polling),
         ``polling`` — where a partition without a stored offset starts: ``"first"``
-        (default), ``"last"``, ``"next"``, ``"offset"`` with ``offset=N``,
+        (default), ``"last"`` (the last record), ``"end"`` (only records appended
+        after the start), ``"next"``, ``"offset"`` with ``offset=N``,
         ``"timestamp"`` with ``timestamp_micros=T`` — and ``allow_replay`` (honour
         ``polling`` even where an offset is stored); ``auto_commit``: ``"disabled"``,
         ``"interval"``, ``"polling"`` (default), ``"interval_or_polling"``, ``"all"``,
