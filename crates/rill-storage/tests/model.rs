@@ -1,5 +1,5 @@
-//! Random sequences of append / read / timestamp lookup / close + reopen / retention,
-//! checked against an in-memory model. Prints the seed on failure; replay one with
+//! Random sequences of append / read / timestamp lookup / close + reopen / retention /
+//! purge, checked against an in-memory model. Prints the seed on failure; replay one with
 //! `RILL_SEED=<seed> cargo test -p rill-storage --test model`.
 
 mod common;
@@ -26,6 +26,9 @@ enum Op {
     Advance(i64),
     Reopen,
     Retention,
+    /// Purges below the offset this far between the start and the end (above 1.0: past
+    /// the end, refused).
+    Purge(f64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -37,6 +40,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..20_000i64).prop_map(Op::Advance),
         1 => Just(Op::Reopen),
         1 => Just(Op::Retention),
+        1 => (0.0..=1.1f64).prop_map(Op::Purge),
     ]
 }
 
@@ -75,6 +79,7 @@ fn run(config: &LogConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let mut next = 0u64;
     let mut start = 0u64;
     let mut last_batch_base = 0u64;
+    let mut purged = false;
     for (step, op) in ops.into_iter().enumerate() {
         match op {
             Op::Append(records) => {
@@ -168,16 +173,45 @@ fn run(config: &LogConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let outcome = log.apply_retention().unwrap();
                 prop_assert!(outcome.log_start >= start);
                 prop_assert!(
-                    outcome.log_start <= last_batch_base,
+                    outcome.log_start <= last_batch_base.max(start),
                     "the active segment stays"
                 );
                 start = outcome.log_start;
                 model.retain(|r| r.offset >= start);
+                // (Segments wholly below a purged start go whatever the limits.)
                 if let Some(max) = config.retention_bytes
                     && outcome.segments_deleted > 0
                     && config.retention_age.is_none()
+                    && !purged
                 {
                     prop_assert!(log.size_bytes() >= max, "bytes retention keeps the limit");
+                }
+            }
+            Op::Purge(at) => {
+                let to = start + ((next - start) as f64 * at) as u64;
+                match log.purge_before(to) {
+                    Ok(new_start) => {
+                        prop_assert!(to <= next);
+                        purged |= to > start;
+                        prop_assert_eq!(new_start, start.max(to));
+                        start = new_start;
+                        model.retain(|r| r.offset >= start);
+                        prop_assert_eq!(log.log_start(), start);
+                    }
+                    Err(StorageError::OffsetBeyondEnd { next_offset, .. }) => {
+                        prop_assert!(to > next);
+                        prop_assert_eq!(next_offset, next);
+                        prop_assert_eq!(log.log_start(), start, "a refused purge changes nothing");
+                    }
+                    Err(e) => return Err(TestCaseError::fail(format!("purge to {to}: {e}"))),
+                }
+                // Every segment left holds a record at or after the start, but the
+                // active one (which may be empty, or wholly below the start).
+                let (segments, read) = (log.segment_count(), log.read(start, 1).unwrap());
+                prop_assert!(segments >= 1);
+                if start < next {
+                    let first = read.batches().next().unwrap().unwrap();
+                    prop_assert!(first.base_offset() <= start && first.next_offset() > start);
                 }
             }
         }

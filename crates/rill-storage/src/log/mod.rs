@@ -34,6 +34,7 @@ use crate::segment::{IndexCadence, Segment, log_path};
 use self::sync::GroupCommit;
 
 mod append;
+mod purge;
 mod read;
 mod sync;
 mod truncate;
@@ -205,10 +206,19 @@ impl PartitionLog {
     ) -> Result<Self, StorageError> {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
-        let recovered = recover(&dir, &config, env)?;
-        let log_start = recovered.segments[0].base_offset;
+        let mut recovered = recover(&dir, &config, env)?;
         let writer = recovered.writer;
         let visible_next = writer.next_offset;
+        let log_start = logical_start(
+            purge::read_log_start(env.io.as_ref(), &dir),
+            recovered.segments[0].base_offset,
+            visible_next,
+            &dir,
+        );
+        // Damage no reader can reach does not fail the log.
+        recovered
+            .damage
+            .retain(|d| d.to_offset.is_none_or(|to| to > log_start));
         let has_damage = !recovered.damage.is_empty();
         Ok(Self {
             dir,
@@ -419,16 +429,19 @@ impl PartitionLog {
         Ok(damage.clone())
     }
 
-    /// Deletes sealed segments past the retention limits, oldest first. The active
-    /// segment is never deleted.
+    /// Deletes sealed segments past the retention limits, oldest first, and those
+    /// wholly below a purged log start (a crash may have left them, docs/FORMAT.md §4,
+    /// "Purge"). The active segment is never deleted. The log start only moves forward.
     pub fn apply_retention(&self) -> Result<RetentionOutcome, StorageError> {
         let removed: Vec<Arc<Segment>> = {
             let mut segments = self.segments.write();
-            let n = self.past_retention(&segments, u64::MAX);
+            let n = self
+                .past_retention(&segments, u64::MAX)
+                .max(self.segments_below_start(&segments));
             let removed: Vec<_> = segments.drain(..n).collect();
             if n > 0 {
                 self.log_start
-                    .store(segments[0].base_offset, Ordering::Release);
+                    .fetch_max(segments[0].base_offset, Ordering::AcqRel);
             }
             removed
         };
@@ -491,7 +504,7 @@ impl PartitionLog {
             let removed: Vec<_> = segments.drain(..n).collect();
             if n > 0 {
                 self.log_start
-                    .store(segments[0].base_offset, Ordering::Release);
+                    .fetch_max(segments[0].base_offset, Ordering::AcqRel);
             }
             removed
         };
@@ -592,6 +605,21 @@ impl PartitionLog {
             }
         }
     }
+}
+
+/// Where readers start in a recovered log: at the purged start the `log-start` file
+/// names, or the first segment's base if that is later (retention deleted past it, or
+/// there was no purge); never past the recovered end, which only a loss of synced data
+/// makes possible (docs/FORMAT.md §4, "Purge").
+fn logical_start(purged: Option<u64>, first_base: u64, end: u64, dir: &Path) -> u64 {
+    let Some(purged) = purged else {
+        return first_base;
+    };
+    if purged > end {
+        tracing::error!(dir = %dir.display(), purged, end, "the log-start file names an offset past the recovered end: the log starts at its end");
+        return first_base.max(end);
+    }
+    first_base.max(purged)
 }
 
 pub(crate) fn corrupt(path: &Path, position: u64, reason: &dyn std::fmt::Display) -> StorageError {

@@ -296,9 +296,11 @@ impl PartitionLog {
     }
 
     /// The offset of the first record whose timestamp is at or after `timestamp_us`, or
-    /// `None` if every visible record is older. Damaged ranges are stepped over.
+    /// `None` if every visible record is older. Damaged ranges are stepped over; records
+    /// below the log start do not count (a purge may leave some in its first segment).
     pub fn offset_for_timestamp(&self, timestamp_us: i64) -> Result<Option<u64>, StorageError> {
         let log_end = self.next_offset();
+        let log_start = self.log_start();
         let segments = self.segments_snapshot();
         for segment in segments
             .iter()
@@ -330,10 +332,16 @@ impl PartitionLog {
                 let bytes = scanner.batch_bytes(&found)?;
                 let view = BatchView::parse(bytes)
                     .map_err(|e| corrupt(&segment.path, found.position, &e))?;
+                // Records below the start do not count. If the only ones late enough
+                // lie below it, every record of the later batches is late enough (a
+                // batch's records are at or after its first timestamp, which is at or
+                // after the batch before's largest): the answer is where they begin.
+                let late_enough = view.records().any(|r| r.timestamp_us >= timestamp_us);
                 let hit = view
                     .records()
-                    .find(|r| r.timestamp_us >= timestamp_us)
-                    .map(|r| r.offset);
+                    .find(|r| r.timestamp_us >= timestamp_us && r.offset >= log_start)
+                    .map(|r| r.offset)
+                    .or_else(|| late_enough.then(|| view.next_offset().max(log_start)));
                 return Ok(hit.filter(|&o| o < log_end));
             }
         }

@@ -87,13 +87,13 @@ impl PartitionLog {
 
     /// Syncs everything written so far (the caller holds the writer lock, so nothing
     /// more is written meanwhile).
-    fn sync_through_locked(&self) -> Result<(), StorageError> {
+    pub(super) fn sync_through_locked(&self) -> Result<(), StorageError> {
         let seq = self.commit.lock().latest.as_ref().map_or(0, |l| l.seq);
         self.sync_through(seq)
     }
 
     /// Waits for every background seal; a failed one has poisoned the log.
-    fn join_seals(&self) -> Result<(), StorageError> {
+    pub(super) fn join_seals(&self) -> Result<(), StorageError> {
         let seals: Vec<_> = std::mem::take(&mut *self.seal_threads.lock());
         for seal in seals {
             if seal.join().is_err() {

@@ -78,6 +78,9 @@ pub(crate) struct Run {
     pub(crate) acked: BTreeMap<u64, u64>,
     /// The log start the last check found.
     pub(crate) log_start: u64,
+    /// Below which an acknowledged purge made the records gone: no restart may serve
+    /// them again.
+    pub(crate) purged: u64,
     /// Past every offset ever handed out (what a consumer may have seen).
     pub(crate) offset_high: u64,
     pub(crate) next_tag: u64,
@@ -129,6 +132,7 @@ impl Run {
             attempted: HashMap::new(),
             acked: BTreeMap::new(),
             log_start: 0,
+            purged: 0,
             offset_high: 0,
             next_tag: 0,
             disk: None,
@@ -372,6 +376,23 @@ impl Run {
                     self.note(format!("s{step} sync -> {synced:?}"));
                     if let Err(e) = synced {
                         ensure(disk.crashed(), || format!("sync failed: {e}"))?;
+                    }
+                }
+                96..98 => {
+                    let to = self.rng.between(log.log_start(), log.next_offset());
+                    // In flight, it may take effect whatever it answers: the records
+                    // below it are no longer expected.
+                    retention_start = retention_start.max(to);
+                    let purged = log.purge_before(to);
+                    self.note(format!("s{step} purge below {to} -> {purged:?}"));
+                    match purged {
+                        Ok(start) => {
+                            ensure(start >= to && log.log_start() == start, || {
+                                format!("a purge below {to} left the log starting at {start}")
+                            })?;
+                            self.purged = self.purged.max(to);
+                        }
+                        Err(e) => ensure(disk.crashed(), || format!("purge failed: {e}"))?,
                     }
                 }
                 _ => self.read_one(&log, disk, step)?,
