@@ -25,6 +25,7 @@ mod names;
 mod offsets;
 mod partition;
 mod producer;
+mod purge;
 mod quota;
 mod reserve;
 mod upkeep;

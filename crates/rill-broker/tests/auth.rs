@@ -224,6 +224,15 @@ fn sample(kind: Kind, s: &str) -> Request {
             to: pb::ResetTo::End as i32,
             ..Default::default()
         }),
+        // Below offset 0: changes nothing.
+        Kind::PurgeTopic => R::PurgeTopic(pb::PurgeTopicRequest {
+            stream: s,
+            topic: t(),
+            partition: Some(0),
+            before: pb::PurgeTo::Offset as i32,
+            offset: 0,
+            timestamp_us: 0,
+        }),
         // Changes nothing: a request that names the topic alone.
         Kind::AlterTopic => R::AlterTopic(pb::AlterTopicRequest {
             stream: s,
@@ -276,7 +285,7 @@ fn needs(kind: Kind) -> Needs {
         | K::GrantAcl
         | K::RevokeAcl
         | K::SetQuota => Needs::Admin,
-        K::CreateTopic | K::DeleteTopic | K::AlterTopic => Needs::Manage,
+        K::CreateTopic | K::DeleteTopic | K::AlterTopic | K::PurgeTopic => Needs::Manage,
         K::ListTopics | K::DescribeTopic => Needs::ReadWriteOrManage,
         K::Produce => Needs::Write,
         _ => Needs::Read,
@@ -441,6 +450,7 @@ async fn every_request_kind_needs_what_the_table_says_for_every_principal() {
     assert!(matches!(fetched, ResponseBody::Fetch(_)));
     expect_ok(call(&broker, &user("manager"), sample(Kind::CreateTopic, "shop")).await);
     expect_ok(call(&broker, &user("manager"), sample(Kind::AlterTopic, "shop")).await);
+    expect_ok(call(&broker, &user("manager"), sample(Kind::PurgeTopic, "shop")).await);
     for kind in [
         Kind::ListGroups,
         Kind::ListConsumers,

@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{free_port, rill_bin};
-use rill_client::{Client, Message, Position, ResetTo, TopicChanges};
+use rill_client::{Client, Message, Position, PurgeTo, ResetTo, TopicChanges};
 
 /// One node: a `rill serve` process with fixed ports; killed when dropped.
 struct Node {
@@ -669,6 +669,18 @@ async fn retention_runs_on_every_replica_of_a_cluster_and_readers_go_on_from_the
     assert_eq!(consumers.len(), 1);
     assert_eq!(consumers[0].name, "c");
     assert_eq!(consumers[0].partitions[0].next_offset, end + 1);
+    // An exact purge is refused in a cluster (docs/REPLICATION.md §11.1), not applied
+    // to one replica.
+    let purge = topic.purge(PurgeTo::End, None).await.unwrap_err();
+    assert_eq!(
+        purge.code(),
+        Some(rill_client::ErrorCode::InvalidRequest),
+        "{purge}"
+    );
+    assert!(
+        purge.to_string().contains("not supported in a cluster"),
+        "{purge}"
+    );
     for n in &mut nodes {
         n.terminate();
     }

@@ -1,7 +1,7 @@
 //! The SDK's operator calls on a topic, over both transports (the real `rill` binary on
 //! a free port, `tcp::*`, and an in-process broker, `embedded::*`): listing groups and
 //! named consumers with their lag, resetting and deleting a group, resetting a named
-//! consumer, and altering a topic while it serves.
+//! consumer, altering a topic while it serves, and purging its records.
 
 #[macro_use]
 mod common;
@@ -9,7 +9,8 @@ mod common;
 use std::time::Duration;
 
 use rill_client::{
-    Client, CommitPolicy, Durability, ErrorCode, ResetTo, StoredOffset, Topic, TopicChanges,
+    Client, ClientError, CommitPolicy, Durability, ErrorCode, Position, PurgeTo, ResetTo,
+    StoredOffset, Topic, TopicChanges,
 };
 
 over_both_transports!(
@@ -17,6 +18,7 @@ over_both_transports!(
     a_reset_group_reads_from_its_new_offsets_and_a_deleted_one_from_its_start,
     a_reset_named_consumer_reads_from_its_new_offset,
     an_altered_topic_takes_records_in_its_added_partitions_and_keeps_its_options,
+    a_purged_topic_is_read_from_its_new_start,
 );
 
 /// A topic of `partitions` partitions with `per_partition` records in each.
@@ -199,4 +201,46 @@ async fn an_altered_topic_takes_records_in_its_added_partitions_and_keeps_its_op
         .unwrap_err();
     assert_eq!(fewer.code(), Some(ErrorCode::InvalidConfig), "{fewer}");
     assert!(fewer.to_string().contains("can only be added"), "{fewer}");
+}
+
+async fn a_purged_topic_is_read_from_its_new_start(client: &Client) {
+    let t = topic(client, "purge", 2, 6).await;
+    t.reset_consumer("c", ResetTo::Offset(1), Some(0))
+        .await
+        .unwrap();
+    let starts = t.purge(PurgeTo::Offset(4), Some(0)).await.unwrap();
+    assert_eq!(
+        starts
+            .iter()
+            .map(|s| (s.partition, s.log_start))
+            .collect::<Vec<_>>(),
+        [(0, 4)]
+    );
+    assert_eq!(t.first_offset(0).await.unwrap(), 4);
+    match t.fetch(Position::new(0, 1), 1 << 20, Duration::ZERO).await {
+        Err(ClientError::Server {
+            code: ErrorCode::OffsetBeforeStart,
+            offset: Some(4),
+            ..
+        }) => {}
+        other => panic!("a fetch below the purged start: {other:?}"),
+    }
+    // A named consumer whose stored offset is below the start goes on from it.
+    let mut c = t.consumer("c", 0).build().await.unwrap();
+    let r = c.next_within(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(r.offset, 4);
+    c.shutdown().await.unwrap();
+    // Past an end: refused, nothing purged.
+    let past = t.purge(PurgeTo::Offset(7), None).await.unwrap_err();
+    assert_eq!(past.code(), Some(ErrorCode::OffsetBeyondEnd), "{past}");
+    assert_eq!(t.first_offset(1).await.unwrap(), 0);
+    let all = t.purge(PurgeTo::End, None).await.unwrap();
+    assert_eq!(
+        all.iter()
+            .map(|s| (s.partition, s.log_start))
+            .collect::<Vec<_>>(),
+        [(0, 6), (1, 6)]
+    );
+    let described = t.describe().await.unwrap();
+    assert!(described.partitions.iter().all(|p| p.first_offset == 6));
 }

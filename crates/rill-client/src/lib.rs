@@ -95,7 +95,8 @@ pub use routing::{Routing, partition_for_key};
 pub use tls::TlsOptions;
 pub use topic::{Fetched, Publish, Topic, TopicOptions, TypedTopic};
 pub use topic_admin::{
-    ConsumerPartition, ConsumerSummary, GroupSummary, ResetTo, StoredOffset, TopicChanges,
+    ConsumerPartition, ConsumerSummary, GroupSummary, LogStart, PurgeTo, ResetTo, StoredOffset,
+    TopicChanges,
 };
 pub use transport::Credentials;
 pub use users::{

@@ -1,6 +1,7 @@
-//! An operator's calls on a topic (docs/PROTOCOL.md §3.25–3.30): its consumer groups
-//! and named consumers with their lag, deleting a group, resetting stored offsets, and
-//! altering the topic's options. The answers are the SDK's own types.
+//! An operator's calls on a topic (docs/PROTOCOL.md §3.25–3.31): its consumer groups
+//! and named consumers with their lag, deleting a group, resetting stored offsets,
+//! altering the topic's options and purging its records. The answers are the SDK's own
+//! types.
 
 use std::time::Duration;
 
@@ -88,6 +89,31 @@ impl ResetTo {
             Self::TimestampMicros(ts) => (pb::ResetTo::Timestamp, 0, ts),
         }
     }
+}
+
+/// Below what [`Topic::purge`] makes records gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PurgeTo {
+    /// This offset: the record at it is the first left. It must be at most each
+    /// partition's end; otherwise the purge is refused, naming the partition, and
+    /// nothing changes.
+    Offset(u64),
+    /// The records older than this time, µs since the Unix epoch (the first record at
+    /// or after it is the first left; every record, if all are older).
+    TimestampMicros(i64),
+    /// Every record: each partition then starts at its end.
+    End,
+}
+
+/// A partition's log start after [`Topic::purge`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LogStart {
+    /// The partition.
+    pub partition: u32,
+    /// Its first offset readers may read now.
+    pub log_start: u64,
 }
 
 /// What [`Topic::alter`] changes; whatever it does not name stays as it is.
@@ -346,6 +372,54 @@ impl Topic {
                     .remember_partitions(&self.stream, &self.name, config.partitions);
                 Ok(config)
             }
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+impl Topic {
+    /// Makes the records of `partition` (`None`: of every partition) below `to` gone,
+    /// exactly, as Kafka's `DeleteRecords` does, and returns each partition's log start
+    /// afterwards. A read below it fails with `OFFSET_BEFORE_START` naming the new start
+    /// (readers and consumers go on from there), and the partition's whole segments
+    /// below it are deleted. A point at or below a partition's start changes nothing
+    /// there. Every partition is checked before any is purged: [`PurgeTo::Offset`] past
+    /// a partition's end is refused (`OFFSET_BEYOND_END`, naming it) with nothing
+    /// purged. Stored offsets are left as they are. A cluster refuses it for now
+    /// (`INVALID_REQUEST`).
+    pub async fn purge(
+        &self,
+        to: PurgeTo,
+        partition: Option<u32>,
+    ) -> Result<Vec<LogStart>, ClientError> {
+        let (before, offset, timestamp_us) = match to {
+            PurgeTo::Offset(n) => (pb::PurgeTo::Offset, n, 0),
+            PurgeTo::TimestampMicros(ts) => (pb::PurgeTo::Timestamp, 0, ts),
+            PurgeTo::End => (pb::PurgeTo::End, 0, 0),
+        };
+        let body = RequestBody::PurgeTopic(pb::PurgeTopicRequest {
+            stream: self.stream.to_string(),
+            topic: self.name.to_string(),
+            partition,
+            before: before as i32,
+            offset,
+            timestamp_us,
+        });
+        match self.client.call(body, Bytes::new(), Retry::Safe).await?.0 {
+            ResponseBody::PurgeTopic(r) => r
+                .log_starts
+                .into_iter()
+                .map(|s| {
+                    Ok(LogStart {
+                        partition: s.partition,
+                        log_start: s.offset.ok_or_else(|| {
+                            ClientError::Protocol(
+                                "a purge answered a partition without its start".into(),
+                            )
+                        })?,
+                    })
+                })
+                .collect(),
             other => Err(unexpected(&other)),
         }
     }

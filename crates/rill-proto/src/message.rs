@@ -142,6 +142,7 @@ protocol! {
     39 => ResetGroupOffsets(ResetGroupOffsetsRequest, ResetGroupOffsetsResponse),
     40 => ResetConsumerOffsets(ResetConsumerOffsetsRequest, ResetConsumerOffsetsResponse),
     41 => AlterTopic(AlterTopicRequest, AlterTopicResponse),
+    42 => PurgeTopic(PurgeTopicRequest, PurgeTopicResponse),
 }
 
 /// A request: its control message and its payload (the batch of a `Produce`).

@@ -50,8 +50,11 @@ pub enum StorageError {
         /// The limit.
         max: u32,
     },
-    /// The offset was deleted by retention; reading can resume at `log_start`.
-    #[error("offset {requested} is below the log start {log_start} (deleted by retention)")]
+    /// The offset was deleted by retention or a purge; reading can resume at
+    /// `log_start`.
+    #[error(
+        "offset {requested} is below the log start {log_start} (deleted by retention or a purge)"
+    )]
     OffsetBeforeStart {
         /// The offset asked for.
         requested: u64,
