@@ -1,8 +1,9 @@
 //! The operators' requests on a topic's consumers and options, through `Broker::handle`
 //! as a client sends them (docs/PROTOCOL.md §3.25–3.30): listing groups and named
 //! consumers with their lag, deleting a group, resetting stored offsets, altering a
-//! topic; their refusals and bad input; what survives a reopen; and the altered
-//! options taking effect on the live partitions.
+//! topic; their refusals and bad input; what survives a reopen (a purge too, whose own
+//! tests are `purge.rs`); and the altered options taking effect on the live
+//! partitions.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -546,7 +547,7 @@ async fn altering_a_topic_changes_its_options_and_adds_partitions() {
 }
 
 #[tokio::test]
-async fn altered_options_and_resets_survive_a_reopen() {
+async fn altered_options_purges_and_resets_survive_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     {
         let broker = open(dir.path());
@@ -569,6 +570,22 @@ async fn altered_options_and_resets_survive_a_reopen() {
             .produce("s", "t", 3, batch(&["x", "y"]))
             .await
             .unwrap();
+        let purged = call(
+            &broker,
+            RequestBody::PurgeTopic(pb::PurgeTopicRequest {
+                stream: "s".into(),
+                topic: "t".into(),
+                partition: Some(0),
+                before: pb::PurgeTo::Offset as i32,
+                offset: 2,
+                timestamp_us: 0,
+            }),
+        )
+        .await;
+        assert!(
+            matches!(purged, Ok(ResponseBody::PurgeTopic(_))),
+            "{purged:?}"
+        );
         offsets(call(&broker, reset_group("g", pb::ResetTo::End, 0, None)).await);
         offsets(
             call(
@@ -585,6 +602,10 @@ async fn altered_options_and_resets_survive_a_reopen() {
     assert_eq!(config.durability, rill_storage::Durability::Never);
     assert_eq!(config.retention_ms, Some(60_000));
     assert_eq!(partitions[3].next_offset, 2);
+    assert_eq!(
+        (partitions[0].first_offset, partitions[0].next_offset),
+        (2, 3)
+    );
     assert_eq!(
         group_offsets(&broker, "g").await,
         [Some(3), Some(0), Some(0), Some(2)]
