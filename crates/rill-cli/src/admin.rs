@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Subcommand;
-use rill_client::{Durability, TopicChanges, TopicOptions};
+use rill_client::{Durability, PurgeTo, TopicChanges, TopicOptions};
 
 use crate::output::{self, OutputArg};
 use crate::target::{self, Target};
@@ -108,6 +108,19 @@ pub(crate) enum TopicCommand {
         /// keys go to another partition from then on.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         partitions: Option<u32>,
+    },
+    /// Delete the records before a point, exactly: readers start after it (default:
+    /// every record, each partition then starts at its end).
+    Purge {
+        /// STREAM/TOPIC
+        topic: String,
+        /// offset:N (the record at N is the first left) | time:RFC3339 (records older
+        /// than that go) | end (every record)
+        #[arg(long, value_name = "WHERE", default_value = "end", value_parser = parse_purge_to)]
+        before: PurgeTo,
+        /// Only this partition (default: every partition).
+        #[arg(long)]
+        partition: Option<u32>,
     },
     /// Delete a topic and its data.
     Delete {
@@ -240,6 +253,26 @@ fn parse_limit_bytes(s: &str) -> Result<Limit<u64>, String> {
         Ok(n) => Ok(Limit(Some(n))),
         Err(_) => Err(format!("{s:?} is not a number of bytes (or none)")),
     }
+}
+
+/// `offset:N`, `time:RFC3339` or `end`.
+fn parse_purge_to(s: &str) -> Result<PurgeTo, String> {
+    if s == "end" {
+        return Ok(PurgeTo::End);
+    }
+    if let Some(n) = s.strip_prefix("offset:") {
+        return n
+            .parse()
+            .map(PurgeTo::Offset)
+            .map_err(|_| format!("{n:?} is not an offset (offset:N, N from 0)"));
+    }
+    if s.starts_with("time:") {
+        return match crate::groups::parse_reset_to(s)? {
+            rill_client::ResetTo::TimestampMicros(us) => Ok(PurgeTo::TimestampMicros(us)),
+            _ => unreachable!("a time: point parses to a time"),
+        };
+    }
+    Err(format!("{s:?}: expected offset:N, time:RFC3339 or end"))
 }
 
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -408,6 +441,31 @@ pub(crate) async fn topic(args: TopicArgs, target: &Target) -> anyhow::Result<()
             out.print(
                 || serde_json::json!({ "topic": topic, "options": output::topic_config(&o) }),
                 || println!("{topic}\t{} partitions", o.partitions),
+            );
+        }
+        TopicCommand::Purge {
+            topic,
+            before,
+            partition,
+        } => {
+            let starts = target::topic(&client, &topic)?
+                .purge(before, partition)
+                .await
+                .with_context(|| format!("cannot purge {topic}"))?;
+            out.print(
+                || {
+                    let starts: Vec<serde_json::Value> = starts
+                        .iter()
+                        .map(|s| serde_json::json!({ "partition": s.partition, "first_offset": s.log_start }))
+                        .collect();
+                    serde_json::json!({ "topic": topic, "partitions": starts })
+                },
+                || {
+                    println!("partition\tfirst_offset");
+                    for s in &starts {
+                        println!("{}\t{}", s.partition, s.log_start);
+                    }
+                },
             );
         }
         TopicCommand::Delete { topic } => {

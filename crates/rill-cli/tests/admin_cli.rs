@@ -451,3 +451,67 @@ fn top_shows_topics_with_their_rates_and_groups_with_their_lag() {
     let out = t.run(&["top", "--interval", "10ms"], "");
     assert_eq!(out.status.code(), Some(2), "too short an interval");
 }
+
+#[test]
+fn purge_deletes_exactly_the_records_before_the_point() {
+    both(|t| {
+        ok(t, &["topic", "create", "s/t", "--partitions", "2"], "");
+        ok(
+            t,
+            &["produce", "s/t", "--partition", "0"],
+            "a\nb\nc\nd\ne\n",
+        );
+        ok(t, &["produce", "s/t", "--partition", "1"], "f\ng\nh\n");
+        let text = ok(
+            t,
+            &[
+                "topic",
+                "purge",
+                "s/t",
+                "--before",
+                "offset:3",
+                "--partition",
+                "0",
+            ],
+            "",
+        );
+        assert_eq!(text, "partition\tfirst_offset\n0\t3\n");
+        let read = ok(t, &["consume", "s/t", "--partition", "0"], "");
+        assert_eq!(read, "d\ne\n", "the first record left is the one at 3");
+        let err = fails(t, &["topic", "purge", "s/t", "--before", "offset:99"]);
+        assert!(err.contains("partition"), "names the partition: {err}");
+        let old = t.json(&[
+            "topic",
+            "purge",
+            "s/t",
+            "--before",
+            "time:2000-01-01T00:00:00Z",
+            "--output",
+            "json",
+        ]);
+        assert_eq!(
+            old["partitions"],
+            serde_json::json!([{"partition": 0, "first_offset": 3}, {"partition": 1, "first_offset": 0}]),
+            "nothing is older than 2000"
+        );
+        let all = t.json(&["topic", "purge", "s/t", "--output", "json"]);
+        assert_eq!(
+            all["partitions"],
+            serde_json::json!([{"partition": 0, "first_offset": 5}, {"partition": 1, "first_offset": 3}]),
+            "the default is every record"
+        );
+        let d = t.json(&["topic", "describe", "s/t", "--output", "json"]);
+        for p in d["partitions"].as_array().unwrap() {
+            assert_eq!(p["first_offset"], p["next_offset"], "{d}");
+        }
+        assert_eq!(ok(t, &["consume", "s/t"], ""), "", "nothing left to read");
+        ok(t, &["produce", "s/t", "--partition", "1"], "i\n");
+        assert_eq!(
+            ok(t, &["consume", "s/t"], ""),
+            "i\n",
+            "appends go on after the purge"
+        );
+        let out = t.run(&["topic", "purge", "s/t", "--before", "yesterday"], "");
+        assert_eq!(out.status.code(), Some(2));
+    });
+}
