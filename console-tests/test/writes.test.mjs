@@ -1,5 +1,6 @@
 // The console's write actions on a server started with --http-admin-writes: creating
-// a topic through the form, a refusal shown in words, deleting a topic after typing its
+// a topic through the form, a refusal shown in words, changing and purging a topic,
+// resetting and deleting a group, deleting a topic after typing its
 // name; each checked against what the CLI then says.
 
 import assert from 'node:assert/strict'
@@ -154,6 +155,26 @@ describe('the console of a server that takes writes', () => {
     await page.waitForFunction(() => document.querySelector('tr[data-consumer="c1"] td:nth-child(3)')?.textContent === '0')
     const [c1] = (await rillJson(server, ['consumer', 'list', 'shop/orders'])).consumers
     assert.equal(c1.lag, 0)
+  })
+
+  test('purge the records before an offset, confirmed by the topic\'s name', async () => {
+    await page.goto(`${server.http}/#/topics/shop/orders`)
+    await page.locator('tr[data-partition="0"]').waitFor()
+    await page.getByRole('button', { name: 'Purge records' }).click()
+    const dialog = page.getByRole('dialog', { name: 'Purge records of shop/orders?' })
+    await dialog.waitFor()
+    await dialog.getByLabel('Offset').fill('2')
+    await dialog.getByLabel('Partitions').selectOption('0')
+    const submit = dialog.getByRole('button', { name: 'Purge records' })
+    assert.equal(await submit.isDisabled(), true, 'nothing is purged before the name is typed')
+    await dialog.getByLabel('Type shop/orders to confirm').fill('shop/orders')
+    await screenshot(page, 'writes-purge')
+    await submit.click()
+    await dialog.waitFor({ state: 'detached' })
+    assert.match(await page.locator('#notice').innerText(), /Purged shop\/orders: partition 0 starts at 2/)
+    const d = await describeTopic(server, 'shop/orders')
+    assert.equal(d.partitions[0].first_offset, 2)
+    assert.equal(d.partitions[1].first_offset, 0, 'only partition 0')
   })
 
   test('delete a topic after typing its name', async () => {

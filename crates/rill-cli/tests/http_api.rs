@@ -740,3 +740,72 @@ fn rustls_pemfile_der(pem: &str) -> Vec<u8> {
         .unwrap()
         .to_vec()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_deletes_exactly_the_records_before_its_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::serve(&dir.path().join("data"), &["--http-admin-writes"], &[]);
+    let client = Client::connect(&format!("rill://{}", server.addr))
+        .await
+        .unwrap();
+    let t = client.stream("shop").topic("orders");
+    t.create_with(&TopicOptions::partitions(2), false)
+        .await
+        .unwrap();
+    for (p, n) in [(0, 5), (1, 2)] {
+        for i in 0..n {
+            t.publish()
+                .partition(p)
+                .value(format!("v{i}"))
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    let http = Http::new(format!("http://{}", server.http), None);
+    let purge = "/api/v1/streams/shop/topics/orders/purge";
+    for bad in [
+        r#"{"before": "offset"}"#,
+        r#"{"before": "offset", "offset": 1, "time": "2026-01-01T00:00:00Z"}"#,
+        r#"{"before": "time", "time": "yesterday"}"#,
+        r#"{"before": "sideways"}"#,
+        r#"{"before": "end", "extra": 1}"#,
+        r#"{"before": "offset", "offset": -1}"#,
+    ] {
+        check(&http.send("POST", purge, bad), 400, "BAD_JSON");
+    }
+    let beyond = http.send("POST", purge, r#"{"before": "offset", "offset": 99}"#);
+    assert_eq!(beyond.status, 400, "{}", beyond.text);
+    assert!(beyond.text.contains("partition"), "{}", beyond.text);
+    check(
+        &http.send(
+            "POST",
+            "/api/v1/streams/shop/topics/nope/purge",
+            r#"{"before": "end"}"#,
+        ),
+        404,
+        "TOPIC_NOT_FOUND",
+    );
+    let one = http.send(
+        "POST",
+        purge,
+        r#"{"before": "offset", "offset": 3, "partition": 0}"#,
+    );
+    assert_eq!(one.status, 200, "{}", one.text);
+    assert_eq!(
+        one.body,
+        json!({"partitions": [{"partition": 0, "first_offset": 3}]})
+    );
+    let d = http.get("/api/v1/streams/shop/topics/orders");
+    assert_eq!(d.body["partitions"][0]["first_offset"], 3, "{}", d.text);
+    assert_eq!(d.body["partitions"][1]["first_offset"], 0, "{}", d.text);
+    let page = http.get("/api/v1/streams/shop/topics/orders/partitions/0/messages?offset=3");
+    assert_eq!(page.body["records"][0]["offset"], 3, "{}", page.text);
+    let all = http.send("POST", purge, r#"{"before": "end"}"#);
+    assert_eq!(
+        all.body,
+        json!({"partitions": [{"partition": 0, "first_offset": 5}, {"partition": 1, "first_offset": 2}]}),
+        "{}",
+        all.text
+    );
+}

@@ -324,3 +324,55 @@ export function deleteGroup({ stream, topic, group, done }) {
     },
   })
 }
+
+/** The "purge records" dialog: the records before a point go, exactly, in every
+ * partition or one; confirmed by typing the topic's name. `done(partitions)` with each
+ * purged partition's new first offset. */
+export function purgeTopic({ stream, topic, partitions, done }) {
+  const full = `${stream}/${topic}`
+  const before = h('select', { name: 'before' },
+    h('option', { value: 'offset' }, 'an offset (the record at it is the first left)'),
+    h('option', { value: 'time' }, 'a time (older records go)'),
+    h('option', { value: 'end' }, 'the end (every record goes)'))
+  const offset = h('input', { name: 'offset', type: 'number', min: '0', step: '1', required: true })
+  const time = h('input', { name: 'time', type: 'datetime-local', step: '1' })
+  const offsetField = field('Offset', offset)
+  const timeField = field('Time (this browser\'s time zone)', time, 'Records stamped before it go.')
+  timeField.hidden = true
+  before.addEventListener('change', () => {
+    offsetField.hidden = before.value !== 'offset'
+    timeField.hidden = before.value !== 'time'
+    offset.required = before.value === 'offset'
+    time.required = before.value === 'time'
+  })
+  const partition = h('select', { name: 'partition' },
+    h('option', { value: '' }, 'every partition'),
+    partitions.map((p) => h('option', { value: String(p) }, `partition ${p}`)))
+  const confirm = h('input', { name: 'confirm', required: true, autocomplete: 'off', spellcheck: 'false' })
+  openDialog({
+    title: `Purge records of ${full}?`,
+    intro: 'The records before the point are deleted for good; readers go on from the first record left.',
+    fields: [
+      field('Delete the records before', before),
+      offsetField,
+      timeField,
+      field('Partitions', partition),
+      field(`Type ${full} to confirm`, confirm),
+    ],
+    submitLabel: 'Purge records',
+    danger: true,
+    ready: (form, button) => {
+      button.disabled = true
+      confirm.addEventListener('input', () => { button.disabled = confirm.value !== full })
+    },
+    async submit() {
+      if (confirm.value !== full) return false
+      const body = { before: before.value }
+      if (before.value === 'offset') body.offset = Number(offset.value)
+      if (before.value === 'time') body.time = new Date(time.value).toISOString()
+      if (partition.value !== '') body.partition = Number(partition.value)
+      const answer = await send('POST', `${topicPath(stream, topic)}/purge`, body)
+      done(answer.partitions)
+    },
+  })
+}

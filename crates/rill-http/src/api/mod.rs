@@ -5,6 +5,7 @@
 
 mod groups;
 mod messages;
+mod purge;
 mod server;
 mod topics;
 
@@ -46,6 +47,7 @@ api_routes! {
     "/api/v1/streams/{stream}/topics" => post(topics::create),
     "/api/v1/streams/{stream}/topics/{topic}" =>
         get(topics::describe).patch(topics::alter).delete(topics::delete),
+    "/api/v1/streams/{stream}/topics/{topic}/purge" => post(purge::purge),
     "/api/v1/streams/{stream}/topics/{topic}/partitions/{partition}/messages" =>
         get(messages::messages),
     "/api/v1/streams/{stream}/topics/{topic}/groups" => get(groups::list),

@@ -189,8 +189,8 @@ async fn describe_one(
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct TopicPath {
-    stream: String,
-    topic: String,
+    pub(crate) stream: String,
+    pub(crate) topic: String,
 }
 
 /// `GET /api/v1/streams/{stream}/topics/{topic}`.

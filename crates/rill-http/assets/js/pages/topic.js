@@ -6,7 +6,7 @@ import { ApiError, describeError, get, has, topicPath } from '../api.js'
 import { rateCharts } from '../chart.js'
 import { facts, h, replace, section, table } from '../dom.js'
 import * as fmt from '../format.js'
-import { alterTopic, deleteTopic } from '../writes.js'
+import { alterTopic, deleteTopic, purgeTopic } from '../writes.js'
 import { groupsSection } from './groups.js'
 
 export function messagesHref(stream, topic, partition, offset) {
@@ -84,6 +84,21 @@ export function mount(ctx, [stream, topic]) {
             },
           }),
         }, 'Change topic')
+        : null,
+      has('POST', '/api/v1/streams/{stream}/topics/{topic}/purge')
+        ? h('button', {
+          type: 'button',
+          class: 'danger',
+          onclick: () => described && purgeTopic({
+            stream,
+            topic,
+            partitions: described.partitions.map((p) => p.partition),
+            done: (starts) => {
+              ctx.notify(`Purged ${full}: ${starts.map((s) => `partition ${s.partition} starts at ${fmt.count(s.first_offset)}`).join(', ')}.`)
+              ctx.refresh()
+            },
+          }),
+        }, 'Purge records')
         : null,
       h('button', {
         type: 'button',
