@@ -9,11 +9,10 @@ use rill_proto::pb;
 use serde::{Deserialize, Serialize};
 
 use super::server::{LagPointJson, SAMPLE_INTERVAL_SECONDS};
-use super::{ApiJson, ApiPath, ApiQuery, ask, check_name};
+use super::{ApiJson, ApiPath, ApiQuery, Point, ask, check_name, point};
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::records::parse_rfc3339_us;
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct GroupPath {
@@ -63,9 +62,6 @@ pub(crate) async fn describe(
     caller: Caller,
     ApiPath(path): ApiPath<GroupPath>,
 ) -> Result<Json<GroupJson>, ApiError> {
-    check_name("stream", &path.stream)?;
-    check_name("topic", &path.topic)?;
-    check_name("group", &path.group)?;
     let (answer, _) = ask!(
         &state,
         &caller,
@@ -164,8 +160,6 @@ pub(crate) async fn list(
     ApiPath(path): ApiPath<TopicPath>,
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<Json<GroupsJson>, ApiError> {
-    check_name("stream", &path.stream)?;
-    check_name("topic", &path.topic)?;
     let (answer, _) = ask!(
         &state,
         &caller,
@@ -220,8 +214,6 @@ pub(crate) async fn consumers(
     ApiPath(path): ApiPath<TopicPath>,
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<Json<ConsumersJson>, ApiError> {
-    check_name("stream", &path.stream)?;
-    check_name("topic", &path.topic)?;
     let (answer, _) = ask!(
         &state,
         &caller,
@@ -266,48 +258,15 @@ pub(crate) struct ResetJson {
 
 /// A reset's target on the wire: `(to, offset, timestamp_us)`.
 fn reset_target(body: &ResetJson) -> Result<(pb::ResetTo, u64, i64), ApiError> {
-    let only = |what: &str, ok: bool| {
-        if ok {
-            Ok(())
-        } else {
-            Err(ApiError::BadJson(format!("to {:?} takes {what}", body.to)))
-        }
-    };
-    match body.to.as_str() {
-        "first" | "end" => {
-            only(
-                "neither offset nor time",
-                body.offset.is_none() && body.time.is_none(),
-            )?;
-            let to = if body.to == "first" {
-                pb::ResetTo::First
-            } else {
-                pb::ResetTo::End
-            };
-            Ok((to, 0, 0))
-        }
-        "offset" => {
-            only(
-                "offset and not time",
-                body.offset.is_some() && body.time.is_none(),
-            )?;
-            Ok((pb::ResetTo::Offset, body.offset.unwrap_or(0), 0))
-        }
-        "time" => {
-            only(
-                "time and not offset",
-                body.time.is_some() && body.offset.is_none(),
-            )?;
-            let text = body.time.as_deref().unwrap_or("");
-            let us = parse_rfc3339_us(text).ok_or_else(|| {
-                ApiError::BadJson(format!("time: {text:?} is not an RFC 3339 time"))
-            })?;
-            Ok((pb::ResetTo::Timestamp, 0, us))
-        }
-        other => Err(ApiError::BadJson(format!(
-            "to: {other:?} is not first, end, offset or time"
-        ))),
-    }
+    let words = ["first", "end", "offset", "time"];
+    Ok(
+        match point("to", &body.to, &words, body.offset, body.time.as_deref())? {
+            Point::First => (pb::ResetTo::First, 0, 0),
+            Point::End => (pb::ResetTo::End, 0, 0),
+            Point::Offset(n) => (pb::ResetTo::Offset, n, 0),
+            Point::Time(us) => (pb::ResetTo::Timestamp, 0, us),
+        },
+    )
 }
 
 #[derive(Debug, Serialize)]
@@ -340,9 +299,6 @@ pub(crate) async fn reset(
     ApiPath(path): ApiPath<GroupPath>,
     ApiJson(body): ApiJson<ResetJson>,
 ) -> Result<Json<OffsetsJson>, ApiError> {
-    check_name("stream", &path.stream)?;
-    check_name("topic", &path.topic)?;
-    check_name("group", &path.group)?;
     let (to, offset, timestamp_us) = reset_target(&body)?;
     let (answer, _) = ask!(
         &state,
@@ -374,9 +330,6 @@ pub(crate) async fn reset_consumer(
     ApiPath(path): ApiPath<ConsumerPath>,
     ApiJson(body): ApiJson<ResetJson>,
 ) -> Result<Json<OffsetsJson>, ApiError> {
-    check_name("stream", &path.stream)?;
-    check_name("topic", &path.topic)?;
-    check_name("consumer", &path.consumer)?;
     let (to, offset, timestamp_us) = reset_target(&body)?;
     let (answer, _) = ask!(
         &state,
@@ -406,9 +359,6 @@ pub(crate) async fn delete(
     caller: Caller,
     ApiPath(path): ApiPath<GroupPath>,
 ) -> Result<Json<DeletedJson>, ApiError> {
-    check_name("stream", &path.stream)?;
-    check_name("topic", &path.topic)?;
-    check_name("group", &path.group)?;
     let (answer, _) = ask!(
         &state,
         &caller,

@@ -9,7 +9,7 @@ use axum::extract::State;
 use rill_proto::{ErrorCode, pb};
 use serde::{Deserialize, Serialize};
 
-use super::{ApiPath, ApiQuery, ask, check_name, number};
+use super::{ApiPath, ApiQuery, ask, number};
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -137,8 +137,6 @@ pub(crate) async fn messages(
     ApiPath(path): ApiPath<PartitionPath>,
     ApiQuery(query): ApiQuery<MessagesQuery>,
 ) -> Result<Json<MessagesJson>, ApiError> {
-    check_name("stream", &path.stream)?;
-    check_name("topic", &path.topic)?;
     let partition = u32::try_from(number(
         "partition",
         &path.partition,

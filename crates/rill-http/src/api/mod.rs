@@ -12,7 +12,7 @@ mod topics;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, RawPathParams, Request};
 use axum::http::request::Parts;
 use axum::routing::{get, post};
 use bytes::Bytes;
@@ -104,6 +104,47 @@ pub(crate) fn check_name(parameter: &'static str, name: &str) -> Result<(), ApiE
     }
 }
 
+/// Where an operation on offsets points: a body's word (`to` of a reset, `before` of a
+/// purge) with its `offset` or `time`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Point {
+    First,
+    End,
+    Offset(u64),
+    /// µs since the Unix epoch.
+    Time(i64),
+}
+
+/// Reads the point a body names in its field `field` (one of `words`, among `first`,
+/// `end`, `offset` and `time`): `offset` takes the body's `offset` and not its `time`,
+/// `time` its `time` (RFC 3339) and not its `offset`, the others neither.
+pub(crate) fn point(
+    field: &str,
+    word: &str,
+    words: &[&str],
+    offset: Option<u64>,
+    time: Option<&str>,
+) -> Result<Point, ApiError> {
+    let refuse = |what: &str| Err(ApiError::BadJson(format!("{field} {word:?} takes {what}")));
+    if !words.contains(&word) {
+        return Err(ApiError::BadJson(format!(
+            "{field}: {word:?} is not {}",
+            words.join(", ")
+        )));
+    }
+    match (word, offset, time) {
+        ("offset", Some(n), None) => Ok(Point::Offset(n)),
+        ("offset", ..) => refuse("offset and not time"),
+        ("time", None, Some(text)) => crate::records::parse_rfc3339_us(text)
+            .map(Point::Time)
+            .ok_or_else(|| ApiError::BadJson(format!("time: {text:?} is not an RFC 3339 time"))),
+        ("time", ..) => refuse("time and not offset"),
+        ("first", None, None) => Ok(Point::First),
+        ("end", None, None) => Ok(Point::End),
+        _ => refuse("neither offset nor time"),
+    }
+}
+
 /// A whole number parameter within `min..=max`.
 pub(crate) fn number(
     parameter: &'static str,
@@ -120,19 +161,32 @@ pub(crate) fn number(
     }
 }
 
-/// Path parameters, with a refusal that names the path as the bad parameter.
+/// Path parameters, their names checked, with a refusal that names the path (or the
+/// name) as the bad parameter.
 pub(crate) struct ApiPath<T>(pub(crate) T);
 
 impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        // Every name in a path is checked here, once, before any handler runs.
+        let raw = RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::parameter("path", e.body_text()))?;
+        for (key, value) in &raw {
+            if let Some(parameter) = NAME_PARAMETERS.iter().find(|name| **name == key) {
+                check_name(parameter, value)?;
+            }
+        }
         match Path::<T>::from_request_parts(parts, state).await {
             Ok(Path(t)) => Ok(ApiPath(t)),
             Err(e) => Err(ApiError::parameter("path", e.body_text())),
         }
     }
 }
+
+/// The path parameters that are names (docs/PROTOCOL.md §7), which [`ApiPath`] checks.
+const NAME_PARAMETERS: &[&str] = &["stream", "topic", "group", "consumer"];
 
 /// Query parameters into a struct that denies unknown fields: an unknown or malformed
 /// parameter is a `400` that names it.

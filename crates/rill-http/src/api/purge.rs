@@ -9,11 +9,10 @@ use rill_proto::pb;
 use serde::{Deserialize, Serialize};
 
 use super::topics::TopicPath;
-use super::{ApiJson, ApiPath, ask, check_name};
+use super::{ApiJson, ApiPath, Point, ask, point};
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::records::parse_rfc3339_us;
 
 /// The body: where the records left start, and of which partition.
 #[derive(Debug, Deserialize)]
@@ -28,46 +27,20 @@ pub(crate) struct PurgeJson {
 
 /// The point on the wire: `(before, offset, timestamp_us)`.
 fn purge_point(body: &PurgeJson) -> Result<(pb::PurgeTo, u64, i64), ApiError> {
-    let only = |what: &str, ok: bool| {
-        if ok {
-            Ok(())
-        } else {
-            Err(ApiError::BadJson(format!(
-                "before {:?} takes {what}",
-                body.before
-            )))
-        }
-    };
-    match body.before.as_str() {
-        "end" => {
-            only(
-                "neither offset nor time",
-                body.offset.is_none() && body.time.is_none(),
-            )?;
-            Ok((pb::PurgeTo::End, 0, 0))
-        }
-        "offset" => {
-            only(
-                "offset and not time",
-                body.offset.is_some() && body.time.is_none(),
-            )?;
-            Ok((pb::PurgeTo::Offset, body.offset.unwrap_or(0), 0))
-        }
-        "time" => {
-            only(
-                "time and not offset",
-                body.time.is_some() && body.offset.is_none(),
-            )?;
-            let text = body.time.as_deref().unwrap_or("");
-            let us = parse_rfc3339_us(text).ok_or_else(|| {
-                ApiError::BadJson(format!("time: {text:?} is not an RFC 3339 time"))
-            })?;
-            Ok((pb::PurgeTo::Timestamp, 0, us))
-        }
-        other => Err(ApiError::BadJson(format!(
-            "before: {other:?} is not offset, time or end"
-        ))),
-    }
+    let words = ["offset", "time", "end"];
+    Ok(
+        match point(
+            "before",
+            &body.before,
+            &words,
+            body.offset,
+            body.time.as_deref(),
+        )? {
+            Point::Offset(n) => (pb::PurgeTo::Offset, n, 0),
+            Point::Time(us) => (pb::PurgeTo::Timestamp, 0, us),
+            Point::End | Point::First => (pb::PurgeTo::End, 0, 0),
+        },
+    )
 }
 
 #[derive(Debug, Serialize)]
@@ -89,8 +62,6 @@ pub(crate) async fn purge(
     ApiPath(path): ApiPath<TopicPath>,
     ApiJson(body): ApiJson<PurgeJson>,
 ) -> Result<Json<PurgedJson>, ApiError> {
-    check_name("stream", &path.stream)?;
-    check_name("topic", &path.topic)?;
     let (before, offset, timestamp_us) = purge_point(&body)?;
     let (answer, _) = ask!(
         &state,

@@ -199,8 +199,6 @@ pub(crate) async fn describe(
     caller: Caller,
     ApiPath(path): ApiPath<TopicPath>,
 ) -> Result<Json<TopicJson>, ApiError> {
-    check_name("stream", &path.stream)?;
-    check_name("topic", &path.topic)?;
     Ok(Json(
         describe_one(&state, &caller, &path.stream, &path.topic).await?,
     ))
@@ -347,7 +345,6 @@ pub(crate) async fn create(
     ApiPath(path): ApiPath<StreamPath>,
     ApiJson(body): ApiJson<CreateTopicJson>,
 ) -> Result<Response, ApiError> {
-    check_name("stream", &path.stream)?;
     check_name("topic", &body.topic)?;
     if body.partitions == Some(0) {
         return Err(ApiError::BadJson("partitions: must be at least 1".into()));
@@ -374,8 +371,6 @@ pub(crate) async fn delete(
     caller: Caller,
     ApiPath(path): ApiPath<TopicPath>,
 ) -> Result<StatusCode, ApiError> {
-    check_name("stream", &path.stream)?;
-    check_name("topic", &path.topic)?;
     ask!(
         &state,
         &caller,
@@ -417,8 +412,6 @@ pub(crate) async fn alter(
     ApiPath(path): ApiPath<TopicPath>,
     ApiJson(body): ApiJson<AlterTopicJson>,
 ) -> Result<Json<TopicJson>, ApiError> {
-    check_name("stream", &path.stream)?;
-    check_name("topic", &path.topic)?;
     let (durability, durability_interval_ms) = match &body.durability {
         None => (pb::Durability::Unspecified, None),
         Some(text) => match text.parse::<rill_format::Durability>() {
