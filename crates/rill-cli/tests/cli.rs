@@ -3,10 +3,10 @@
 
 mod common;
 
+use common::{ServerProcess, ok, rill_bin};
+
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
-
-use common::{ServerProcess, rill_bin};
 
 /// Runs `rill ARGS` against a target, feeding `stdin`.
 fn rill(target: &[String], args: &[&str], stdin: Option<&str>) -> Output {
@@ -32,17 +32,6 @@ fn rill(target: &[String], args: &[&str], stdin: Option<&str>) -> Output {
             .unwrap();
     }
     child.wait_with_output().unwrap()
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
 }
 
 /// Produce N lines from stdin, consume them back as JSON, compare.

@@ -9,43 +9,14 @@
 
 mod common;
 
+use common::{ok, runtime_error, stderr, usage_error};
+
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 fn bin() -> String {
     std::env::var("RILL_CLI_UNDER_TEST").unwrap_or_else(|_| common::rill_bin().to_owned())
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Asserts a usage error (exit 2) whose message contains `says`.
-fn usage_error(out: &Output, says: &str) {
-    let err = stderr(out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains(says), "expected {says:?} in: {err}");
-}
-
-/// Asserts a runtime error (exit 1): one line on stderr, containing `says`.
-fn runtime_error(out: &Output, says: &str) -> String {
-    let err = stderr(out);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    assert!(err.contains(says), "expected {says:?} in: {err}");
-    err
 }
 
 #[test]

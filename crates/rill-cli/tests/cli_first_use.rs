@@ -10,11 +10,12 @@
 
 mod common;
 
+use common::{ServerProcess, ok, runtime_error, stderr, usage_error};
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::ServerProcess;
 use serde_json::Value;
 
 fn bin() -> String {
@@ -103,37 +104,6 @@ impl Target {
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
             .collect()
     }
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Asserts a usage error (exit 2) whose message contains `says`.
-fn usage_error(out: &Output, says: &str) {
-    let err = stderr(out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains(says), "expected {says:?} in: {err}");
-}
-
-/// Asserts a runtime error (exit 1): one line on stderr, containing `says`.
-fn runtime_error(out: &Output, says: &str) -> String {
-    let err = stderr(out);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    assert!(err.contains(says), "expected {says:?} in: {err}");
-    err
 }
 
 fn values(records: &[Value]) -> Vec<String> {

@@ -391,6 +391,40 @@ pub fn rill_in(args: &[&str], env: &[(&str, &str)], input: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// The stdout of a command that must have succeeded (else a failure showing both
+/// streams).
+pub fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+/// A command's stderr as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts a usage error (exit 2) whose message contains `says`.
+pub fn usage_error(out: &Output, says: &str) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(says), "expected {says:?} in: {err}");
+}
+
+/// Asserts a runtime error (exit 1): one line on stderr, containing `says`.
+pub fn runtime_error(out: &Output, says: &str) -> String {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.contains(says), "expected {says:?} in: {err}");
+    err
+}
+
 /// Every file under `dir`, at any depth.
 pub fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
