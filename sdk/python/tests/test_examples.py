@@ -43,7 +43,10 @@ def test_quickstart(tmp_path: Path, url_args: List[str]) -> None:
     # Run again: the saved cursor reads only the new orders.
     again = run("quickstart.py", tmp_path, *url_args)
     assert len([l for l in again if l.startswith("order ")]) == 5
-    assert (tmp_path / "quickstart-cursor.json").exists()
+    # One cursor file per target, so an embedded run and a server run never share one.
+    cursors = sorted(p.name for p in tmp_path.glob("quickstart-cursor-python-*.json"))
+    target = "embedded" if not url_args else url_args[0].split("://", 1)[1].replace(":", "_")
+    assert cursors == [f"quickstart-cursor-python-{target}.json"]
 
 
 def test_producer(tmp_path: Path, url_args: List[str]) -> None:
