@@ -6,15 +6,16 @@ const { execFileSync } = require('node:child_process')
 const path = require('node:path')
 const { tempDir, startServer } = require('./helpers.cjs')
 
-const run = (name, arg) =>
-  execFileSync(process.execPath, [path.join(__dirname, '..', 'examples', name), arg], { encoding: 'utf8', timeout: 60_000 })
+// In a directory of the test's own: the quickstart writes its cursor file where it runs.
+const run = (name, arg, cwd) =>
+  execFileSync(process.execPath, [path.join(__dirname, '..', 'examples', name), arg], { encoding: 'utf8', timeout: 60_000, cwd })
 
 test('examples run embedded', () => {
   const dir = tempDir()
-  const q = run('quickstart.mjs', path.join(dir, 'data'))
+  const q = run('quickstart.mjs', path.join(dir, 'data'), dir)
   assert.match(q, /published order 5/)
   assert.match(q, /read 5 orders/)
-  assert.match(run('quickstart.mjs', path.join(dir, 'data')), /read 5 orders/, 'the cursor file resumes after the first 5')
+  assert.match(run('quickstart.mjs', path.join(dir, 'data'), dir), /read 5 orders/, 'the cursor file resumes after the first 5')
   assert.match(run('producer.mjs', path.join(dir, 'p')), /sent 100 messages/)
   assert.match(run('consumer.mjs', path.join(dir, 'c')), /handled 10 jobs/)
 })
