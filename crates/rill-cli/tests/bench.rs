@@ -241,6 +241,11 @@ fn bad_numbers_are_usage_errors() {
         &["produce", "--group"],
         &["e2e", "--commit-policy", "disabled"],
         &["produce", "--rate", "0"],
+        &["produce", "--in-flight", "0"],
+        &["produce", "--in-flight", "65"],
+        &["produce", "--limits", "--limits-seconds", "0"],
+        &["limits", "--limits-seconds", "nan"],
+        &["limits"],
         &["sideways"],
     ] {
         let mut args = vec!["bench", "--data", data];
@@ -252,6 +257,70 @@ fn bad_numbers_are_usage_errors() {
     }
     // Nothing was created.
     assert!(!dir.path().join("data").exists());
+}
+
+#[test]
+fn pipelined_produce_with_the_limits_measured_first() {
+    let v = bench_json(
+        "produce",
+        &["--in-flight", "4", "--limits", "--limits-seconds", "0.05"],
+    );
+    assert_eq!(v["in_flight"], 4, "{v}");
+    for k in [
+        "loopback_mb_per_s",
+        "disk_sync_mb_per_s",
+        "disk_syncs_per_s",
+        "memcpy_mb_per_s",
+    ] {
+        assert!(v["limits"][k].as_f64().unwrap() > 0.0, "limits.{k} in {v}");
+    }
+    assert_eq!(v["limits"]["disk_sync_write_bytes"], 100 * 100, "{v}");
+    // Embedded: no socket on the path, a memory copy bounds it.
+    let f = &v["fraction_of_limits"];
+    assert_eq!(f["bound"], "memcpy", "{v}");
+    let expected = v["mb_per_s"].as_f64().unwrap() / v["limits"]["memcpy_mb_per_s"].as_f64().unwrap();
+    assert!((f["of_bound"].as_f64().unwrap() - expected).abs() < 0.01, "{v}");
+    // Far below a gigabyte: no rates per gigabyte.
+    assert!(v.get("per_gb_mb_per_s").is_none(), "{v}");
+}
+
+/// `rill bench limits`: every figure measured, on the disk of the directory given, whose
+/// scratch files are removed afterwards.
+#[test]
+fn limits_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = rill(&[
+        "bench",
+        "limits",
+        "--limits-dir",
+        dir.path().to_str().unwrap(),
+        "--limits-seconds",
+        "0.05",
+        "--batch",
+        "10",
+        "--size",
+        "4096",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["workload"], "limits");
+    assert_eq!(v["disk_sync_write_bytes"], 40960);
+    assert_eq!(v["dir"], dir.path().to_str().unwrap());
+    assert!(v["loopback_mb_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["memcpy_mb_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(
+        v["disk_direct_mb_per_s"].is_null() || v["disk_direct_mb_per_s"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // A directory that does not exist is a usage error that names it.
+    let out = rill(&["bench", "limits", "--limits-dir", "/nonexistent/rill-limits"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("/nonexistent/rill-limits"),
+        "{out:?}"
+    );
 }
 
 /// `rill bench events`: the JSON contract of docs/CLI.md, every event handled, the

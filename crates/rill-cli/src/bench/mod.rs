@@ -8,6 +8,7 @@
 
 mod events;
 mod group;
+mod limits;
 mod stats;
 mod workers;
 
@@ -33,6 +34,8 @@ const SIZE_MAX: u64 = 8 << 20;
 const REQUEST_BYTES_MAX: u64 = 15 << 20;
 /// Encoding overhead per record, generously (length, attributes, varints).
 const RECORD_OVERHEAD: u64 = 32;
+/// The unit of `produce`'s rate per gigabyte (10⁹ bytes of values, as MB is 10⁶).
+const GIGABYTE: u64 = 1_000_000_000;
 /// Largest fetch asked for (the broker's default answer limit is 32 MiB).
 const FETCH_BYTES_MAX: u64 = 32 << 20;
 
@@ -47,6 +50,9 @@ enum Workload {
     /// Typed events over many keys through the events runtime, against a strictly
     /// sequential consumer and a plain read of the same records.
     Events,
+    /// What the machine allows: loopback TCP, write+fdatasync and O_DIRECT writes on a
+    /// directory's disk, memory copy (no server or topic involved).
+    Limits,
 }
 
 impl Workload {
@@ -56,6 +62,7 @@ impl Workload {
             Self::Consume => "consume",
             Self::E2e => "e2e",
             Self::Events => "events",
+            Self::Limits => "limits",
         }
     }
 }
@@ -83,9 +90,13 @@ pub(crate) struct BenchArgs {
     /// Records per produce request.
     #[arg(long, default_value_t = 1000, value_parser = between(1, 1_000_000))]
     batch: u64,
-    /// Concurrent producer tasks (one request in flight each).
+    /// Concurrent producer tasks.
     #[arg(long, default_value_t = 1, value_parser = between(1, 1024))]
     producers: u64,
+    /// Produce requests each producer task keeps in flight (sent and not yet
+    /// acknowledged); each partition's requests are appended in the order sent.
+    #[arg(long, default_value_t = 1, value_parser = between(1, 64))]
+    in_flight: u64,
     /// Concurrent consumer tasks, each reading its own partitions (consume, e2e).
     #[arg(long, default_value_t = 1, value_parser = between(1, 1024))]
     consumers: u64,
@@ -132,9 +143,33 @@ pub(crate) struct BenchArgs {
     /// events: µs the handler awaits per call (and the sequential consumer per record).
     #[arg(long, default_value_t = 0, value_parser = between(0, 10_000_000))]
     handler_us: u64,
+    /// Measure the machine's limits first (as `rill bench limits` does) and report the
+    /// workload as a fraction of each.
+    #[arg(long)]
+    limits: bool,
+    /// The directory whose disk the limits' disk loops measure [default: --data, else
+    /// ./rill-data if it exists, else the current directory].
+    #[arg(long, value_name = "DIR")]
+    limits_dir: Option<std::path::PathBuf>,
+    /// Seconds each limit's loop runs.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2.0, value_parser = seconds)]
+    limits_seconds: f64,
     /// Print one JSON object on stdout.
     #[arg(long)]
     json: bool,
+}
+
+/// A parser of `--limits-seconds`: 0.05 to 60.
+fn seconds(s: &str) -> Result<f64, String> {
+    let x: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected a number of seconds, got {s:?}"))?;
+    if (0.05..=60.0).contains(&x) {
+        Ok(x)
+    } else {
+        Err("must be between 0.05 and 60".to_owned())
+    }
 }
 
 /// The commit policy of `e2e --group` members.
@@ -172,6 +207,7 @@ pub(super) struct Plan {
     warmup: u64,
     pub(super) batch: usize,
     pub(super) producers: usize,
+    pub(super) in_flight: usize,
     pub(super) consumers: usize,
     pub(super) partitions: u32,
     durability: Durability,
@@ -223,6 +259,7 @@ impl Plan {
                 .unwrap_or_else(|| (args.messages / 10).max(args.batch)),
             batch: usize::try_from(args.batch).map_err(|e| e.to_string())?,
             producers: usize::try_from(args.producers).map_err(|e| e.to_string())?,
+            in_flight: usize::try_from(args.in_flight).map_err(|e| e.to_string())?,
             consumers: usize::try_from(args.consumers).map_err(|e| e.to_string())?,
             partitions: u32::try_from(args.partitions).map_err(|e| e.to_string())?,
             durability: args.durability,
@@ -283,7 +320,44 @@ fn usage_error(message: &str) -> ! {
     .exit()
 }
 
+/// The directory `--limits` measures the disk of (see [`BenchArgs::limits_dir`]).
+fn limits_dir(args: &BenchArgs, target: &Target) -> std::path::PathBuf {
+    if let Some(dir) = args.limits_dir.clone().or_else(|| target.data_dir()) {
+        return dir;
+    }
+    let default = std::path::PathBuf::from("./rill-data");
+    if default.is_dir() {
+        default
+    } else {
+        std::path::PathBuf::from(".")
+    }
+}
+
+/// Measures the limits on the disk of `dir`, saying so on stderr.
+async fn measure_limits(
+    dir: &std::path::Path,
+    seconds: f64,
+    write_bytes: u64,
+) -> anyhow::Result<limits::Limits> {
+    if !dir.is_dir() {
+        usage_error(&format!(
+            "{}: no such directory (the limits measure the disk of --limits-dir, else --data)",
+            dir.display()
+        ));
+    }
+    note(format_args!(
+        "measuring the machine's limits ({seconds} s per loop; disk of {})",
+        dir.display()
+    ));
+    limits::Limits::measure(dir, usize::try_from(write_bytes)?, seconds).await
+}
+
 pub(crate) async fn run(args: BenchArgs, target: &Target) -> anyhow::Result<()> {
+    if args.workload == Workload::Limits {
+        let dir = limits_dir(&args, target);
+        let limits = measure_limits(&dir, args.limits_seconds, args.batch * args.size).await?;
+        return limits::print(&limits, args.json);
+    }
     if args.workload == Workload::Events {
         let plan = events::EventsPlan {
             events: args.events.unwrap_or(100_000),
@@ -302,8 +376,20 @@ pub(crate) async fn run(args: BenchArgs, target: &Target) -> anyhow::Result<()> 
     if args.events.is_some() || args.handler_us != 0 {
         usage_error("--events and --handler-us are for `rill bench events`");
     }
+    let limits_at = args.limits.then(|| {
+        (
+            limits_dir(&args, target),
+            args.limits_seconds,
+            args.batch * args.size,
+        )
+    });
     let plan = Arc::new(Plan::new(args).unwrap_or_else(|m| usage_error(&m)));
+    // Opened before the limits: it makes a new --data directory, whose disk they measure.
     let client = target.client().await?;
+    let limits = match limits_at {
+        Some((dir, seconds, write)) => Some(measure_limits(&dir, seconds, write).await?),
+        None => None,
+    };
     let transport = if client.is_embedded() {
         "embedded"
     } else {
@@ -319,6 +405,7 @@ pub(crate) async fn run(args: BenchArgs, target: &Target) -> anyhow::Result<()> 
         ("size", json!(plan.size())),
         ("batch", json!(plan.batch)),
         ("producers", json!(plan.producers)),
+        ("in_flight", json!(plan.in_flight)),
         ("consumers", json!(plan.consumers)),
         ("partitions", json!(plan.partitions)),
         ("durability", json!(plan.durability_name())),
@@ -351,6 +438,16 @@ pub(crate) async fn run(args: BenchArgs, target: &Target) -> anyhow::Result<()> 
         .push(("topic", json!(format!("{STREAM}/{name}"))));
     if plan.workload == Workload::Produce {
         report.settings.retain(|(k, _)| *k != "consumers");
+    }
+    if let Some(limits) = limits {
+        let bound = if transport == "embedded" {
+            limits::Bound::Memcpy
+        } else if plan.workload == Workload::Produce && plan.durability == Durability::Always {
+            limits::Bound::DiskSync
+        } else {
+            limits::Bound::Loopback
+        };
+        report.limits = Some((limits.fractions(report.mb_per_s(), bound), limits));
     }
     report.print(plan.workload.name(), plan.json)
 }
@@ -399,7 +496,9 @@ async fn bench(topic: &Topic, plan: &Arc<Plan>) -> anyhow::Result<Report> {
         Workload::Produce => produce(topic, plan).await,
         Workload::Consume => consume(topic, plan).await,
         Workload::E2e => e2e(topic, plan).await,
-        Workload::Events => unreachable!("`rill bench events` is run before a plan is made"),
+        Workload::Events | Workload::Limits => {
+            unreachable!("`rill bench events` and `limits` are run before a plan is made")
+        }
     };
     if plan.keep {
         note(format_args!("kept topic {label} (--keep)"));
@@ -428,7 +527,17 @@ async fn produce_phase(
     count: u64,
     label: &str,
 ) -> anyhow::Result<Vec<TaskResult>> {
-    let progress = Arc::new(Progress::default());
+    produce_marking(topic, plan, count, label, Arc::new(Progress::default())).await
+}
+
+/// [`produce_phase`] with a progress of the caller's (which may note marks).
+async fn produce_marking(
+    topic: &Topic,
+    plan: &Arc<Plan>,
+    count: u64,
+    label: &str,
+    progress: Arc<Progress>,
+) -> anyhow::Result<Vec<TaskResult>> {
     let mut tasks = Tasks::new();
     workers::spawn_producers(&mut tasks, topic, plan, count, false, &progress);
     workers::supervise(tasks, &progress, count, label).await
@@ -494,10 +603,21 @@ async fn produce(topic: &Topic, plan: &Arc<Plan>) -> anyhow::Result<Report> {
         produce_phase(topic, plan, plan.warmup, "warm-up").await?;
     }
     note(format_args!("measuring {} records", plan.messages));
+    // Note when each gigabyte of values was acknowledged, for the rate per gigabyte.
+    let per_gb = (GIGABYTE / plan.size()).max(1);
+    let progress = Arc::new(Progress::marking(per_gb));
     let started = Instant::now();
-    let results = produce_phase(topic, plan, plan.messages, "produce").await?;
+    let results = produce_marking(
+        topic,
+        plan,
+        plan.messages,
+        "produce",
+        Arc::clone(&progress),
+    )
+    .await?;
     let seconds = started.elapsed().as_secs_f64();
     let (latency, records, bytes) = merge(&results, Role::Producer)?;
+    let gigabytes = stats::per_gigabyte(started, &progress.marks(), per_gb * plan.size());
     Ok(Report {
         records,
         bytes,
@@ -510,6 +630,8 @@ async fn produce(topic: &Topic, plan: &Arc<Plan>) -> anyhow::Result<Report> {
         },
         produce_latency: None,
         settings: Vec::new(),
+        limits: None,
+        gigabytes,
     })
 }
 
@@ -553,6 +675,8 @@ async fn consume(topic: &Topic, plan: &Arc<Plan>) -> anyhow::Result<Report> {
         latency_kind: "per fetch request",
         produce_latency: None,
         settings: Vec::new(),
+        limits: None,
+        gigabytes: None,
     })
 }
 
@@ -615,5 +739,7 @@ async fn e2e(topic: &Topic, plan: &Arc<Plan>) -> anyhow::Result<Report> {
         },
         produce_latency: Some(produce_latency.summary()),
         settings: Vec::new(),
+        limits: None,
+        gigabytes: None,
     })
 }

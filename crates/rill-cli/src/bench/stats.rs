@@ -1,7 +1,7 @@
 //! Latency histograms and the bench report (human lines or one JSON object).
 
 use std::io::Write;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hdrhistogram::Histogram;
@@ -109,6 +109,40 @@ pub(super) struct Report {
     pub(super) produce_latency: Option<Summary>,
     /// Settings echoed into the output, in order.
     pub(super) settings: Vec<(&'static str, Value)>,
+    /// With `--limits`: the run's throughput as fractions of the limits, and the limits.
+    pub(super) limits: Option<(Value, super::limits::Limits)>,
+    /// produce of at least two gigabytes: MB/s of each whole gigabyte in turn.
+    pub(super) gigabytes: Option<Vec<f64>>,
+}
+
+/// MB/s of each span between `start` and the marks, every span `bytes` long; `None`
+/// below two spans (a single figure says nothing a run's total does not).
+pub(super) fn per_gigabyte(start: Instant, marks: &[Instant], bytes: u64) -> Option<Vec<f64>> {
+    if marks.len() < 2 {
+        return None;
+    }
+    let mut from = start;
+    let mut rates = Vec::with_capacity(marks.len());
+    for &mark in marks {
+        let seconds = mark.saturating_duration_since(from).as_secs_f64().max(1e-9);
+        rates.push(round(bytes as f64 / 1e6 / seconds, 1));
+        from = mark;
+    }
+    Some(rates)
+}
+
+/// The sustained-rate summary of per-gigabyte rates: the first, the lowest, the lowest
+/// as a fraction of the first, and the mean from the third gigabyte on.
+fn sustained(rates: &[f64]) -> Value {
+    let first = rates.first().copied().unwrap_or(0.0);
+    let min = rates.iter().copied().fold(f64::INFINITY, f64::min);
+    let later = rates.get(2..).filter(|r| !r.is_empty());
+    json!({
+        "first_gb_mb_per_s": first,
+        "min_mb_per_s": min,
+        "min_over_first": if first > 0.0 { round(min / first, 3) } else { 0.0 },
+        "from_third_gb_mb_per_s": later.map(|r| round(r.iter().sum::<f64>() / r.len() as f64, 1)),
+    })
 }
 
 impl Report {
@@ -138,6 +172,14 @@ impl Report {
         }
         for (k, v) in &self.settings {
             o.insert((*k).into(), v.clone());
+        }
+        if let Some(rates) = &self.gigabytes {
+            o.insert("per_gb_mb_per_s".into(), json!(rates));
+            o.insert("sustained".into(), sustained(rates));
+        }
+        if let Some((fractions, limits)) = &self.limits {
+            o.insert("limits".into(), limits.to_json());
+            o.insert("fraction_of_limits".into(), fractions.clone());
         }
         Value::Object(o)
     }
@@ -178,6 +220,22 @@ impl Report {
             if let Some(p) = self.produce_latency {
                 writeln!(out, "  latency µs (produce request): {}", p.line())?;
             }
+            if let Some(rates) = &self.gigabytes {
+                let shown: Vec<String> = rates.iter().map(|r| format!("{r:.0}")).collect();
+                writeln!(out, "  MB/s per gigabyte: {}", shown.join(", "))?;
+            }
+            if let Some((fractions, limits)) = &self.limits {
+                writeln!(out, "  limits measured before the run:")?;
+                for line in limits.lines() {
+                    writeln!(out, "  {line}")?;
+                }
+                writeln!(
+                    out,
+                    "  throughput as a fraction of {}: {}",
+                    fractions["bound"].as_str().unwrap_or("?"),
+                    fractions["of_bound"]
+                )?;
+            }
         }
         out.flush().context("writing the report to stdout")
     }
@@ -216,6 +274,23 @@ mod tests {
     }
 
     #[test]
+    fn rates_per_gigabyte_and_their_summary() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        assert_eq!(per_gigabyte(start, &[at(1000)], 1_000_000_000), None);
+        // 1 GB in 1 s, then 0.5 s, then 2 s, then 4 s.
+        let marks = [at(1000), at(1500), at(3500), at(7500)];
+        let rates = per_gigabyte(start, &marks, 1_000_000_000).unwrap();
+        assert_eq!(rates, vec![1000.0, 2000.0, 500.0, 250.0]);
+        let s = sustained(&rates);
+        assert_eq!(s["first_gb_mb_per_s"], 1000.0);
+        assert_eq!(s["min_mb_per_s"], 250.0);
+        assert_eq!(s["min_over_first"], 0.25);
+        assert_eq!(s["from_third_gb_mb_per_s"], 375.0);
+        assert!(sustained(&rates[..2])["from_third_gb_mb_per_s"].is_null());
+    }
+
+    #[test]
     fn json_has_the_contract_fields() {
         let report = Report {
             records: 10,
@@ -225,6 +300,8 @@ mod tests {
             latency_kind: "request",
             produce_latency: None,
             settings: vec![("size", json!(100))],
+            limits: None,
+            gigabytes: None,
         };
         let v = report.to_json("produce");
         assert_eq!(v["workload"], "produce");

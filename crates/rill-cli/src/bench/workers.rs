@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
-use futures::stream::FuturesUnordered;
+use futures::stream::{FuturesOrdered, FuturesUnordered};
 use rill_client::{Message, Position, Producer, Routing, Topic};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -39,18 +39,54 @@ pub(super) enum Role {
     Consumer,
 }
 
-/// Records done so far in a phase, shared by its tasks and read by the supervisor.
+/// Records done so far in a phase, shared by its tasks and read by the supervisor;
+/// optionally with the time each multiple of a step was reached (see [`Progress::marking`]).
 #[derive(Debug, Default)]
-pub(super) struct Progress(AtomicU64);
+pub(super) struct Progress {
+    done: AtomicU64,
+    /// Records per mark (0: no marks).
+    step: u64,
+    /// When the total first reached each multiple of `step`, in order.
+    marks: std::sync::Mutex<Vec<Instant>>,
+}
 
 impl Progress {
+    /// A progress that notes when each multiple of `step` records was reached.
+    pub(super) fn marking(step: u64) -> Self {
+        Self {
+            step,
+            ..Self::default()
+        }
+    }
+
     /// Adds `n` and returns the new total.
     pub(super) fn add(&self, n: u64) -> u64 {
-        self.0.fetch_add(n, Ordering::Relaxed) + n
+        let before = self.done.fetch_add(n, Ordering::Relaxed);
+        let total = before + n;
+        if self.step > 0 && total / self.step > before / self.step {
+            let now = Instant::now();
+            let mut marks = self
+                .marks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // One add may cross several marks (a step smaller than a batch).
+            for _ in before / self.step..total / self.step {
+                marks.push(now);
+            }
+        }
+        total
     }
 
     fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.done.load(Ordering::Relaxed)
+    }
+
+    /// The marks so far.
+    pub(super) fn marks(&self) -> Vec<Instant> {
+        self.marks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -137,7 +173,8 @@ fn share(total: u64, index: usize, producers: usize) -> u64 {
 }
 
 /// Spawns the producers of a phase: `count` records in all, each task sending its share
-/// in batches, one request in flight, to partitions round-robin from `index % partitions`.
+/// in batches, at most `--in-flight` requests at once, to partitions round-robin from
+/// `index % partitions`.
 /// With `stamp`, each value starts with its send time (µs since the epoch, LE).
 pub(super) fn spawn_producers(
     tasks: &mut Tasks,
@@ -184,44 +221,59 @@ async fn producer(
     let mut latency = Latency::new();
     let mut partition = index as u32 % plan.partitions;
     let mut sent = 0u64;
-    while sent < records {
-        let left = records - sent;
-        let n = match &schedule {
-            None => left.min(plan.batch as u64),
-            Some(s) => s.due(sent, left.min(plan.batch as u64)).await?,
-        };
-        let count = n as usize;
-        let mut messages = match (stamper.as_mut(), &schedule) {
-            (Some(st), Some(s)) => st.messages(count, |k| s.intended_us(sent + k as u64)),
-            (Some(st), None) => {
-                let now = now_us();
-                st.messages(count, |_| now)
+    // Requests sent and not yet answered, oldest first: (first record, records, sent at,
+    // the answer). At most `--in-flight`; each is awaited within `STALL`.
+    let mut pending = FuturesOrdered::new();
+    while sent < records || !pending.is_empty() {
+        if sent < records && pending.len() < plan.in_flight {
+            let left = records - sent;
+            let n = match &schedule {
+                None => left.min(plan.batch as u64),
+                Some(s) => s.due(sent, left.min(plan.batch as u64)).await?,
+            };
+            let count = n as usize;
+            let mut messages = match (stamper.as_mut(), &schedule) {
+                (Some(st), Some(s)) => st.messages(count, |k| s.intended_us(sent + k as u64)),
+                (Some(st), None) => {
+                    let now = now_us();
+                    st.messages(count, |_| now)
+                }
+                (None, _) => template[..count].to_vec(),
+            };
+            if let Some(keys) = &keys {
+                for (k, m) in messages.iter_mut().enumerate() {
+                    m.key = Some(keys.key(sent + k as u64));
+                }
             }
-            (None, _) => template[..count].to_vec(),
-        };
-        if let Some(keys) = &keys {
-            for (k, m) in messages.iter_mut().enumerate() {
-                m.key = Some(keys.key(sent + k as u64));
-            }
+            let (first, to) = (sent, partition);
+            let send = sender.send(partition, messages);
+            pending.push_back(async move {
+                let started = Instant::now();
+                let answer = tokio::time::timeout(STALL, send).await;
+                (first, n, to, started, answer)
+            });
+            sent += n;
+            partition = (partition + 1) % plan.partitions;
+            continue;
         }
-        let started = Instant::now();
-        tokio::time::timeout(STALL, sender.send(partition, messages))
-            .await
+        let Some((first, n, to, started, answer)) = pending.next().await else {
+            break;
+        };
+        answer
             .map_err(|_| anyhow::anyhow!("a produce request got no answer in {STALL:?}"))?
-            .with_context(|| format!("publishing to partition {partition}"))?;
+            .with_context(|| format!("publishing to partition {to}"))?;
         let acked = Instant::now();
         match &schedule {
             None => latency.record(acked - started),
             Some(s) => {
-                for k in sent..sent + n {
+                for k in first..first + n {
                     latency.record(acked.saturating_duration_since(s.intended(k)));
                 }
             }
         }
         progress.add(n);
-        sent += n;
-        partition = (partition + 1) % plan.partitions;
     }
+    drop(pending);
     sender.shutdown().await?;
     Ok(TaskResult {
         role: Role::Producer,
