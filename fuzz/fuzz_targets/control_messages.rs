@@ -12,7 +12,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
 use rill_proto::{
-    FLAG_ERROR, FLAG_RESPONSE, Frame, FrameDecoder, Kind, PROTOCOL_VERSION, ProtoError, Request,
+    FLAG_ERROR, FLAG_MORE, FLAG_RESPONSE, Frame, FrameDecoder, Kind, PROTOCOL_VERSION, ProtoError, Request,
     Response,
 };
 
@@ -130,13 +130,18 @@ fuzz_target!(|data: &[u8]| {
         i if i == kinds => 0,
         _ => u16::from(*pick).wrapping_mul(257),
     };
-    // Low two bits: request, response, error response, or the error flag on a request.
-    let flags = match flavour & 3 {
+    // Low two bits: request, response, error response, or the error flag on a request;
+    // bits 4-5 both set (and not a version change): the flag MORE as well (a
+    // subscription's pushes; refused on requests).
+    let mut flags = match flavour & 3 {
         0 => 0,
         1 => FLAG_RESPONSE,
         2 => FLAG_RESPONSE | FLAG_ERROR,
         _ => FLAG_ERROR,
     };
+    if flavour & 0x30 == 0x30 && flavour & 0xf0 != 0xf0 {
+        flags |= FLAG_MORE;
+    }
     // Rarely, another protocol version.
     let version = if flavour & 0xf0 == 0xf0 {
         flavour & 0x0f
@@ -156,6 +161,9 @@ fuzz_target!(|data: &[u8]| {
     if frame.is_response() {
         assert!(Request::decode(frame.clone()).is_err());
         response(frame);
+    } else if frame.has_more() {
+        assert!(Request::decode(frame.clone()).is_err(), "MORE on a request");
+        assert!(Response::decode(frame).is_err());
     } else {
         assert!(Response::decode(frame.clone()).is_err());
         request(frame);

@@ -141,6 +141,11 @@ pub(crate) fn need(body: &RequestBody) -> Need {
         R::DeleteGroup(r) => on(&r.stream, READ),
         R::ResetGroupOffsets(r) => on(&r.stream, READ),
         R::ResetConsumerOffsets(r) => on(&r.stream, READ),
+        // A subscription is a stream of fetches, each of which is checked as one.
+        R::Subscribe(r) => on(&r.stream, READ),
+        // They act only on the connection's own subscriptions, which a Subscribe this
+        // table allowed opened.
+        R::Credit(_) | R::Unsubscribe(_) => Need::Nothing,
     }
 }
 

@@ -91,7 +91,14 @@ impl Broker {
             fetch.min_bytes as usize,
         )
         .await
-        .map_err(|e| self.locate(e))
+        .map_err(|e| {
+            // A partition closed under a long poll: gone with its topic, or closing
+            // with the broker (SHUTTING_DOWN).
+            match self.partition(stream, topic, partition) {
+                Err(gone) => gone,
+                Ok(_) => self.locate(e),
+            }
+        })
     }
 
     /// The first offset, the end, or the first offset at or after a timestamp (a scan:

@@ -152,6 +152,8 @@ impl Broker {
                     protocol_version: u32::from(PROTOCOL_VERSION),
                     max_frame_bytes: self.config().max_frame_bytes,
                     max_batch_bytes: self.config().max_batch_bytes,
+                    // The server's connection adds what it serves (push streaming).
+                    features: 0,
                 })
             }
             RequestBody::CreateStream(r) => ResponseBody::CreateStream(CreateStreamResponse {
@@ -335,6 +337,13 @@ impl Broker {
             RequestBody::ClusterStatus(_) => {
                 return Err(BrokerError::InvalidRequest(
                     "this server is a single node, not a cluster".into(),
+                ));
+            }
+            // Served by a server's connection (rill-server), which keeps the
+            // subscriptions; an embedded broker reads by Fetch.
+            RequestBody::Subscribe(_) | RequestBody::Credit(_) | RequestBody::Unsubscribe(_) => {
+                return Err(BrokerError::InvalidRequest(
+                    "push streaming is served by a server's connection: read with Fetch".into(),
                 ));
             }
             RequestBody::Authenticate(_)

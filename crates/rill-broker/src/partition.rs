@@ -96,6 +96,8 @@ pub(crate) struct Partition {
     sequenced: Condvar,
     /// The visible next offset, for long polls.
     appended: watch::Sender<u64>,
+    /// Set by `close`: long polls waiting on the partition end at once.
+    closed: std::sync::atomic::AtomicBool,
     /// When the next automatic reopen may be tried, and the back-off after it.
     heal: parking_lot::Mutex<(Instant, Duration)>,
     /// A replica's producer table (for this leadership term) and the signal that a
@@ -159,6 +161,7 @@ impl Partition {
             producers: Mutex::new(producers),
             sequenced: Condvar::new(),
             appended,
+            closed: std::sync::atomic::AtomicBool::new(false),
             heal: parking_lot::Mutex::new((Instant::now() + HEAL_BACKOFF, HEAL_BACKOFF)),
             replicated: tokio::sync::Mutex::new(replicated),
             proposed: tokio::sync::Notify::new(),
@@ -415,6 +418,11 @@ impl Partition {
             if read.bytes.len() >= min_bytes.max(1) || max_wait.is_zero() {
                 return Ok(read);
             }
+            // A closed partition (its topic deleted, the broker shutting down) has
+            // nothing more to wait for: the caller finds out why.
+            if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+                return Err(StorageError::Closed.into());
+            }
             // The waiter was subscribed before the read (and `changed` marks what it
             // saw), so an append between a read and this wait is never missed.
             match tokio::time::timeout_at(deadline, waiter.changed()).await {
@@ -490,6 +498,8 @@ impl Partition {
     pub(crate) fn close(&self) -> Result<(), BrokerError> {
         // A cluster's replicas are closed by the cluster node.
         if let State::Open(log) = &*self.state.read() {
+            self.closed
+                .store(true, std::sync::atomic::Ordering::Release);
             log.close()?;
             // Wake long polls so they answer now.
             self.appended.send_replace(log.next_offset());

@@ -239,6 +239,21 @@ fn sample(kind: Kind, s: &str) -> Request {
             topic: t(),
             ..Default::default()
         }),
+        // Served by a server's connection; the broker checks a Subscribe as a read.
+        Kind::Subscribe => R::Subscribe(pb::SubscribeRequest {
+            stream: s,
+            topic: t(),
+            partition: 0,
+            offset: 0,
+            credit_bytes: 1,
+            credit_batches: 1,
+        }),
+        Kind::Credit => R::Credit(pb::CreditRequest {
+            subscription: 1,
+            bytes: 1,
+            batches: 1,
+        }),
+        Kind::Unsubscribe => R::Unsubscribe(pb::UnsubscribeRequest { subscription: 1 }),
         other => panic!("no sample request for {other:?}: add one"),
     };
     Request::new(body)
@@ -266,7 +281,8 @@ enum Needs {
 fn needs(kind: Kind) -> Needs {
     use Kind as K;
     match kind {
-        K::Hello | K::Authenticate => Needs::Nothing,
+        // Credit and Unsubscribe act on the connection's own subscriptions only.
+        K::Hello | K::Authenticate | K::Credit | K::Unsubscribe => Needs::Nothing,
         K::ListStreams
         | K::InitProducer
         | K::CreateToken

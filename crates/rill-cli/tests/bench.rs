@@ -242,6 +242,9 @@ fn bad_numbers_are_usage_errors() {
         &["e2e", "--commit-policy", "disabled"],
         &["produce", "--rate", "0"],
         &["produce", "--in-flight", "0"],
+        &["produce", "--read", "subscribe"],
+        &["e2e", "--group", "--read", "subscribe"],
+        &["consume", "--read", "push"],
         &["produce", "--in-flight", "65"],
         &["produce", "--limits", "--limits-seconds", "0"],
         &["limits", "--limits-seconds", "nan"],
@@ -278,8 +281,12 @@ fn pipelined_produce_with_the_limits_measured_first() {
     // Embedded: no socket on the path, a memory copy bounds it.
     let f = &v["fraction_of_limits"];
     assert_eq!(f["bound"], "memcpy", "{v}");
-    let expected = v["mb_per_s"].as_f64().unwrap() / v["limits"]["memcpy_mb_per_s"].as_f64().unwrap();
-    assert!((f["of_bound"].as_f64().unwrap() - expected).abs() < 0.01, "{v}");
+    let expected =
+        v["mb_per_s"].as_f64().unwrap() / v["limits"]["memcpy_mb_per_s"].as_f64().unwrap();
+    assert!(
+        (f["of_bound"].as_f64().unwrap() - expected).abs() < 0.01,
+        "{v}"
+    );
     // Far below a gigabyte: no rates per gigabyte.
     assert!(v.get("per_gb_mb_per_s").is_none(), "{v}");
 }
@@ -315,7 +322,12 @@ fn limits_json() {
     );
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     // A directory that does not exist is a usage error that names it.
-    let out = rill(&["bench", "limits", "--limits-dir", "/nonexistent/rill-limits"]);
+    let out = rill(&[
+        "bench",
+        "limits",
+        "--limits-dir",
+        "/nonexistent/rill-limits",
+    ]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("/nonexistent/rill-limits"),

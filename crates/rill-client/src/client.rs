@@ -566,6 +566,39 @@ impl Client {
         }
     }
 
+    /// Opens a push subscription's stream (docs/PROTOCOL.md §3.32): `None` where the
+    /// transport or the server does not serve it. Not retried.
+    pub(crate) async fn open_stream(
+        &self,
+        request: Request,
+        capacity: usize,
+    ) -> Result<Option<crate::transport::PushStream>, ClientError> {
+        if self.is_closed() {
+            return Err(ClientError::Closed);
+        }
+        let connection_error = |reason| ClientError::Connection {
+            addr: self.inner.transport.peer(),
+            reason,
+        };
+        match self.inner.transport.subscribe(request, capacity).await {
+            Ok(stream) => Ok(stream),
+            Err(CallError::NotSent(reason) | CallError::Lost(reason)) => {
+                Err(connection_error(reason))
+            }
+            Err(CallError::Protocol(reason)) => Err(ClientError::Protocol(reason)),
+        }
+    }
+
+    /// The peer's name, for errors.
+    pub(crate) fn peer(&self) -> String {
+        self.inner.transport.peer()
+    }
+
+    /// The client's retry budget.
+    pub(crate) fn retry_policy(&self) -> RetryPolicy {
+        self.inner.retry
+    }
+
     /// Partition count of a topic, cached.
     pub(crate) async fn partitions(&self, stream: &str, topic: &str) -> Result<u32, ClientError> {
         let key = (stream.to_owned(), topic.to_owned());

@@ -54,6 +54,7 @@ pub mod raw;
 mod reader;
 mod routed;
 mod routing;
+mod subscription;
 mod tls;
 mod topic;
 mod topic_admin;
@@ -92,6 +93,7 @@ pub use rill_format::{Durability, ParseDurabilityError};
 /// §7): why a name breaks it, if it does, so a caller can check before it asks.
 pub use rill_proto::{NAME_LEN_MAX, name_problem};
 pub use routing::{Routing, partition_for_key};
+pub use subscription::Subscription;
 pub use tls::TlsOptions;
 pub use topic::{Fetched, Publish, Topic, TopicOptions, TypedTopic};
 pub use topic_admin::{

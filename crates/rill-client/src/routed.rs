@@ -24,7 +24,7 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use rill_proto::{ErrorCode, Request, RequestBody, Response};
 
-use crate::transport::{CallError, Tcp, TcpOptions, Transport};
+use crate::transport::{CallError, PushStream, Tcp, TcpOptions, Transport};
 
 /// Redirects to a named leader one request follows at most.
 pub(crate) const HOPS_MAX: usize = 5;
@@ -191,6 +191,31 @@ impl Transport for Routed {
 
     fn peer(&self) -> String {
         self.seeds.join(",")
+    }
+
+    /// To the node the client last learnt leads the partition, else home; a node that
+    /// does not lead it ends the stream with `NOT_LEADER`, and the subscriber reads by
+    /// fetching (which follows leaders) instead.
+    fn subscribe(
+        &self,
+        request: Request,
+        capacity: usize,
+    ) -> BoxFuture<'_, Result<Option<PushStream>, CallError>> {
+        Box::pin(async move {
+            if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+                return Err(CallError::NotSent("the client was closed".into()));
+            }
+            let key = match &request.body {
+                RequestBody::Subscribe(r) => Some(RouteKey::Partition(
+                    r.stream.clone(),
+                    r.topic.clone(),
+                    r.partition,
+                )),
+                _ => None,
+            };
+            let target = self.target(key.as_ref());
+            self.link(&target).subscribe(request, capacity).await
+        })
     }
 
     fn close(&self) -> BoxFuture<'_, Result<(), crate::ClientError>> {

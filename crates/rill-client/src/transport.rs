@@ -40,6 +40,38 @@ pub(crate) trait Transport: Send + Sync + fmt::Debug {
     /// it fail as lost, and it is never made again), or the embedded broker (synced and
     /// shut down). Called once, by `Client::close`.
     fn close(&self) -> BoxFuture<'_, Result<(), crate::ClientError>>;
+    /// Sends a `Subscribe` and returns the stream of its answers, or `None` where the
+    /// transport or the server does not serve push streaming (docs/PROTOCOL.md §3.32).
+    /// `capacity` bounds the frames the stream buffers: the window's batches and two.
+    fn subscribe(
+        &self,
+        request: Request,
+        capacity: usize,
+    ) -> BoxFuture<'_, Result<Option<PushStream>, CallError>> {
+        let _ = (request, capacity);
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// The frames answering one `Subscribe`, as they arrive on its connection, and the way
+/// to send that connection the subscription's `Credit` and `Unsubscribe`.
+#[derive(Debug)]
+pub(crate) struct PushStream {
+    /// The subscription: its `Subscribe`'s correlation id.
+    pub(crate) id: u64,
+    /// The answers, in order; `Err` when the connection broke. Ends after the frame
+    /// without `MORE`, or when the server broke the window (more frames than granted).
+    pub(crate) frames: mpsc::Receiver<Result<Response, CallError>>,
+    /// The connection it lives on.
+    pub(crate) link: Arc<dyn StreamLink>,
+}
+
+/// The connection a subscription lives on.
+pub(crate) trait StreamLink: Send + Sync + fmt::Debug {
+    /// Sends a request on this connection (never another).
+    fn request(&self, request: Request) -> BoxFuture<'_, Result<Response, CallError>>;
+    /// Stops routing frames of subscription `id` (its reader is gone).
+    fn forget(&self, id: u64);
 }
 
 // ---- embedded -----------------------------------------------------------------------
@@ -123,6 +155,10 @@ impl Transport for Embedded {
 /// is one insert, remove or drain, which a panic cannot leave half done.
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Response, CallError>>>>>;
 
+/// Subscriptions receiving pushed frames, by correlation id. A non-poisoning lock, as
+/// `Pending`'s.
+type Streams = Arc<Mutex<HashMap<u64, mpsc::Sender<Result<Response, CallError>>>>>;
+
 /// Options of the TCP transport.
 #[derive(Debug, Clone)]
 pub(crate) struct TcpOptions {
@@ -180,6 +216,9 @@ impl From<CallError> for ConnectError {
 struct Connection {
     frames: mpsc::Sender<EncodedFrame>,
     pending: Pending,
+    streams: Streams,
+    /// `HelloResponse.features` of its server.
+    features: std::sync::atomic::AtomicU32,
     alive: Arc<AtomicBool>,
     /// The task routing responses; aborted when the client closes, which drops the
     /// socket's read half (the writer ends once `frames` is dropped).
@@ -192,7 +231,7 @@ pub(crate) struct Tcp {
     addr: String,
     options: TcpOptions,
     connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
-    next_id: AtomicU64,
+    next_id: Arc<AtomicU64>,
     /// Set by `close`: no connection is made again.
     closed: AtomicBool,
 }
@@ -203,7 +242,7 @@ impl Tcp {
             addr,
             options,
             connection: tokio::sync::Mutex::new(None),
-            next_id: AtomicU64::new(1),
+            next_id: Arc::new(AtomicU64::new(1)),
             closed: AtomicBool::new(false),
         }
     }
@@ -264,6 +303,10 @@ impl Tcp {
             protocol_version: u32::from(PROTOCOL_VERSION),
         }));
         match self.send(&connection, hello).await {
+            Ok(Response::Ok {
+                body: rill_proto::ResponseBody::Hello(hello),
+                ..
+            }) => connection.features.store(hello.features, Ordering::Release),
             Ok(Response::Ok { .. }) => {}
             Ok(Response::Err { error, .. }) => {
                 return Err(
@@ -354,27 +397,53 @@ impl Tcp {
     }
 
     async fn send(&self, connection: &Connection, request: Request) -> Result<Response, CallError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let frame = request
-            .encode(id)
-            .map_err(|e| CallError::NotSent(e.to_string()))?;
-        let (tx, rx) = oneshot::channel();
-        connection.pending.lock().insert(id, tx);
-        // The reader marks the connection dead before failing what is pending; a call
-        // registered after that sweep would wait forever, so it checks and leaves.
-        if !connection.alive.load(Ordering::Acquire) {
-            connection.pending.lock().remove(&id);
-            return Err(CallError::NotSent("connection closed".into()));
-        }
-        if connection.frames.send(frame).await.is_err() {
-            connection.pending.lock().remove(&id);
-            connection.alive.store(false, Ordering::Release);
-            return Err(CallError::NotSent("connection closed".into()));
-        }
-        match rx.await {
-            Ok(result) => result,
-            Err(_) => Err(CallError::Lost("connection closed".into())),
-        }
+        send_on(connection, &self.next_id, request).await
+    }
+}
+
+/// Sends `request` on `connection` and waits for its answer.
+async fn send_on(
+    connection: &Connection,
+    next_id: &AtomicU64,
+    request: Request,
+) -> Result<Response, CallError> {
+    let id = next_id.fetch_add(1, Ordering::Relaxed);
+    let frame = request
+        .encode(id)
+        .map_err(|e| CallError::NotSent(e.to_string()))?;
+    let (tx, rx) = oneshot::channel();
+    connection.pending.lock().insert(id, tx);
+    // The reader marks the connection dead before failing what is pending; a call
+    // registered after that sweep would wait forever, so it checks and leaves.
+    if !connection.alive.load(Ordering::Acquire) {
+        connection.pending.lock().remove(&id);
+        return Err(CallError::NotSent("connection closed".into()));
+    }
+    if connection.frames.send(frame).await.is_err() {
+        connection.pending.lock().remove(&id);
+        connection.alive.store(false, Ordering::Release);
+        return Err(CallError::NotSent("connection closed".into()));
+    }
+    match rx.await {
+        Ok(result) => result,
+        Err(_) => Err(CallError::Lost("connection closed".into())),
+    }
+}
+
+/// A subscription's connection.
+#[derive(Debug)]
+struct OnConnection {
+    connection: Arc<Connection>,
+    next_id: Arc<AtomicU64>,
+}
+
+impl StreamLink for OnConnection {
+    fn request(&self, request: Request) -> BoxFuture<'_, Result<Response, CallError>> {
+        Box::pin(send_on(&self.connection, &self.next_id, request))
+    }
+
+    fn forget(&self, id: u64) {
+        self.connection.streams.lock().remove(&id);
     }
 }
 
@@ -397,6 +466,54 @@ impl Transport for Tcp {
         self.addr.clone()
     }
 
+    fn subscribe(
+        &self,
+        request: Request,
+        capacity: usize,
+    ) -> BoxFuture<'_, Result<Option<PushStream>, CallError>> {
+        Box::pin(async move {
+            let connection = match self.connection().await {
+                Ok(c) => c,
+                Err(ConnectError::Call(e)) => return Err(e),
+                // Refused authentication: the subscription's first frame says so.
+                Err(ConnectError::Refused(error)) => {
+                    let (tx, frames) = mpsc::channel(1);
+                    let kind = request.body.kind() as u16;
+                    let _ = tx.try_send(Ok(Response::Err { kind, error }));
+                    let link = Arc::new(OnConnection {
+                        connection: Arc::new(dead_connection()),
+                        next_id: Arc::clone(&self.next_id),
+                    });
+                    return Ok(Some(PushStream {
+                        id: 0,
+                        frames,
+                        link,
+                    }));
+                }
+            };
+            if connection.features.load(Ordering::Acquire) & rill_proto::FEATURE_SUBSCRIBE == 0 {
+                return Ok(None);
+            }
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let frame = request
+                .encode(id)
+                .map_err(|e| CallError::NotSent(e.to_string()))?;
+            let (tx, frames) = mpsc::channel(capacity.max(2));
+            connection.streams.lock().insert(id, tx);
+            if !connection.alive.load(Ordering::Acquire)
+                || connection.frames.send(frame).await.is_err()
+            {
+                connection.streams.lock().remove(&id);
+                return Err(CallError::NotSent("connection closed".into()));
+            }
+            let link = Arc::new(OnConnection {
+                connection,
+                next_id: Arc::clone(&self.next_id),
+            });
+            Ok(Some(PushStream { id, frames, link }))
+        })
+    }
+
     fn close(&self) -> BoxFuture<'_, Result<(), crate::ClientError>> {
         Box::pin(async move {
             // Under the connection lock, so a connect under way finishes first and is
@@ -407,6 +524,7 @@ impl Transport for Tcp {
                 connection.reader.abort();
                 fail_all(
                     &connection.pending,
+                    &connection.streams,
                     &connection.alive,
                     &CallError::Lost("the client was closed".into()),
                 );
@@ -416,12 +534,56 @@ impl Transport for Tcp {
     }
 }
 
-/// Fails every pending call of a broken connection.
-fn fail_all(pending: &Pending, alive: &AtomicBool, error: &CallError) {
+/// Fails every pending call and subscription of a broken connection.
+fn fail_all(pending: &Pending, streams: &Streams, alive: &AtomicBool, error: &CallError) {
     alive.store(false, Ordering::Release);
     for (_, tx) in pending.lock().drain() {
         let _ = tx.send(Err(error.clone()));
     }
+    for (_, tx) in streams.lock().drain() {
+        // A full stream ends by the sender's drop alone, which its reader takes as lost.
+        let _ = tx.try_send(Err(error.clone()));
+    }
+}
+
+/// A connection that is already closed (it carries a refusal's frame only).
+fn dead_connection() -> Connection {
+    let (frames, _) = mpsc::channel(1);
+    Connection {
+        frames,
+        pending: Arc::default(),
+        streams: Arc::default(),
+        features: std::sync::atomic::AtomicU32::new(0),
+        alive: Arc::new(AtomicBool::new(false)),
+        reader: tokio::spawn(async {}),
+    }
+}
+
+/// Hands a pushed frame to its subscription, or gives it back if `id` is no
+/// subscription. The frame without `MORE` is its last. A subscription whose buffer is
+/// full got more than its window: it is cut off (its reader sees the stream end, as
+/// when a connection breaks, and subscribes again).
+fn push_to(
+    streams: &Streams,
+    id: u64,
+    more: bool,
+    response: Result<Response, CallError>,
+) -> Option<Result<Response, CallError>> {
+    let mut streams = streams.lock();
+    let Some(tx) = streams.get(&id) else {
+        return Some(response);
+    };
+    let delivered = tx.try_send(response).is_ok();
+    if !delivered {
+        tracing::warn!(
+            subscription = id,
+            "the server pushed more than the window: ending the subscription"
+        );
+    }
+    if !more || !delivered {
+        streams.remove(&id);
+    }
+    None
 }
 
 /// What a connection's end fails its pending calls with: lost, unless the server said
@@ -446,24 +608,31 @@ where
 {
     let (frames, mut outgoing) = mpsc::channel::<EncodedFrame>(1024);
     let pending: Pending = Arc::default();
+    let streams: Streams = Arc::default();
     let alive = Arc::new(AtomicBool::new(true));
 
     // Writer: drains every queued frame before flushing, so pipelined requests share
     // syscalls; large payloads bypass the buffer.
-    let (w_pending, w_alive) = (Arc::clone(&pending), Arc::clone(&alive));
+    let (w_pending, w_streams, w_alive) = (
+        Arc::clone(&pending),
+        Arc::clone(&streams),
+        Arc::clone(&alive),
+    );
     tokio::spawn(async move {
         let mut out = BufWriter::with_capacity(64 * 1024, write);
         while let Some(frame) = outgoing.recv().await {
             let mut next = Some(frame);
             while let Some(frame) = next.take() {
                 if let Err(e) = write_frame(&mut out, &frame).await {
-                    fail_all(&w_pending, &w_alive, &CallError::Lost(e.to_string()));
+                    let lost = CallError::Lost(e.to_string());
+                    fail_all(&w_pending, &w_streams, &w_alive, &lost);
                     return;
                 }
                 next = outgoing.try_recv().ok();
             }
             if let Err(e) = out.flush().await {
-                fail_all(&w_pending, &w_alive, &CallError::Lost(e.to_string()));
+                let lost = CallError::Lost(e.to_string());
+                fail_all(&w_pending, &w_streams, &w_alive, &lost);
                 return;
             }
         }
@@ -471,7 +640,11 @@ where
     });
 
     // Reader: routes each response to its caller by correlation id.
-    let (r_pending, r_alive) = (Arc::clone(&pending), Arc::clone(&alive));
+    let (r_pending, r_streams, r_alive) = (
+        Arc::clone(&pending),
+        Arc::clone(&streams),
+        Arc::clone(&alive),
+    );
     let reader = tokio::spawn(async move {
         let decoder = FrameDecoder::new(max_frame_bytes);
         let mut buf = BytesMut::with_capacity(64 * 1024);
@@ -486,11 +659,22 @@ where
                 Ok(Some(frame)) => {
                     answered = true;
                     let id = frame.correlation_id;
+                    let more = frame.has_more();
                     let response =
                         Response::decode(frame).map_err(|e| CallError::Protocol(e.to_string()));
-                    if let Some(tx) = r_pending.lock().remove(&id) {
+                    let pending = if more {
+                        None
+                    } else {
+                        r_pending.lock().remove(&id)
+                    };
+                    if let Some(tx) = pending {
                         let _ = tx.send(response);
-                    } else if let (0, Ok(Response::Err { error, .. })) = (id, response) {
+                        continue;
+                    }
+                    let Some(response) = push_to(&r_streams, id, more, response) else {
+                        continue;
+                    };
+                    if let (0, Ok(Response::Err { error, .. })) = (id, response) {
                         tracing::debug!(message = %error.message, "the server's last word");
                         last_word = Some(error);
                     } else {
@@ -524,12 +708,14 @@ where
             Ok(reason) => closed_error(reason, last_word.as_ref()),
             Err(fatal) => CallError::Protocol(fatal),
         };
-        fail_all(&r_pending, &r_alive, &error);
+        fail_all(&r_pending, &r_streams, &r_alive, &error);
     });
 
     Connection {
         frames,
         pending,
+        streams,
+        features: std::sync::atomic::AtomicU32::new(0),
         alive,
         reader,
     }

@@ -18,7 +18,12 @@ pub const DEFAULT_MAX_FRAME_BYTES: u32 = 64 << 20;
 pub const FLAG_RESPONSE: u8 = 1 << 0;
 /// Frame flag: the response is an `ErrorResponse`.
 pub const FLAG_ERROR: u8 = 1 << 1;
-const FLAGS_KNOWN: u8 = FLAG_RESPONSE | FLAG_ERROR;
+/// Frame flag: more responses follow for this correlation id (a subscription's pushes,
+/// docs/PROTOCOL.md §3.32). Only on responses to a `Subscribe`.
+pub const FLAG_MORE: u8 = 1 << 2;
+const FLAGS_KNOWN: u8 = FLAG_RESPONSE | FLAG_ERROR | FLAG_MORE;
+/// `HelloResponse.features` bit: the server serves `Subscribe`, `Credit`, `Unsubscribe`.
+pub const FEATURE_SUBSCRIBE: u32 = 1 << 0;
 
 /// One decoded frame: header fields plus the control and payload bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +51,11 @@ impl Frame {
     /// Whether this response carries an `ErrorResponse`.
     pub fn is_error(&self) -> bool {
         self.flags & FLAG_ERROR != 0
+    }
+
+    /// Whether more responses follow for this correlation id.
+    pub fn has_more(&self) -> bool {
+        self.flags & FLAG_MORE != 0
     }
 }
 

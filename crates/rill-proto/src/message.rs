@@ -4,7 +4,7 @@ use bytes::Bytes;
 use prost::Message;
 
 use crate::frame::{
-    EncodedFrame, FLAG_ERROR, FLAG_RESPONSE, Frame, PROTOCOL_VERSION, encode_frame,
+    EncodedFrame, FLAG_ERROR, FLAG_MORE, FLAG_RESPONSE, Frame, PROTOCOL_VERSION, encode_frame,
 };
 use crate::pb::*;
 use crate::{ErrorCode, ProtoError};
@@ -143,6 +143,9 @@ protocol! {
     40 => ResetConsumerOffsets(ResetConsumerOffsetsRequest, ResetConsumerOffsetsResponse),
     41 => AlterTopic(AlterTopicRequest, AlterTopicResponse),
     42 => PurgeTopic(PurgeTopicRequest, PurgeTopicResponse),
+    43 => Subscribe(SubscribeRequest, SubscribeResponse),
+    44 => Credit(CreditRequest, CreditResponse),
+    45 => Unsubscribe(UnsubscribeRequest, UnsubscribeResponse),
 }
 
 /// A request: its control message and its payload (the batch of a `Produce`).
@@ -179,6 +182,12 @@ impl Request {
             return Err(ProtoError::MalformedFrame {
                 correlation_id: frame.correlation_id,
                 reason: "a response frame was sent as a request",
+            });
+        }
+        if frame.has_more() {
+            return Err(ProtoError::MalformedFrame {
+                correlation_id: frame.correlation_id,
+                reason: "the flag MORE is for pushed responses, not requests",
             });
         }
         check_version(&frame)?;
@@ -250,6 +259,14 @@ impl Response {
                 Bytes::new(),
             ),
         }
+    }
+
+    /// Encodes the response as a frame of a stream that goes on: the flag `MORE`
+    /// (a subscription's pushes, docs/PROTOCOL.md §3.32).
+    pub fn encode_more(&self, correlation_id: u64) -> Result<EncodedFrame, ProtoError> {
+        let mut frame = self.encode(correlation_id)?;
+        frame.head[7] |= FLAG_MORE;
+        Ok(frame)
     }
 
     /// Decodes a response frame.

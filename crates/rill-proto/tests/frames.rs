@@ -74,6 +74,7 @@ fn every_kind_round_trips_requests_and_responses() {
                     protocol_version: 1,
                     max_frame_bytes: 9,
                     max_batch_bytes: 8,
+                    features: rill_proto::FEATURE_SUBSCRIBE,
                 }),
             ),
             Kind::Fetch => (
@@ -122,6 +123,34 @@ fn every_kind_round_trips_requests_and_responses() {
                     partition: 2,
                 }),
                 ResponseBody::DeleteGroupOffset(DeleteGroupOffsetResponse { deleted: true }),
+            ),
+            Kind::Subscribe => (
+                RequestBody::Subscribe(SubscribeRequest {
+                    stream: "s".into(),
+                    topic: "t".into(),
+                    partition: 2,
+                    offset: 9,
+                    credit_bytes: 1 << 40,
+                    credit_batches: 7,
+                }),
+                ResponseBody::Subscribe(SubscribeResponse {
+                    next_offset: 10,
+                    log_start: 1,
+                    log_end: 12,
+                    last: true,
+                }),
+            ),
+            Kind::Credit => (
+                RequestBody::Credit(CreditRequest {
+                    subscription: 5,
+                    bytes: u64::MAX,
+                    batches: 3,
+                }),
+                ResponseBody::Credit(CreditResponse {}),
+            ),
+            Kind::Unsubscribe => (
+                RequestBody::Unsubscribe(UnsubscribeRequest { subscription: 5 }),
+                ResponseBody::Unsubscribe(UnsubscribeResponse { next_offset: 10 }),
             ),
             _ => continue,
         };
@@ -236,6 +265,51 @@ fn unknown_kind_and_version_name_the_correlation_id() {
     wire[6] = 9; // version
     let err = Request::decode(decode_one(Bytes::from(wire))).unwrap_err();
     assert_eq!(err.code(), ErrorCode::UnsupportedVersion);
+}
+
+/// The flag MORE marks a subscription's pushes: it survives a round trip on responses
+/// (errors included), and a request that carries it is refused, naming its id.
+#[test]
+fn the_flag_more_is_for_pushed_responses_only() {
+    let push = Response::Ok {
+        body: ResponseBody::Subscribe(SubscribeResponse {
+            next_offset: 3,
+            log_start: 0,
+            log_end: 3,
+            last: false,
+        }),
+        payload: Bytes::from_static(b"batches"),
+    };
+    let frame = decode_one(push.encode_more(7).unwrap().to_bytes());
+    assert!(frame.has_more());
+    assert!(frame.is_response());
+    assert_eq!(Response::decode(frame).unwrap(), push);
+    let plain = decode_one(push.encode(7).unwrap().to_bytes());
+    assert!(!plain.has_more());
+    let error = Response::error(43, rill_proto::ErrorCode::Busy, "full");
+    let frame = decode_one(error.encode_more(7).unwrap().to_bytes());
+    assert!(frame.has_more() && frame.is_error());
+    assert_eq!(Response::decode(frame).unwrap(), error);
+
+    let mut wire = Request::new(RequestBody::ListStreams(ListStreamsRequest {}))
+        .encode(9)
+        .unwrap()
+        .to_bytes()
+        .to_vec();
+    wire[7] |= rill_proto::FLAG_MORE;
+    let frame = decode_one(Bytes::from(wire));
+    assert!(matches!(
+        Request::decode(frame),
+        Err(ProtoError::MalformedFrame {
+            correlation_id: 9,
+            ..
+        })
+    ));
+    // Bits beyond the known ones are still framing errors.
+    let mut wire = push.encode(7).unwrap().to_bytes().to_vec();
+    wire[7] |= 1 << 3;
+    let mut buf = BytesMut::from(&wire[..]);
+    assert!(FrameDecoder::default().decode(&mut buf).is_err());
 }
 
 #[test]

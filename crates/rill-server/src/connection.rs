@@ -39,6 +39,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::budget::{Budget, Grant, Pool};
+use crate::subscribe::{self, Subscriptions};
 use crate::tls::{Accepted, Sniffed, Tls};
 use crate::writer::{Outgoing, is_write_timeout, write_loop};
 use crate::{CloseReason, Metrics};
@@ -48,7 +49,7 @@ use crate::{CloseReason, Metrics};
 const READ_BUFFER_BYTES: usize = 64 << 10;
 /// What a fetch response has besides its batches: the frame header and a
 /// `FetchResponse` (three varints), with room to spare.
-const FETCH_RESPONSE_HEAD_BYTES_MAX: usize = 256;
+pub(crate) const FETCH_RESPONSE_HEAD_BYTES_MAX: usize = 256;
 /// Grow the read buffer when less than this is free.
 const READ_SPARE_BYTES_MIN: usize = 4 << 10;
 /// After a fatal framing error, how long and how much unread input is discarded before
@@ -198,10 +199,16 @@ async fn serve_stream<R, W>(
         ctx: Arc::clone(&ctx),
         peer,
         session: Arc::new(session),
+        // Half the in-flight slots at most, so subscriptions never take them all.
+        subs: Arc::new(Subscriptions::new(ctx.max_in_flight / 2)),
+        phase: phase.clone(),
     };
     let session = Arc::clone(&reader.session);
     let read_side = async {
         let end = reader.read_loop(&mut phase).await;
+        // Nothing more will be asked: each subscription sends its last frame, so the
+        // drain below is not held up by streams that would never end.
+        reader.subs.stop_all();
         reader.drain(&mut phase).await;
         let Reader { socket, tx, .. } = reader;
         // The last sender: the writer finishes once the queue is empty.
@@ -272,6 +279,10 @@ struct Reader<R> {
     peer: SocketAddr,
     /// Group members that joined over this connection.
     session: Arc<Session>,
+    /// Its open subscriptions (push streaming).
+    subs: Arc<Subscriptions>,
+    /// The server's phase, for the subscriptions (which end when it drains).
+    phase: watch::Receiver<Phase>,
 }
 
 impl<R: AsyncRead + Unpin + Send> Reader<R> {
@@ -413,13 +424,13 @@ impl<R: AsyncRead + Unpin + Send> Reader<R> {
                     raw_kind,
                     permit,
                 );
-                self.tasks.spawn(handle(
-                    Arc::clone(&self.ctx),
-                    Arc::clone(&self.session),
-                    request,
-                    reply,
-                    grant,
-                ));
+                let conn = Conn {
+                    ctx: Arc::clone(&self.ctx),
+                    session: Arc::clone(&self.session),
+                    subs: Arc::clone(&self.subs),
+                    phase: self.phase.clone(),
+                };
+                self.tasks.spawn(handle(conn, request, reply, grant));
                 true
             }
             Err(e) => {
@@ -488,16 +499,50 @@ async fn reached(phase: &mut watch::Receiver<Phase>, at_least: Phase) {
     let _ = phase.wait_for(|now| *now >= at_least).await;
 }
 
-/// One request: wait for the budget of its response if it is a fetch, ask the broker,
-/// record metrics, queue the reply. `grant` holds the request frame's bytes.
-async fn handle(
+/// What a request's task needs of its connection.
+struct Conn {
     ctx: Arc<Context>,
     session: Arc<Session>,
-    request: Request,
-    reply: Reply,
-    mut grant: Grant,
-) {
+    subs: Arc<Subscriptions>,
+    phase: watch::Receiver<Phase>,
+}
+
+/// One request: wait for the budget of its response if it is a fetch, ask the broker,
+/// record metrics, queue the reply. `grant` holds the request frame's bytes. The
+/// requests of push streaming are the connection's own (`subscribe.rs`).
+async fn handle(conn: Conn, request: Request, reply: Reply, mut grant: Grant) {
+    let Conn {
+        ctx,
+        session,
+        subs,
+        phase,
+    } = conn;
     let kind = request.body.kind();
+    let started = Instant::now();
+    match request.body {
+        RequestBody::Subscribe(r) => {
+            subscribe::serve(Arc::clone(&ctx), session, subs, phase, r, reply, grant).await;
+            ctx.metrics.request(kind, started.elapsed(), false);
+            return;
+        }
+        RequestBody::Credit(c) => {
+            let response = subs.credit(&c);
+            ctx.metrics.request(
+                kind,
+                started.elapsed(),
+                matches!(response, Response::Err { .. }),
+            );
+            reply.send(&response, grant).await;
+            return;
+        }
+        RequestBody::Unsubscribe(u) => {
+            let response = subs.unsubscribe(u.subscription).await;
+            ctx.metrics.request(kind, started.elapsed(), false);
+            reply.send(&response, grant).await;
+            return;
+        }
+        _ => {}
+    }
     if let RequestBody::Fetch(f) = &request.body {
         // What the broker may return, granted before it reads anything: so a client
         // that does not read makes its fetches wait here rather than pile up data.
@@ -524,8 +569,15 @@ async fn handle(
         RequestBody::Fetch(r) => Some((r.stream.clone(), r.topic.clone(), 0, 0)),
         _ => None,
     };
-    let started = Instant::now();
-    let response = ctx.broker.handle_in(&session, request).await;
+    let mut response = ctx.broker.handle_in(&session, request).await;
+    if let Response::Ok {
+        body: ResponseBody::Hello(hello),
+        ..
+    } = &mut response
+    {
+        // What this connection serves beyond the broker's requests.
+        hello.features |= rill_proto::FEATURE_SUBSCRIBE;
+    }
     let elapsed = started.elapsed();
     let metrics = &ctx.metrics;
     metrics.request(kind, elapsed, matches!(response, Response::Err { .. }));
@@ -552,7 +604,7 @@ async fn handle(
 /// Records in the stored batches of a fetch answer, by their headers alone (a batch
 /// counts whole, also when the fetch began inside it); stops at a header that does not
 /// check out.
-fn batch_records(mut payload: &[u8]) -> u64 {
+pub(crate) fn batch_records(mut payload: &[u8]) -> u64 {
     let mut records = 0;
     while let Ok(h) = BatchHeader::parse(payload) {
         records += u64::from(h.record_count);
@@ -567,7 +619,7 @@ fn batch_records(mut payload: &[u8]) -> u64 {
 /// The obligation to answer one request. Dropped unanswered — the task panicked or was
 /// cancelled — it still answers, so a client never waits on a correlation id forever.
 #[derive(Debug)]
-struct Reply {
+pub(crate) struct Reply {
     tx: mpsc::UnboundedSender<Outgoing>,
     budget: Budget,
     correlation_id: u64,
@@ -592,10 +644,40 @@ impl Reply {
         }
     }
 
+    /// The correlation id of the request it answers.
+    pub(crate) fn correlation_id(&self) -> u64 {
+        self.correlation_id
+    }
+
+    /// The connection's budget.
+    pub(crate) fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
+    /// Queues one of several responses to its request (a subscription's pushes, with
+    /// the flag `MORE`) once `grant` covers its bytes, as [`Reply::send`] does; the
+    /// request stays in flight.
+    pub(crate) async fn push_more(&self, response: &Response, mut grant: Grant) {
+        let frame = response
+            .encode_more(self.correlation_id)
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "a pushed response could not be encoded");
+                Response::error(self.kind, ErrorCode::Internal, e.to_string())
+                    .encode_more(self.correlation_id)
+                    .expect("an error frame is small")
+            });
+        let bytes = frame.len();
+        if !self.top_up(&mut grant, bytes) {
+            drop(grant);
+            grant = self.budget.acquire(bytes).await;
+        }
+        self.push(frame, None, Some(grant));
+    }
+
     /// Queues the response once `grant` covers its bytes: the unused part of the grant
     /// goes back; a shortfall is taken at once if free, else the grant is given back
     /// and the whole size waited for (never waiting while holding).
-    async fn send(mut self, response: &Response, mut grant: Grant) {
+    pub(crate) async fn send(mut self, response: &Response, mut grant: Grant) {
         let frame = self.encode(response);
         let bytes = frame.len();
         if !self.top_up(&mut grant, bytes) {

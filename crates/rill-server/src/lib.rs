@@ -31,7 +31,8 @@
 //! ```
 //!
 //! Module map: `server.rs` (listeners, accept loops, connection limit, shutdown),
-//! `connection.rs` (one client: reader, per-request tasks), `writer.rs` (the single
+//! `connection.rs` (one client: reader, per-request tasks), `subscribe.rs` (push
+//! streaming: a connection's subscriptions and their credit), `writer.rs` (the single
 //! writer and its write timeout), `budget.rs` (the byte budgets), `fds.rs` (the
 //! descriptor-derived connection limit and the spare descriptor), `http.rs` (one HTTP
 //! connection: TLS, then `rill-http` serves it), `tls.rs` (TLS on both listeners,
@@ -51,6 +52,7 @@ mod error;
 mod fds;
 mod http;
 mod server;
+mod subscribe;
 mod tls;
 mod writer;
 

@@ -232,7 +232,9 @@ fn loopback(period: Duration) -> anyhow::Result<f64> {
     std::thread::sleep(period);
     let (t1, c1) = (Instant::now(), received.load(Ordering::Relaxed));
     stop.store(true, Ordering::Relaxed);
-    let sent = sender.join().map_err(|_| anyhow::anyhow!("the sender panicked"))?;
+    let sent = sender
+        .join()
+        .map_err(|_| anyhow::anyhow!("the sender panicked"))?;
     let read = receiver
         .join()
         .map_err(|_| anyhow::anyhow!("the receiver panicked"))?;
@@ -246,10 +248,7 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(dir: &Path, what: &str) -> Self {
-        Self(dir.join(format!(
-            ".rill-bench-limits-{what}-{}",
-            std::process::id()
-        )))
+        Self(dir.join(format!(".rill-bench-limits-{what}-{}", std::process::id())))
     }
 }
 
@@ -373,8 +372,12 @@ mod tests {
 
     #[test]
     fn a_missing_directory_is_an_error_that_names_it() {
-        let e = disk_sync(Path::new("/nonexistent/rill"), 4096, Duration::from_millis(1))
-            .unwrap_err();
+        let e = disk_sync(
+            Path::new("/nonexistent/rill"),
+            4096,
+            Duration::from_millis(1),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("No such file"), "{e:#}");
     }
 }

@@ -126,6 +126,9 @@ pub(crate) struct BenchArgs {
     /// Client API for publishing.
     #[arg(long, value_enum, default_value_t = Api::Producer)]
     api: Api,
+    /// How consumers read: fetch requests, or push subscriptions (TCP only).
+    #[arg(long, value_enum, default_value_t = Read::Fetch)]
+    read: Read,
     /// e2e: receive through the members of a consumer group (`GroupConsumer::next`,
     /// `--consumers` members) instead of raw long-polling fetches.
     #[arg(long)]
@@ -172,6 +175,15 @@ fn seconds(s: &str) -> Result<f64, String> {
     }
 }
 
+/// How consumers read (consume, e2e).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum Read {
+    /// `Fetch` requests, one in flight per partition (long polls for e2e).
+    Fetch,
+    /// Push subscriptions (`Topic::subscribe`) with a window of four fetches.
+    Subscribe,
+}
+
 /// The commit policy of `e2e --group` members.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(super) enum GroupCommit {
@@ -216,6 +228,7 @@ pub(super) struct Plan {
     /// Records/s in all, or `None` for as fast as acknowledged.
     pub(super) rate: Option<u64>,
     pub(super) keyed: bool,
+    pub(super) read: Read,
     /// e2e receives through consumer-group members.
     group: bool,
     /// Their commit policy.
@@ -237,6 +250,11 @@ impl Plan {
             return Err(
                 "--rate applies to publishing (produce, e2e); consume reads as fast as it can"
                     .to_owned(),
+            );
+        }
+        if args.read == Read::Subscribe && (args.workload == Workload::Produce || args.group) {
+            return Err(
+                "--read applies to the plain consumers of consume and e2e (not --group)".to_owned(),
             );
         }
         if args.group && args.workload != Workload::E2e {
@@ -267,6 +285,7 @@ impl Plan {
             api: args.api,
             rate: args.rate,
             keyed: args.keyed,
+            read: args.read,
             group: args.group,
             commit_policy: args.commit_policy,
             json: args.json,
@@ -421,6 +440,14 @@ pub(crate) async fn run(args: BenchArgs, target: &Target) -> anyhow::Result<()> 
         ("warmup", json!(plan.warmup)),
         ("rate", json!(plan.rate)),
         ("keyed", json!(plan.keyed)),
+        (
+            "read",
+            json!(
+                plan.read
+                    .to_possible_value()
+                    .map(|v| v.get_name().to_owned())
+            ),
+        ),
         ("group", json!(plan.group)),
     ]);
     if plan.group {
@@ -607,14 +634,8 @@ async fn produce(topic: &Topic, plan: &Arc<Plan>) -> anyhow::Result<Report> {
     let per_gb = (GIGABYTE / plan.size()).max(1);
     let progress = Arc::new(Progress::marking(per_gb));
     let started = Instant::now();
-    let results = produce_marking(
-        topic,
-        plan,
-        plan.messages,
-        "produce",
-        Arc::clone(&progress),
-    )
-    .await?;
+    let results =
+        produce_marking(topic, plan, plan.messages, "produce", Arc::clone(&progress)).await?;
     let seconds = started.elapsed().as_secs_f64();
     let (latency, records, bytes) = merge(&results, Role::Producer)?;
     let gigabytes = stats::per_gigabyte(started, &progress.marks(), per_gb * plan.size());

@@ -9,12 +9,12 @@ use anyhow::Context;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use futures::stream::{FuturesOrdered, FuturesUnordered};
-use rill_client::{Message, Position, Producer, Routing, Topic};
+use rill_client::{Message, Position, Producer, Routing, Subscription, Topic};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::stats::Latency;
-use super::{Api, Plan};
+use super::{Api, Plan, Read};
 
 /// A run that makes no progress for this long fails instead of hanging.
 pub(super) const STALL: Duration = Duration::from_secs(30);
@@ -507,19 +507,39 @@ impl Consumer {
             Reading::Follow { target } => (true, target, LONG_POLL),
         };
         let max_bytes = self.plan.fetch_bytes();
-        let fetch = |p: u32, offset: u64| {
+        // Each partition's reads: fetches, or a push subscription (`--read subscribe`),
+        // which the read hands back with its answer.
+        let read = |p: u32, offset: u64, sub: Option<Subscription>| {
             let topic = self.topic.clone();
             async move {
                 let started = Instant::now();
-                let r = topic.fetch(Position::new(p, offset), max_bytes, wait).await;
-                (p, offset, started, r)
+                match sub {
+                    Some(mut sub) => {
+                        let r = sub.next().await;
+                        (p, offset, started, r, Some(sub))
+                    }
+                    None => {
+                        let r = topic.fetch(Position::new(p, offset), max_bytes, wait).await;
+                        (p, offset, started, r, None)
+                    }
+                }
             }
         };
         let ends: std::collections::HashMap<u32, u64> =
             parts.iter().map(|&(p, _, end)| (p, end)).collect();
         let mut inflight = FuturesUnordered::new();
         for &(p, start, _) in &parts {
-            inflight.push(fetch(p, start));
+            let sub = match self.plan.read {
+                Read::Fetch => None,
+                Read::Subscribe => Some(
+                    self.topic
+                        .subscribe(Position::new(p, start), max_bytes.saturating_mul(4))
+                        .await
+                        .with_context(|| format!("subscribing to partition {p}"))?
+                        .context("the server does not serve push streaming (--read fetch)")?,
+                ),
+            };
+            inflight.push(read(p, start, sub));
         }
         let mut latency = Latency::new();
         let (mut records, mut bytes) = (0u64, 0u64);
@@ -530,7 +550,7 @@ impl Consumer {
                 _ = self.done_rx.wait_for(|d| *d), if follow => break,
                 next = inflight.next() => next,
             };
-            let Some((p, offset, started, result)) = next else {
+            let Some((p, offset, started, result, sub)) = next else {
                 break; // every partition read to its end
             };
             let fetched =
@@ -569,7 +589,7 @@ impl Consumer {
             }
             let next_offset = fetched.next_offset.max(offset);
             if next_offset < end {
-                inflight.push(fetch(p, next_offset));
+                inflight.push(read(p, next_offset, sub));
             }
         }
         Ok(TaskResult {

@@ -160,6 +160,27 @@ impl TestClient {
         .expect("the server answers or closes in time")
     }
 
+    /// The next response with its correlation id and whether its flag `MORE` is set
+    /// (a subscription's pushes), or `None` if nothing comes within `wait` or the
+    /// server closed the connection.
+    pub async fn recv_within(&mut self, wait: Duration) -> Option<(u64, bool, Response)> {
+        tokio::time::timeout(wait, async {
+            loop {
+                if let Some(frame) = self.decoder.decode(&mut self.buf).unwrap() {
+                    let (id, more) = (frame.correlation_id, frame.has_more());
+                    return Some((id, more, Response::decode(frame).unwrap()));
+                }
+                match self.stream.read_buf(&mut self.buf).await {
+                    Ok(0) | Err(_) => return None,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
     pub async fn call(&mut self, request: &Request) -> Response {
         let id = self.send(request).await;
         let (got, response) = self.recv().await.expect("a response");

@@ -1,0 +1,148 @@
+//! `Topic::subscribe` (push streaming, docs/PROTOCOL.md §3.32) against the real binary:
+//! every record once and in order while records are appended, through a window small
+//! enough that credit goes back and forth hundreds of times; across a server killed
+//! (SIGKILL) and restarted mid-stream; and `None` where push streaming is not served
+//! (the embedded transport), so a caller falls back to fetching.
+
+#[macro_use]
+mod common;
+
+use std::time::Duration;
+
+use common::{FixedServer, Harness, free_port};
+use rill_client::{Client, Message, Position, RetryPolicy, Subscription, Topic};
+
+/// Reads from `sub` until records up to `until` have come (a push may bring more);
+/// checks offsets run on from `first` without a gap or a repeat and each value names
+/// its offset. Returns the offset after the last record read.
+async fn read(sub: &mut Subscription, first: u64, until: u64) -> u64 {
+    let mut next = first;
+    while next < until {
+        let fetched = tokio::time::timeout(Duration::from_secs(30), sub.next())
+            .await
+            .expect("records within 30 s")
+            .expect("next");
+        for r in &fetched.records {
+            assert_eq!(r.offset, next, "every record once, in order");
+            assert_eq!(&r.value[..], format!("v{next}").as_bytes());
+            next += 1;
+        }
+        assert_eq!(sub.next_offset(), next);
+    }
+    next
+}
+
+/// Publishes records `from..to` (values `v{n}`) in batches of 50.
+async fn publish(t: &Topic, from: u64, to: u64, pause: Duration) {
+    let mut n = from;
+    while n < to {
+        let end = (n + 50).min(to);
+        t.publish_batch((n..end).map(|i| Message::new(format!("v{i}"))))
+            .await
+            .unwrap();
+        n = end;
+        tokio::time::sleep(pause).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_reads_every_record_once_while_records_are_appended() {
+    let h = Harness::tcp().await;
+    let t = h.client.stream("push").topic("t");
+    t.ensure(1).await.unwrap();
+    publish(&t, 0, 500, Duration::ZERO).await;
+    // About four batches of 50 small records: credit goes back every other batch.
+    let mut sub = t
+        .subscribe(Position::new(0, 0), 4096)
+        .await
+        .unwrap()
+        .expect("a server serves push streaming");
+    let producer = {
+        let t = t.clone();
+        tokio::spawn(async move { publish(&t, 500, 5000, Duration::from_millis(1)).await })
+    };
+    assert_eq!(read(&mut sub, 0, 5000).await, 5000);
+    producer.await.unwrap();
+    // A subscription from the middle starts there, whatever its batch, and reads on to
+    // the end.
+    let mut mid = t
+        .subscribe(Position::new(0, 1234), 1 << 20)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read(&mut mid, 1234, 5000).await, 5000);
+    assert_eq!(mid.close().await.unwrap(), 5000);
+    assert_eq!(sub.close().await.unwrap(), 5000);
+    // Beyond the end: the error a fetch gets, once the stream says so.
+    let mut beyond = t
+        .subscribe(Position::new(0, 9999), 4096)
+        .await
+        .unwrap()
+        .unwrap();
+    let e = beyond.next().await.unwrap_err();
+    assert_eq!(
+        e.code(),
+        Some(rill_client::ErrorCode::OffsetBeyondEnd),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_transport_has_no_subscriptions() {
+    let h = Harness::embedded().await;
+    let t = h.client.stream("push").topic("t");
+    t.ensure(1).await.unwrap();
+    assert!(
+        t.subscribe(Position::new(0, 0), 4096)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let e = t.subscribe(Position::new(0, 0), 0).await.unwrap_err();
+    assert!(e.to_string().contains("window"), "{e}");
+    h.client.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_goes_on_across_a_server_killed_and_restarted() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = free_port();
+    let mut server = FixedServer::start(&data, port);
+    // Retries long enough to ride out a restart.
+    let client = Client::builder()
+        .retry(RetryPolicy {
+            retries: 60,
+            backoff: Duration::from_millis(50),
+            backoff_max: Duration::from_millis(500),
+        })
+        .connect(&format!("rill://127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    let t = client.stream("push").topic("t");
+    t.ensure(1).await.unwrap();
+    publish(&t, 0, 1000, Duration::ZERO).await;
+    let mut sub = t
+        .subscribe(Position::new(0, 0), 8192)
+        .await
+        .unwrap()
+        .unwrap();
+    let reached = read(&mut sub, 0, 400).await;
+    assert!(reached < 1000, "the window held the stream back: {reached}");
+    server.kill9();
+    let restart = tokio::task::spawn_blocking(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        FixedServer::start(&data, port)
+    });
+    // The rest of what was there (the stream is opened again from 400 on the restarted
+    // server), then what is published after the restart.
+    let reader = tokio::spawn(async move {
+        read(&mut sub, reached, 1500).await;
+        sub
+    });
+    let _server = restart.await.unwrap();
+    publish(&t, 1000, 1500, Duration::ZERO).await;
+    let sub = reader.await.unwrap();
+    assert_eq!(sub.next_offset(), 1500);
+    client.close().await.unwrap();
+}

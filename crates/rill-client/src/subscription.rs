@@ -1,0 +1,349 @@
+//! Push streaming of one partition (docs/PROTOCOL.md §3.32–3.34): the server pushes
+//! batches as they are appended, never more than the window this side has granted, and
+//! [`Subscription::next`] grants the window back as it hands the records out. So a
+//! reader that stops asking stops the stream, and what is buffered on either side is
+//! bounded by the window (plus one batch).
+//!
+//! The subscription keeps its own position (`next`, the offset after the last record
+//! handed out) and never trusts the stream for it: a broken connection, a server
+//! restart or a stream the server ended is subscribed again from `next`, and records
+//! below it that come again are skipped. So nothing is lost or handed out twice.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use rill_proto::pb::{self, CreditRequest, SubscribeRequest, UnsubscribeRequest};
+use rill_proto::{Request, RequestBody, Response, ResponseBody};
+
+use crate::client::unexpected;
+use crate::transport::{CallError, PushStream};
+use crate::{ClientError, ErrorCode, Fetched, Position, Topic};
+
+/// Batches a window holds at most; with the bytes, it bounds the frames buffered.
+const WINDOW_BATCHES: u32 = 4096;
+
+/// A push subscription of one partition; see [`Topic::subscribe`].
+#[derive(Debug)]
+pub struct Subscription {
+    topic: Topic,
+    partition: u32,
+    /// The offset after the last record handed out: where a new stream starts.
+    next: u64,
+    window_bytes: u64,
+    stream: Option<PushStream>,
+    /// A frame taken off the stream and not yet handed out (the first, read while
+    /// opening).
+    held: Option<Result<Response, CallError>>,
+    /// Pushed bytes and batches handed out since the last `Credit`.
+    owed_bytes: u64,
+    owed_batches: u64,
+}
+
+impl Topic {
+    /// Opens a push subscription of `from.partition` at `from.offset`: the server
+    /// sends what is there and then each batch as it is appended, at most
+    /// `window_bytes` of batches (plus one batch) ahead of what [`Subscription::next`]
+    /// has handed out. `None` where the server or the transport does not serve push
+    /// streaming (the embedded transport, an older server, or a cluster node that does
+    /// not lead the partition): read with [`Topic::fetch`] then.
+    pub async fn subscribe(
+        &self,
+        from: Position,
+        window_bytes: u32,
+    ) -> Result<Option<Subscription>, ClientError> {
+        if window_bytes == 0 {
+            return Err(ClientError::InvalidArgument(
+                "a subscription's window must be at least 1 byte".into(),
+            ));
+        }
+        let mut sub = Subscription {
+            topic: self.clone(),
+            partition: from.partition,
+            next: from.offset,
+            window_bytes: u64::from(window_bytes),
+            stream: None,
+            held: None,
+            owed_bytes: 0,
+            owed_batches: 0,
+        };
+        match sub.open().await? {
+            Opened::Yes => Ok(Some(sub)),
+            Opened::Unserved => Ok(None),
+        }
+    }
+}
+
+/// What an attempt to open a stream came to.
+enum Opened {
+    Yes,
+    /// The server or the transport does not serve it here.
+    Unserved,
+}
+
+impl Subscription {
+    /// The partition.
+    pub fn partition(&self) -> u32 {
+        self.partition
+    }
+
+    /// The offset after the last record handed out.
+    pub fn next_offset(&self) -> u64 {
+        self.next
+    }
+
+    /// Continues at `offset` (after a [`ClientError::DataLoss`] or an offset before the
+    /// log start, say): the stream is opened again from there.
+    pub fn seek(&mut self, offset: u64) {
+        self.next = offset;
+        self.drop_stream();
+    }
+
+    /// The next pushed records, waiting for appends as a long poll does. Transient
+    /// failures (a lost connection, a server shutting down) are subscribed again
+    /// within the client's retry budget; other errors are returned as a fetch returns
+    /// them ([`ClientError::DataLoss`] names the range: [`Subscription::seek`] past it).
+    pub async fn next(&mut self) -> Result<Fetched, ClientError> {
+        let policy = self.topic.client.retry_policy();
+        let (mut attempt, mut backoff) = (0, policy.backoff);
+        loop {
+            let frame = match self.held.take() {
+                Some(frame) => frame,
+                None => match &mut self.stream {
+                    Some(stream) => match stream.frames.recv().await {
+                        Some(frame) => frame,
+                        None => Err(CallError::Lost("the subscription's stream ended".into())),
+                    },
+                    None => match self.open().await {
+                        Ok(Opened::Yes) => continue,
+                        Ok(Opened::Unserved) => {
+                            return Err(ClientError::Protocol(
+                                "the server no longer serves this subscription: read with fetch"
+                                    .into(),
+                            ));
+                        }
+                        Err(e) if e.is_transient() && attempt < policy.retries => {
+                            attempt += 1;
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(policy.backoff_max);
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    },
+                },
+            };
+            match self.take(frame).await {
+                Ok(Some(fetched)) => return Ok(fetched),
+                Ok(None) => {}
+                Err(e) if e.is_transient() && attempt < policy.retries => {
+                    self.drop_stream();
+                    attempt += 1;
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(policy.backoff_max);
+                }
+                Err(e) => {
+                    self.drop_stream();
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Ends the subscription on the server and returns where it stopped (the offset
+    /// after the last record handed out).
+    pub async fn close(mut self) -> Result<u64, ClientError> {
+        if let Some(stream) = self.stream.take() {
+            let request = Request::new(RequestBody::Unsubscribe(UnsubscribeRequest {
+                subscription: stream.id,
+            }));
+            // The stream's last frames are dropped with it; a broken connection ended
+            // the subscription already.
+            let _ = stream.link.request(request).await;
+            stream.link.forget(stream.id);
+        }
+        Ok(self.next)
+    }
+
+    /// Sends `Subscribe` from `next` and waits for the first frame, which says whether
+    /// the subscription is open.
+    async fn open(&mut self) -> Result<Opened, ClientError> {
+        self.drop_stream();
+        let request = Request::new(RequestBody::Subscribe(SubscribeRequest {
+            stream: self.topic.stream.to_string(),
+            topic: self.topic.name.to_string(),
+            partition: self.partition,
+            offset: self.next,
+            credit_bytes: self.window_bytes,
+            credit_batches: WINDOW_BATCHES,
+        }));
+        // Every pushed frame but the first and the last carries a batch at least.
+        let capacity = WINDOW_BATCHES as usize + 2;
+        let Some(mut stream) = self.topic.client.open_stream(request, capacity).await? else {
+            return Ok(Opened::Unserved);
+        };
+        let first = stream.frames.recv().await;
+        self.owed_bytes = 0;
+        self.owed_batches = 0;
+        match first {
+            Some(Ok(Response::Err { error, .. }))
+                if ErrorCode::from_wire(error.code) == ErrorCode::NotLeader =>
+            {
+                stream.link.forget(stream.id);
+                Ok(Opened::Unserved)
+            }
+            Some(frame) => {
+                self.held = Some(frame);
+                self.stream = Some(stream);
+                Ok(Opened::Yes)
+            }
+            None => Err(ClientError::Connection {
+                addr: self.topic.client.peer(),
+                reason: "the connection closed before the subscription opened".into(),
+            }),
+        }
+    }
+
+    /// Hands out one frame: `Ok(None)` when it holds nothing new (the stream goes on,
+    /// or it ended and is to be opened again).
+    async fn take(
+        &mut self,
+        frame: Result<Response, CallError>,
+    ) -> Result<Option<Fetched>, ClientError> {
+        let (r, payload) = match frame {
+            Ok(Response::Ok {
+                body: ResponseBody::Subscribe(r),
+                payload,
+            }) => (r, payload),
+            Ok(Response::Ok { body, .. }) => return Err(unexpected(&body)),
+            Ok(Response::Err { error, .. }) => {
+                // The stream ended; its error is what a fetch from `next` would get.
+                self.drop_stream();
+                return Err(ClientError::from_response(error, &self.as_fetch()));
+            }
+            Err(CallError::NotSent(reason) | CallError::Lost(reason)) => {
+                self.drop_stream();
+                return Err(ClientError::Connection {
+                    addr: self.topic.client.peer(),
+                    reason,
+                });
+            }
+            Err(CallError::Protocol(reason)) => return Err(ClientError::Protocol(reason)),
+        };
+        if r.last {
+            // Ended by the server without a reason to give (it saw this side close):
+            // opened again by the caller's next `next`.
+            self.drop_stream();
+            return Ok(None);
+        }
+        self.owe(&payload).await;
+        let mut records = VecDeque::new();
+        let next = match crate::message::decode_records(
+            self.partition,
+            &payload,
+            self.next,
+            &mut records,
+        )? {
+            None => r.next_offset.max(self.next),
+            Some(corrupt) if records.is_empty() => {
+                // Reported once; the stream goes on past it only after a seek.
+                self.drop_stream();
+                return Err(ClientError::Corrupt {
+                    partition: self.partition,
+                    from: corrupt.from,
+                    to: corrupt.to,
+                    reason: corrupt.reason,
+                });
+            }
+            Some(corrupt) => {
+                // The records before it now; the next stream starts at it and reports it.
+                self.drop_stream();
+                corrupt.from
+            }
+        };
+        self.next = next;
+        if records.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Fetched {
+            records: records.into(),
+            next_offset: self.next,
+            log_start: r.log_start,
+            log_end: r.log_end,
+        }))
+    }
+
+    /// Counts a frame's payload as handed out, and grants it back once half the window
+    /// is owed (so the server never waits while the other half is on its way).
+    async fn owe(&mut self, payload: &Bytes) {
+        self.owed_bytes += payload.len() as u64;
+        self.owed_batches += batch_count(payload);
+        let Some(stream) = &self.stream else {
+            return;
+        };
+        if self.owed_bytes * 2 < self.window_bytes
+            && self.owed_batches * 2 < u64::from(WINDOW_BATCHES)
+        {
+            return;
+        }
+        let request = Request::new(RequestBody::Credit(CreditRequest {
+            subscription: stream.id,
+            bytes: self.owed_bytes,
+            batches: u32::try_from(self.owed_batches).unwrap_or(u32::MAX),
+        }));
+        self.owed_bytes = 0;
+        self.owed_batches = 0;
+        // A lost connection shows in the stream as well, which is where it is handled.
+        let _ = stream.link.request(request).await;
+    }
+
+    /// The fetch a stream's error stands for (how errors name ranges).
+    fn as_fetch(&self) -> RequestBody {
+        RequestBody::Fetch(pb::FetchRequest {
+            stream: self.topic.stream.to_string(),
+            topic: self.topic.name.to_string(),
+            partition: self.partition,
+            offset: self.next,
+            max_bytes: 0,
+            max_wait_ms: 0,
+            min_bytes: 0,
+        })
+    }
+
+    /// Stops listening to the current stream (the server ends it: with an
+    /// `Unsubscribe` when a runtime is at hand, else when the connection closes).
+    fn drop_stream(&mut self) {
+        self.held = None;
+        let Some(stream) = self.stream.take() else {
+            return;
+        };
+        stream.link.forget(stream.id);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let link = stream.link;
+            let request = Request::new(RequestBody::Unsubscribe(UnsubscribeRequest {
+                subscription: stream.id,
+            }));
+            runtime.spawn(async move {
+                let _ = link.request(request).await;
+            });
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.drop_stream();
+    }
+}
+
+/// Stored batches in a pushed payload, by their headers (stops at one that does not
+/// parse).
+fn batch_count(mut payload: &[u8]) -> u64 {
+    let mut n = 0;
+    while let Ok(h) = rill_format::BatchHeader::parse(payload) {
+        n += 1;
+        match payload.get(h.batch_length as usize..) {
+            Some(rest) => payload = rest,
+            None => break,
+        }
+    }
+    n
+}

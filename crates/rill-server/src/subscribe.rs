@@ -1,0 +1,412 @@
+//! Push streaming with credit-based flow control (docs/PROTOCOL.md §3.32–3.34).
+//!
+//! A `Subscribe` runs in its request's task for the subscription's whole life, holding
+//! the request's in-flight slot. It is a loop of the broker's own fetches — each one
+//! authorized, rate-limited and routed as a client's `Fetch` would be — whose answers are
+//! pushed as `SubscribeResponse` frames with the flag `MORE`, and it pushes only while
+//! the client has granted window: `pushed < granted`, in bytes and in batches. Each push
+//! first takes a budget grant as large as what the read may return (as a `Fetch` does),
+//! released when the frame has been written.
+//!
+//! `Credit` and `Unsubscribe` are answered by the connection from [`Subscriptions`], the
+//! table of its open subscriptions; they never reach the broker. A subscription ends with
+//! one last frame without `MORE`: a `SubscribeResponse` with `last` after an
+//! `Unsubscribe` or when the client closed its side, or an error (the fetch's, or
+//! `SHUTTING_DOWN`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rill_broker::Session;
+use rill_proto::pb::{
+    CreditRequest, CreditResponse, FetchRequest, SubscribeRequest, SubscribeResponse,
+    UnsubscribeResponse,
+};
+use rill_proto::{ErrorCode, Kind, Request, RequestBody, Response, ResponseBody};
+use tokio::sync::watch;
+
+use crate::budget::Grant;
+use crate::connection::{Context, FETCH_RESPONSE_HEAD_BYTES_MAX, Phase, Reply, batch_records};
+
+/// How long one of the subscription's reads waits for appends before it reads again
+/// (the broker caps waits at its `max_wait`, 60 s by default).
+const LONG_POLL_MS: u32 = 30_000;
+/// How long an `Unsubscribe` waits for the subscription's last frame to be queued.
+const UNSUBSCRIBE_WAIT: Duration = Duration::from_secs(10);
+
+/// What a subscription has been granted, and whether it must stop.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Window {
+    bytes: u64,
+    batches: u64,
+    stop: bool,
+}
+
+/// One open subscription, as the connection sees it.
+#[derive(Debug)]
+struct Open {
+    window: watch::Sender<Window>,
+    /// `Some(next offset)` once the subscription has queued its last frame.
+    ended: watch::Receiver<Option<u64>>,
+}
+
+/// A connection's open subscriptions, by the correlation id of their `Subscribe`.
+#[derive(Debug)]
+pub(crate) struct Subscriptions {
+    /// A non-poisoning lock: each use is one insert, remove, lookup or drain.
+    open: parking_lot::Mutex<HashMap<u64, Open>>,
+    max: usize,
+}
+
+impl Subscriptions {
+    /// A table that holds at most `max` subscriptions at once.
+    pub(crate) fn new(max: usize) -> Self {
+        Self {
+            open: parking_lot::Mutex::new(HashMap::new()),
+            max: max.max(1),
+        }
+    }
+
+    /// Registers subscription `id` with its first window; `Err` with the reason when
+    /// it cannot be opened.
+    fn open(
+        &self,
+        id: u64,
+        first: Window,
+    ) -> Result<(watch::Receiver<Window>, watch::Sender<Option<u64>>), String> {
+        let mut open = self.open.lock();
+        if open.len() >= self.max {
+            return Err(format!(
+                "this connection has {} subscriptions open, the most it may: end one, or \
+                 read with Fetch",
+                open.len()
+            ));
+        }
+        if open.contains_key(&id) {
+            return Err(format!(
+                "subscription {id} is open already on this connection"
+            ));
+        }
+        let (window, window_rx) = watch::channel(first);
+        let (ended_tx, ended) = watch::channel(None);
+        open.insert(id, Open { window, ended });
+        Ok((window_rx, ended_tx))
+    }
+
+    fn close(&self, id: u64) {
+        self.open.lock().remove(&id);
+    }
+
+    /// Adds a `Credit`'s grant to its subscription's window. A grant for a
+    /// subscription that is not open (it may have ended meanwhile) is ignored.
+    pub(crate) fn credit(&self, c: &CreditRequest) -> Response {
+        let open = self.open.lock();
+        let Some(sub) = open.get(&c.subscription) else {
+            return Response::ok(ResponseBody::Credit(CreditResponse {}));
+        };
+        let mut overflow = false;
+        sub.window.send_if_modified(|w| {
+            match (
+                w.bytes.checked_add(c.bytes),
+                w.batches.checked_add(u64::from(c.batches)),
+            ) {
+                (Some(bytes), Some(batches)) => {
+                    let changed = bytes != w.bytes || batches != w.batches;
+                    w.bytes = bytes;
+                    w.batches = batches;
+                    changed
+                }
+                _ => {
+                    overflow = true;
+                    false
+                }
+            }
+        });
+        if overflow {
+            return Response::error(
+                Kind::Credit as u16,
+                ErrorCode::InvalidRequest,
+                format!(
+                    "the credit would overflow subscription {}'s window",
+                    c.subscription
+                ),
+            );
+        }
+        Response::ok(ResponseBody::Credit(CreditResponse {}))
+    }
+
+    /// Stops subscription `id` and waits until its last frame is queued; answers with
+    /// where it stopped (0 when it was not open).
+    pub(crate) async fn unsubscribe(&self, id: u64) -> Response {
+        let ended = {
+            let open = self.open.lock();
+            open.get(&id).map(|sub| {
+                sub.window.send_modify(|w| w.stop = true);
+                sub.ended.clone()
+            })
+        };
+        let next_offset = match ended {
+            None => 0,
+            Some(mut ended) => {
+                match tokio::time::timeout(UNSUBSCRIBE_WAIT, ended.wait_for(Option::is_some)).await
+                {
+                    Ok(Ok(next)) => next.unwrap_or(0),
+                    // Its task is gone (the connection is closing) or slow to stop.
+                    _ => 0,
+                }
+            }
+        };
+        Response::ok(ResponseBody::Unsubscribe(UnsubscribeResponse {
+            next_offset,
+        }))
+    }
+
+    /// Stops every subscription (the client closed its side: nothing more is asked, so
+    /// each sends its last frame).
+    pub(crate) fn stop_all(&self) {
+        for sub in self.open.lock().values() {
+            sub.window.send_modify(|w| w.stop = true);
+        }
+    }
+}
+
+/// Serves one `Subscribe` until it ends: pushes, within the window, what the broker's
+/// fetches return; `grant` holds the request frame's bytes.
+pub(crate) async fn serve(
+    ctx: Arc<Context>,
+    session: Arc<Session>,
+    subs: Arc<Subscriptions>,
+    mut phase: watch::Receiver<Phase>,
+    request: SubscribeRequest,
+    reply: Reply,
+    grant: Grant,
+) {
+    let id = reply.correlation_id();
+    let kind = Kind::Subscribe as u16;
+    if request.credit_bytes == 0 || request.credit_batches == 0 {
+        let refusal = Response::error(
+            kind,
+            ErrorCode::InvalidRequest,
+            "a subscription needs a window of at least 1 byte and 1 batch",
+        );
+        reply.send(&refusal, grant).await;
+        return;
+    }
+    let first = Window {
+        bytes: request.credit_bytes,
+        batches: u64::from(request.credit_batches),
+        stop: false,
+    };
+    let (mut window, ended) = match subs.open(id, first) {
+        Ok(opened) => opened,
+        Err(reason) => {
+            reply
+                .send(&Response::error(kind, ErrorCode::Busy, reason), grant)
+                .await;
+            return;
+        }
+    };
+    drop(grant);
+    let mut sub = Subscription {
+        ctx,
+        session,
+        request,
+        next: 0,
+        pushed_bytes: 0,
+        pushed_batches: 0,
+    };
+    sub.next = sub.request.offset;
+    let last = sub.run(&reply, &mut window, &mut phase).await;
+    subs.close(id);
+    let next = sub.next;
+    let grant = reply.budget().none();
+    reply.send(&last, grant).await;
+    // Queued: an Unsubscribe waiting for it may answer now.
+    let _ = ended.send(Some(next));
+}
+
+/// The state of one subscription's loop.
+struct Subscription {
+    ctx: Arc<Context>,
+    session: Arc<Session>,
+    request: SubscribeRequest,
+    /// Where the next read starts.
+    next: u64,
+    pushed_bytes: u64,
+    pushed_batches: u64,
+}
+
+/// Why a wait ended early.
+enum Interrupt {
+    Stop,
+    Shutdown,
+}
+
+impl Subscription {
+    /// Pushes until the subscription must end; returns its last frame.
+    async fn run(
+        &mut self,
+        reply: &Reply,
+        window: &mut watch::Receiver<Window>,
+        phase: &mut watch::Receiver<Phase>,
+    ) -> Response {
+        let max_fetch = u64::from(self.ctx.broker.config().max_fetch_bytes);
+        let mut first = true;
+        loop {
+            // Room in the window, waiting for credit if there is none.
+            let room = loop {
+                let w = *window.borrow_and_update();
+                if w.stop {
+                    return self.last();
+                }
+                let bytes = w.bytes.saturating_sub(self.pushed_bytes);
+                let batches = w.batches.saturating_sub(self.pushed_batches);
+                if bytes > 0 && batches > 0 {
+                    break bytes;
+                }
+                tokio::select! {
+                    biased;
+                    () = reached(phase) => return shutting_down(),
+                    changed = window.changed() => {
+                        if changed.is_err() {
+                            return self.last();
+                        }
+                    }
+                }
+            };
+            let max_bytes = room.min(max_fetch).max(1);
+            // What the read may return, granted before it reads (as for a Fetch); the
+            // first batch may be larger, and the push tops the grant up then.
+            let budget = reply.budget();
+            let want =
+                usize::try_from(max_bytes).unwrap_or(usize::MAX) + FETCH_RESPONSE_HEAD_BYTES_MAX;
+            let grant = match interruptible(budget.acquire(want), window, phase).await {
+                Ok(grant) => grant,
+                Err(Interrupt::Stop) => return self.last(),
+                Err(Interrupt::Shutdown) => return shutting_down(),
+            };
+            let fetch = Request::new(RequestBody::Fetch(FetchRequest {
+                stream: self.request.stream.clone(),
+                topic: self.request.topic.clone(),
+                partition: self.request.partition,
+                offset: self.next,
+                max_bytes: u32::try_from(max_bytes).unwrap_or(u32::MAX),
+                // The first read answers at once, so the client learns the
+                // subscription is open; later ones wait for appends.
+                max_wait_ms: if first { 0 } else { LONG_POLL_MS },
+                min_bytes: 1,
+            }));
+            let answer = self.ctx.broker.handle_in(&self.session, fetch);
+            let response = match interruptible(answer, window, phase).await {
+                Ok(response) => response,
+                Err(Interrupt::Stop) => return self.last(),
+                Err(Interrupt::Shutdown) => return shutting_down(),
+            };
+            let (fetched, payload) = match response {
+                Response::Ok {
+                    body: ResponseBody::Fetch(f),
+                    payload,
+                } => (f, payload),
+                Response::Ok { body, .. } => {
+                    return Response::error(
+                        Kind::Subscribe as u16,
+                        ErrorCode::Internal,
+                        format!("a subscription's read was answered with {:?}", body.kind()),
+                    );
+                }
+                Response::Err { error, .. } => {
+                    return Response::Err {
+                        kind: Kind::Subscribe as u16,
+                        error,
+                    };
+                }
+            };
+            if payload.is_empty() && !first {
+                // The wait ended with nothing new: read again.
+                continue;
+            }
+            first = false;
+            let batches = batch_count(&payload);
+            let records = batch_records(&payload);
+            let bytes = payload.len() as u64;
+            self.ctx
+                .metrics
+                .fetched(&self.request.stream, &self.request.topic, records, bytes);
+            self.next = fetched.next_offset.max(self.next);
+            self.pushed_bytes += bytes;
+            self.pushed_batches += batches;
+            let push = Response::Ok {
+                body: ResponseBody::Subscribe(SubscribeResponse {
+                    next_offset: fetched.next_offset,
+                    log_start: fetched.log_start,
+                    log_end: fetched.log_end,
+                    last: false,
+                }),
+                payload,
+            };
+            reply.push_more(&push, grant).await;
+        }
+    }
+
+    /// The last frame of a subscription that was told to stop.
+    fn last(&self) -> Response {
+        Response::Ok {
+            body: ResponseBody::Subscribe(SubscribeResponse {
+                next_offset: self.next,
+                log_start: 0,
+                log_end: 0,
+                last: true,
+            }),
+            payload: bytes::Bytes::new(),
+        }
+    }
+}
+
+fn shutting_down() -> Response {
+    Response::error(
+        Kind::Subscribe as u16,
+        ErrorCode::ShuttingDown,
+        "the server is shutting down: subscribe again once it is back",
+    )
+}
+
+/// Runs `work` unless the subscription is told to stop or the server starts shutting
+/// down first (a change of credit alone does not interrupt it).
+async fn interruptible<T>(
+    work: impl Future<Output = T>,
+    window: &mut watch::Receiver<Window>,
+    phase: &mut watch::Receiver<Phase>,
+) -> Result<T, Interrupt> {
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            biased;
+            () = reached(phase) => return Err(Interrupt::Shutdown),
+            changed = window.changed() => {
+                if changed.is_err() || window.borrow_and_update().stop {
+                    return Err(Interrupt::Stop);
+                }
+            }
+            done = &mut work => return Ok(done),
+        }
+    }
+}
+
+async fn reached(phase: &mut watch::Receiver<Phase>) {
+    let _ = phase.wait_for(|now| *now >= Phase::Draining).await;
+}
+
+/// Stored batches in a fetch answer, by their headers (stops at one that does not
+/// parse).
+fn batch_count(mut payload: &[u8]) -> u64 {
+    let mut n = 0;
+    while let Ok(h) = rill_format::BatchHeader::parse(payload) {
+        n += 1;
+        match payload.get(h.batch_length as usize..) {
+            Some(rest) => payload = rest,
+            None => break,
+        }
+    }
+    n
+}
