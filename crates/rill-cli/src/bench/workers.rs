@@ -536,7 +536,10 @@ impl Consumer {
                         .subscribe(Position::new(p, start), max_bytes.saturating_mul(4))
                         .await
                         .with_context(|| format!("subscribing to partition {p}"))?
-                        .context("the server does not serve push streaming (--read fetch)")?,
+                        .context(
+                            "push subscriptions are not served here (a --data directory, or a \
+                             server without them): use --read fetch",
+                        )?,
                 ),
             };
             inflight.push(read(p, start, sub));
