@@ -156,6 +156,9 @@ describe('the console of a read-only server', () => {
     assert.equal(await record(0).locator('.r-key').innerText(), 'customer-1')
     assert.equal(await record(0).locator('.r-headers').innerText(), '4 headers')
     await record(0).locator('summary').click()
+    // The details are built on the 'toggle' event, a task after the click: wait for
+    // them (evaluateAll does not wait for rows to exist).
+    await record(0).locator('tbody tr').first().waitFor()
     const headerRows = await record(0).locator('tbody tr').evaluateAll((trs) => trs.map((tr) => [...tr.cells].map((c) => c.textContent)))
     assert.deepEqual(headerRows, [
       ['trace', 'str', 'abc-123'],

@@ -87,6 +87,43 @@ async fn a_subscription_reads_every_record_once_while_records_are_appended() {
     );
 }
 
+/// `next` is cancel-safe: a caller that gives up on it again and again (a timeout far
+/// shorter than a push takes) still gets every record once and in order, and the window
+/// keeps being granted back (a lost credit would stall the stream).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_whose_next_is_cancelled_again_and_again_loses_nothing() {
+    let h = Harness::tcp().await;
+    let t = h.client.stream("push").topic("cancel");
+    t.ensure(1).await.unwrap();
+    let mut sub = t
+        .subscribe(Position::new(0, 0), 2048)
+        .await
+        .unwrap()
+        .unwrap();
+    let producer = {
+        let t = t.clone();
+        tokio::spawn(async move { publish(&t, 0, 3000, Duration::from_millis(1)).await })
+    };
+    let (mut next, mut gave_up) = (0u64, 0u32);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while next < 3000 {
+        assert!(tokio::time::Instant::now() < deadline, "stalled at {next}");
+        match tokio::time::timeout(Duration::from_micros(300), sub.next()).await {
+            Err(_) => gave_up += 1,
+            Ok(fetched) => {
+                for r in fetched.unwrap().records {
+                    assert_eq!(r.offset, next, "every record once, in order");
+                    assert_eq!(&r.value[..], format!("v{next}").as_bytes());
+                    next += 1;
+                }
+            }
+        }
+    }
+    producer.await.unwrap();
+    assert!(gave_up > 0, "the test cancelled no call");
+    assert_eq!(sub.close().await.unwrap(), 3000);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_transport_has_no_subscriptions() {
     let h = Harness::embedded().await;

@@ -287,9 +287,16 @@ mod tests {
                             let id = frame.correlation_id;
                             let request = Request::decode(frame).unwrap();
                             let response = match &request.body {
-                                RequestBody::Hello(_) => {
-                                    Response::ok(ResponseBody::Hello(pb::HelloResponse::default()))
-                                }
+                                // The rule's own Hello answer, if it gives one.
+                                RequestBody::Hello(_) => match rule(&request.body) {
+                                    hello @ Response::Ok {
+                                        body: ResponseBody::Hello(_),
+                                        ..
+                                    } => hello,
+                                    _ => Response::ok(ResponseBody::Hello(
+                                        pb::HelloResponse::default(),
+                                    )),
+                                },
                                 body => {
                                     seen.lock().push(name(body));
                                     rule(body)
@@ -465,5 +472,52 @@ mod tests {
         let total = asked(&a).len() + asked(&b).len();
         assert!(total > HOPS_MAX, "it followed the hints: {total}");
         assert!(total <= 2 * (HOPS_MAX + 1), "{total} requests");
+    }
+
+    fn subscribe() -> Request {
+        Request::new(RequestBody::Subscribe(pb::SubscribeRequest {
+            stream: "s".into(),
+            topic: "t".into(),
+            partition: 0,
+            offset: 0,
+            credit_bytes: 1 << 20,
+            credit_frames: 8,
+        }))
+    }
+
+    /// A server that does not say it serves push streaming (an older one) is not sent a
+    /// Subscribe: the caller gets `None` and fetches. One that says so but refuses the
+    /// kind anyway ends the stream with `UNKNOWN_KIND` as its first frame.
+    #[tokio::test]
+    async fn subscriptions_go_only_to_servers_that_serve_them() {
+        let old = fake(Arc::new(ok)).await;
+        let t = routed(&[&old.addr]);
+        assert!(t.subscribe(subscribe(), 8).await.unwrap().is_none());
+        assert!(old.asked.lock().is_empty(), "{:?}", old.asked.lock());
+
+        let claims = fake(Arc::new(|body: &RequestBody| match body {
+            RequestBody::Hello(_) => Response::ok(ResponseBody::Hello(pb::HelloResponse {
+                features: rill_proto::FEATURE_SUBSCRIBE,
+                ..Default::default()
+            })),
+            other => Response::error(
+                other.kind() as u16,
+                ErrorCode::UnknownKind,
+                "unknown request kind",
+            ),
+        }))
+        .await;
+        let t = routed(&[&claims.addr]);
+        let mut stream = t.subscribe(subscribe(), 8).await.unwrap().expect("sent");
+        match stream.frames.recv().await {
+            Some(Ok(Response::Err { error, .. })) => {
+                assert_eq!(error.code, ErrorCode::UnknownKind as i32);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            stream.frames.recv().await.is_none(),
+            "the error was its last frame"
+        );
     }
 }

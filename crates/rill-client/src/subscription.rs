@@ -19,8 +19,8 @@ use crate::client::unexpected;
 use crate::transport::{CallError, PushStream};
 use crate::{ClientError, ErrorCode, Fetched, Position, Topic};
 
-/// Batches a window holds at most; with the bytes, it bounds the frames buffered.
-const WINDOW_BATCHES: u32 = 4096;
+/// Frames a window holds at most: the bound of the frames buffered for a stream.
+const WINDOW_FRAMES: u32 = 1024;
 
 /// A push subscription of one partition; see [`Topic::subscribe`].
 #[derive(Debug)]
@@ -34,9 +34,9 @@ pub struct Subscription {
     /// A frame taken off the stream and not yet handed out (the first, read while
     /// opening).
     held: Option<Result<Response, CallError>>,
-    /// Pushed bytes and batches handed out since the last `Credit`.
+    /// Pushed bytes and frames handed out since the last `Credit`.
     owed_bytes: u64,
-    owed_batches: u64,
+    owed_frames: u64,
 }
 
 impl Topic {
@@ -64,7 +64,7 @@ impl Topic {
             stream: None,
             held: None,
             owed_bytes: 0,
-            owed_batches: 0,
+            owed_frames: 0,
         };
         match sub.open().await? {
             Opened::Yes => Ok(Some(sub)),
@@ -131,7 +131,7 @@ impl Subscription {
                     },
                 },
             };
-            match self.take(frame).await {
+            match self.take(frame) {
                 Ok(Some(fetched)) => return Ok(fetched),
                 Ok(None) => {}
                 Err(e) if e.is_transient() && attempt < policy.retries => {
@@ -148,17 +148,18 @@ impl Subscription {
         }
     }
 
-    /// Ends the subscription on the server and returns where it stopped (the offset
-    /// after the last record handed out).
+    /// Ends the subscription on the server, waiting for its answer, and returns where
+    /// it stopped (the offset after the last record handed out).
     pub async fn close(mut self) -> Result<u64, ClientError> {
-        if let Some(stream) = self.stream.take() {
+        if let Some(mut stream) = self.stream.take() {
+            stream.link.forget(stream.id);
             let request = Request::new(RequestBody::Unsubscribe(UnsubscribeRequest {
                 subscription: stream.id,
             }));
             // The stream's last frames are dropped with it; a broken connection ended
             // the subscription already.
             let _ = stream.link.request(request).await;
-            stream.link.forget(stream.id);
+            stream.id = 0; // ended: its drop sends nothing more
         }
         Ok(self.next)
     }
@@ -173,21 +174,28 @@ impl Subscription {
             partition: self.partition,
             offset: self.next,
             credit_bytes: self.window_bytes,
-            credit_batches: WINDOW_BATCHES,
+            credit_frames: WINDOW_FRAMES,
         }));
-        // Every pushed frame but the first and the last carries a batch at least.
-        let capacity = WINDOW_BATCHES as usize + 2;
+        // The window's frames, and the last frame (which the window does not count).
+        let capacity = WINDOW_FRAMES as usize + 1;
         let Some(mut stream) = self.topic.client.open_stream(request, capacity).await? else {
             return Ok(Opened::Unserved);
         };
         let first = stream.frames.recv().await;
         self.owed_bytes = 0;
-        self.owed_batches = 0;
+        self.owed_frames = 0;
         match first {
+            // A node that does not lead the partition, or a server that does not know
+            // the kind after all: read by fetching.
             Some(Ok(Response::Err { error, .. }))
-                if ErrorCode::from_wire(error.code) == ErrorCode::NotLeader =>
+                if matches!(
+                    ErrorCode::from_wire(error.code),
+                    ErrorCode::NotLeader | ErrorCode::UnknownKind
+                ) =>
             {
+                // Ended by that error: nothing to unsubscribe.
                 stream.link.forget(stream.id);
+                stream.id = 0;
                 Ok(Opened::Unserved)
             }
             Some(frame) => {
@@ -203,11 +211,9 @@ impl Subscription {
     }
 
     /// Hands out one frame: `Ok(None)` when it holds nothing new (the stream goes on,
-    /// or it ended and is to be opened again).
-    async fn take(
-        &mut self,
-        frame: Result<Response, CallError>,
-    ) -> Result<Option<Fetched>, ClientError> {
+    /// or it ended and is to be opened again). No await: `next` stays cancel-safe (a
+    /// frame taken off the stream is always handed out).
+    fn take(&mut self, frame: Result<Response, CallError>) -> Result<Option<Fetched>, ClientError> {
         let (r, payload) = match frame {
             Ok(Response::Ok {
                 body: ResponseBody::Subscribe(r),
@@ -234,7 +240,7 @@ impl Subscription {
             self.drop_stream();
             return Ok(None);
         }
-        self.owe(&payload).await;
+        self.owe(&payload);
         let mut records = VecDeque::new();
         let next = match crate::message::decode_records(
             self.partition,
@@ -272,27 +278,31 @@ impl Subscription {
     }
 
     /// Counts a frame's payload as handed out, and grants it back once half the window
-    /// is owed (so the server never waits while the other half is on its way).
-    async fn owe(&mut self, payload: &Bytes) {
+    /// is owed (so the server never waits while the other half is on its way). The
+    /// `Credit` goes in a task of its own, so no caller's cancellation can lose it.
+    fn owe(&mut self, payload: &Bytes) {
         self.owed_bytes += payload.len() as u64;
-        self.owed_batches += batch_count(payload);
+        self.owed_frames += 1;
         let Some(stream) = &self.stream else {
             return;
         };
         if self.owed_bytes * 2 < self.window_bytes
-            && self.owed_batches * 2 < u64::from(WINDOW_BATCHES)
+            && self.owed_frames * 2 < u64::from(WINDOW_FRAMES)
         {
             return;
         }
         let request = Request::new(RequestBody::Credit(CreditRequest {
             subscription: stream.id,
             bytes: self.owed_bytes,
-            batches: u32::try_from(self.owed_batches).unwrap_or(u32::MAX),
+            frames: u32::try_from(self.owed_frames).unwrap_or(u32::MAX),
         }));
         self.owed_bytes = 0;
-        self.owed_batches = 0;
+        self.owed_frames = 0;
+        let link = std::sync::Arc::clone(&stream.link);
         // A lost connection shows in the stream as well, which is where it is handled.
-        let _ = stream.link.request(request).await;
+        tokio::spawn(async move {
+            let _ = link.request(request).await;
+        });
     }
 
     /// The fetch a stream's error stands for (how errors name ranges).
@@ -308,42 +318,9 @@ impl Subscription {
         })
     }
 
-    /// Stops listening to the current stream (the server ends it: with an
-    /// `Unsubscribe` when a runtime is at hand, else when the connection closes).
+    /// Stops listening to the current stream (its drop ends it on the server).
     fn drop_stream(&mut self) {
         self.held = None;
-        let Some(stream) = self.stream.take() else {
-            return;
-        };
-        stream.link.forget(stream.id);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let link = stream.link;
-            let request = Request::new(RequestBody::Unsubscribe(UnsubscribeRequest {
-                subscription: stream.id,
-            }));
-            runtime.spawn(async move {
-                let _ = link.request(request).await;
-            });
-        }
+        self.stream = None;
     }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        self.drop_stream();
-    }
-}
-
-/// Stored batches in a pushed payload, by their headers (stops at one that does not
-/// parse).
-fn batch_count(mut payload: &[u8]) -> u64 {
-    let mut n = 0;
-    while let Ok(h) = rill_format::BatchHeader::parse(payload) {
-        n += 1;
-        match payload.get(h.batch_length as usize..) {
-            Some(rest) => payload = rest,
-            None => break,
-        }
-    }
-    n
 }

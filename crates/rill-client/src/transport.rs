@@ -57,13 +57,37 @@ pub(crate) trait Transport: Send + Sync + fmt::Debug {
 /// to send that connection the subscription's `Credit` and `Unsubscribe`.
 #[derive(Debug)]
 pub(crate) struct PushStream {
-    /// The subscription: its `Subscribe`'s correlation id.
+    /// The subscription: its `Subscribe`'s correlation id (0: none, or ended).
     pub(crate) id: u64,
     /// The answers, in order; `Err` when the connection broke. Ends after the frame
     /// without `MORE`, or when the server broke the window (more frames than granted).
     pub(crate) frames: mpsc::Receiver<Result<Response, CallError>>,
     /// The connection it lives on.
     pub(crate) link: Arc<dyn StreamLink>,
+}
+
+impl Drop for PushStream {
+    /// Stops routing its frames, and ends it on the server (an `Unsubscribe` sent in a
+    /// task, when a runtime is at hand; else the connection's end ends it). Whoever
+    /// drops a stream — a subscription moving on, or a caller's future cancelled while
+    /// one was opening — leaves nothing behind.
+    fn drop(&mut self) {
+        if self.id == 0 {
+            return;
+        }
+        self.link.forget(self.id);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let link = Arc::clone(&self.link);
+            let request = Request::new(RequestBody::Unsubscribe(
+                rill_proto::pb::UnsubscribeRequest {
+                    subscription: self.id,
+                },
+            ));
+            runtime.spawn(async move {
+                let _ = link.request(request).await;
+            });
+        }
+    }
 }
 
 /// The connection a subscription lives on.

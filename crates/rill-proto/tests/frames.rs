@@ -131,7 +131,7 @@ fn every_kind_round_trips_requests_and_responses() {
                     partition: 2,
                     offset: 9,
                     credit_bytes: 1 << 40,
-                    credit_batches: 7,
+                    credit_frames: 7,
                 }),
                 ResponseBody::Subscribe(SubscribeResponse {
                     next_offset: 10,
@@ -144,7 +144,7 @@ fn every_kind_round_trips_requests_and_responses() {
                 RequestBody::Credit(CreditRequest {
                     subscription: 5,
                     bytes: u64::MAX,
-                    batches: 3,
+                    frames: 3,
                 }),
                 ResponseBody::Credit(CreditResponse {}),
             ),

@@ -35,12 +35,40 @@ const LONG_POLL_MS: u32 = 30_000;
 /// How long an `Unsubscribe` waits for the subscription's last frame to be queued.
 const UNSUBSCRIBE_WAIT: Duration = Duration::from_secs(10);
 
-/// What a subscription has been granted, and whether it must stop.
+/// What a subscription has been granted (running totals: they only grow), and whether
+/// it must stop. Written by `Credit` and `Unsubscribe`, read by the subscription.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Window {
     bytes: u64,
-    batches: u64,
+    frames: u64,
     stop: bool,
+}
+
+impl Window {
+    /// Adds a grant; `None` if either total would overflow (nothing changes then).
+    fn grant(&self, bytes: u64, frames: u64) -> Option<Window> {
+        Some(Window {
+            bytes: self.bytes.checked_add(bytes)?,
+            frames: self.frames.checked_add(frames)?,
+            stop: self.stop,
+        })
+    }
+
+    /// The payload bytes the next push may carry, given what was pushed (`None`: the
+    /// window is full, wait for credit). A push holds whole batches: its first goes
+    /// whole even when larger than this, so the pushes run at most one batch past the
+    /// window (docs/PROTOCOL.md §3.32).
+    fn room(&self, pushed: Pushed) -> Option<u64> {
+        let bytes = self.bytes.checked_sub(pushed.bytes).filter(|&b| b > 0)?;
+        (pushed.frames < self.frames).then_some(bytes)
+    }
+}
+
+/// What a subscription pushed: payload bytes and frames (running totals).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Pushed {
+    bytes: u64,
+    frames: u64,
 }
 
 /// One open subscription, as the connection sees it.
@@ -106,23 +134,18 @@ impl Subscriptions {
             return Response::ok(ResponseBody::Credit(CreditResponse {}));
         };
         let mut overflow = false;
-        sub.window.send_if_modified(|w| {
-            match (
-                w.bytes.checked_add(c.bytes),
-                w.batches.checked_add(u64::from(c.batches)),
-            ) {
-                (Some(bytes), Some(batches)) => {
-                    let changed = bytes != w.bytes || batches != w.batches;
-                    w.bytes = bytes;
-                    w.batches = batches;
+        sub.window
+            .send_if_modified(|w| match w.grant(c.bytes, u64::from(c.frames)) {
+                Some(more) => {
+                    let changed = more != *w;
+                    *w = more;
                     changed
                 }
-                _ => {
+                None => {
                     overflow = true;
                     false
                 }
-            }
-        });
+            });
         if overflow {
             return Response::error(
                 Kind::Credit as u16,
@@ -184,18 +207,18 @@ pub(crate) async fn serve(
 ) {
     let id = reply.correlation_id();
     let kind = Kind::Subscribe as u16;
-    if request.credit_bytes == 0 || request.credit_batches == 0 {
+    if request.credit_bytes == 0 || request.credit_frames == 0 {
         let refusal = Response::error(
             kind,
             ErrorCode::InvalidRequest,
-            "a subscription needs a window of at least 1 byte and 1 batch",
+            "a subscription needs a window of at least 1 byte and 1 frame",
         );
         reply.send(&refusal, grant).await;
         return;
     }
     let first = Window {
         bytes: request.credit_bytes,
-        batches: u64::from(request.credit_batches),
+        frames: u64::from(request.credit_frames),
         stop: false,
     };
     let (mut window, ended) = match subs.open(id, first) {
@@ -213,8 +236,7 @@ pub(crate) async fn serve(
         session,
         request,
         next: 0,
-        pushed_bytes: 0,
-        pushed_batches: 0,
+        pushed: Pushed::default(),
     };
     sub.next = sub.request.offset;
     let last = sub.run(&reply, &mut window, &mut phase).await;
@@ -233,8 +255,7 @@ struct Subscription {
     request: SubscribeRequest,
     /// Where the next read starts.
     next: u64,
-    pushed_bytes: u64,
-    pushed_batches: u64,
+    pushed: Pushed,
 }
 
 /// Why a wait ended early.
@@ -260,10 +281,8 @@ impl Subscription {
                 if w.stop {
                     return self.last();
                 }
-                let bytes = w.bytes.saturating_sub(self.pushed_bytes);
-                let batches = w.batches.saturating_sub(self.pushed_batches);
-                if bytes > 0 && batches > 0 {
-                    break bytes;
+                if let Some(room) = w.room(self.pushed) {
+                    break room;
                 }
                 tokio::select! {
                     biased;
@@ -327,15 +346,14 @@ impl Subscription {
                 continue;
             }
             first = false;
-            let batches = batch_count(&payload);
             let records = batch_records(&payload);
             let bytes = payload.len() as u64;
             self.ctx
                 .metrics
                 .fetched(&self.request.stream, &self.request.topic, records, bytes);
             self.next = fetched.next_offset.max(self.next);
-            self.pushed_bytes += bytes;
-            self.pushed_batches += batches;
+            self.pushed.bytes += bytes;
+            self.pushed.frames += 1;
             let push = Response::Ok {
                 body: ResponseBody::Subscribe(SubscribeResponse {
                     next_offset: fetched.next_offset,
@@ -397,16 +415,134 @@ async fn reached(phase: &mut watch::Receiver<Phase>) {
     let _ = phase.wait_for(|now| *now >= Phase::Draining).await;
 }
 
-/// Stored batches in a fetch answer, by their headers (stops at one that does not
-/// parse).
-fn batch_count(mut payload: &[u8]) -> u64 {
-    let mut n = 0;
-    while let Ok(h) = rill_format::BatchHeader::parse(payload) {
-        n += 1;
-        match payload.get(h.batch_length as usize..) {
-            Some(rest) => payload = rest,
-            None => break,
+#[cfg(test)]
+mod tests {
+    //! The window's arithmetic against a model of the pushes: grants arrive at random,
+    //! batches of random sizes are appended, and whenever the window has room a push
+    //! takes whole batches as a fetch does (the first whole, then as many as fit the
+    //! room, PROTOCOL.md §3.11). Whatever the order, the pushes never run more than one
+    //! batch past the bytes granted nor past the frames granted, every batch is pushed
+    //! once and in order, and a window with room and batches waiting always pushes.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Grant { bytes: u64, frames: u64 },
+        Append(u64),
+        Push,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (0..5_000u64, 0..3u64).prop_map(|(bytes, frames)| Step::Grant { bytes, frames }),
+            (1..3_000u64).prop_map(Step::Append),
+            Just(Step::Push),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn pushes_stay_within_the_window_and_lose_nothing(
+            first_bytes in 1..5_000u64,
+            first_frames in 1..4u64,
+            steps in prop::collection::vec(step(), 0..200),
+        ) {
+            let mut window = Window { bytes: first_bytes, frames: first_frames, stop: false };
+            let mut pushed = Pushed::default();
+            let mut waiting: std::collections::VecDeque<(usize, u64)> = Default::default();
+            let (mut appended, mut delivered, mut largest) = (0usize, Vec::new(), 0u64);
+            for s in steps {
+                match s {
+                    Step::Grant { bytes, frames } => {
+                        window = window.grant(bytes, frames).expect("small grants never overflow");
+                    }
+                    Step::Append(size) => {
+                        waiting.push_back((appended, size));
+                        appended += 1;
+                        largest = largest.max(size);
+                    }
+                    Step::Push => {
+                        let Some(room) = window.room(pushed) else {
+                            continue;
+                        };
+                        prop_assert!(room > 0);
+                        let Some(&(_, size)) = waiting.front() else {
+                            continue;
+                        };
+                        // The first batch whole, then whole batches within the room.
+                        let mut bytes = size;
+                        delivered.push(waiting.pop_front().unwrap().0);
+                        while let Some(&(n, size)) = waiting.front() {
+                            if bytes + size > room {
+                                break;
+                            }
+                            bytes += size;
+                            delivered.push(n);
+                            waiting.pop_front();
+                        }
+                        pushed.bytes += bytes;
+                        pushed.frames += 1;
+                    }
+                }
+                prop_assert!(pushed.bytes <= window.bytes + largest, "{pushed:?} {window:?}");
+                prop_assert!(pushed.frames <= window.frames, "{pushed:?} {window:?}");
+            }
+            prop_assert!(delivered.iter().copied().eq(0..delivered.len()), "in order, once");
+            // With room left, nothing waits: pushes continue until the window is full.
+            if window.room(pushed).is_some() {
+                prop_assert!(window.bytes > pushed.bytes && window.frames > pushed.frames);
+            }
         }
     }
-    n
+
+    #[test]
+    fn a_grant_that_would_overflow_changes_nothing() {
+        let w = Window {
+            bytes: u64::MAX - 1,
+            frames: 1,
+            stop: false,
+        };
+        assert_eq!(w.grant(2, 0), None);
+        assert_eq!(w.grant(0, u64::MAX), None);
+        assert_eq!(
+            w.grant(1, 1).map(|w| (w.bytes, w.frames)),
+            Some((u64::MAX, 2))
+        );
+        let full = Window {
+            bytes: 10,
+            frames: 2,
+            stop: false,
+        };
+        assert_eq!(
+            full.room(Pushed {
+                bytes: 10,
+                frames: 0
+            }),
+            None
+        );
+        assert_eq!(
+            full.room(Pushed {
+                bytes: 14,
+                frames: 1
+            }),
+            None,
+            "one batch past it"
+        );
+        assert_eq!(
+            full.room(Pushed {
+                bytes: 3,
+                frames: 2
+            }),
+            None
+        );
+        assert_eq!(
+            full.room(Pushed {
+                bytes: 3,
+                frames: 1
+            }),
+            Some(7)
+        );
+    }
 }
