@@ -124,6 +124,194 @@ async fn a_subscription_whose_next_is_cancelled_again_and_again_loses_nothing() 
     assert_eq!(sub.close().await.unwrap(), 3000);
 }
 
+/// A named consumer reads through a subscription over TCP (no `Fetch` at all) and by
+/// fetching embedded, with the same records either way: every one once, in order, while
+/// they are appended, and its stored offset where it stopped.
+async fn a_named_consumer_reads_by_push_over_tcp_and_by_fetch_embedded(client: &Client, tcp: bool) {
+    let t = client.stream("push").topic("named");
+    t.ensure(1).await.unwrap();
+    publish(&t, 0, 300, Duration::ZERO).await;
+    let (fetches, subscribes) = (
+        client.requests_sent("Fetch"),
+        client.requests_sent("Subscribe"),
+    );
+    let mut consumer = t
+        .consumer("c", 0)
+        .batch_length(100)
+        .commit_policy(rill_client::CommitPolicy::All)
+        .build()
+        .await
+        .unwrap();
+    let producer = {
+        let t = t.clone();
+        tokio::spawn(async move { publish(&t, 300, 2000, Duration::from_millis(1)).await })
+    };
+    for n in 0..2000u64 {
+        let r = consumer.next_within(Duration::from_secs(30)).await.unwrap();
+        assert_eq!(r.offset, n, "every record once, in order");
+        assert_eq!(&r.value[..], format!("v{n}").as_bytes());
+    }
+    producer.await.unwrap();
+    consumer.shutdown().await.unwrap();
+    assert_eq!(consumer.last_stored_offset(0), Some(1999));
+    let (fetches, subscribes) = (
+        client.requests_sent("Fetch") - fetches,
+        client.requests_sent("Subscribe") - subscribes,
+    );
+    if tcp {
+        assert_eq!(fetches, 0, "read by push");
+        assert!(subscribes >= 1);
+    } else {
+        assert!(fetches > 0, "read by fetching");
+        assert_eq!(subscribes, 1, "asked once, then fetched: {subscribes}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_consumer_reads_by_push_over_tcp() {
+    let h = Harness::tcp().await;
+    a_named_consumer_reads_by_push_over_tcp_and_by_fetch_embedded(&h.client, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_consumer_reads_by_fetch_embedded() {
+    let h = Harness::embedded().await;
+    a_named_consumer_reads_by_push_over_tcp_and_by_fetch_embedded(&h.client, false).await;
+    h.client.close().await.unwrap();
+}
+
+/// A group member reads each partition it owns through a subscription over TCP (no
+/// `Fetch` at all) and by fetching embedded: every record of both partitions once and
+/// in order while they are appended. Then a second member joins: the first gives a
+/// partition up (its subscription ends with it) and the two read on; every record
+/// comes, each member's in order, and a record comes twice only if it was handed out
+/// and not yet stored when its partition moved (at most a poll result's worth).
+async fn a_group_member_reads_by_push_over_tcp_and_by_fetch_embedded(client: &Client, tcp: bool) {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let t = client.stream("push").topic("group");
+    t.ensure(2).await.unwrap();
+    let (fetches, subscribes) = (
+        client.requests_sent("Fetch"),
+        client.requests_sent("Subscribe"),
+    );
+    let member = |t: Topic| async move {
+        t.consumer_group("g")
+            .batch_length(50)
+            .commit_policy(rill_client::CommitPolicy::Each)
+            .build()
+            .await
+            .unwrap()
+    };
+    let value = |p: u32, offset: u64| format!("v{}", offset * 2 + u64::from(p));
+    let mut a = member(t.clone()).await;
+    let producer = {
+        let t = t.clone();
+        tokio::spawn(async move {
+            for n in 0..2000u64 {
+                t.publish()
+                    .value(format!("v{n}"))
+                    .partition((n % 2) as u32)
+                    .send()
+                    .await
+                    .unwrap();
+                if n % 100 == 0 {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+        })
+    };
+    let mut next = [0u64; 2];
+    while next.iter().sum::<u64>() < 1000 {
+        let r = a.next_within(Duration::from_secs(30)).await.unwrap();
+        let p = r.partition as usize;
+        assert_eq!(
+            r.offset, next[p],
+            "every record once, in order (partition {p})"
+        );
+        assert_eq!(&r.value[..], value(r.partition, r.offset).as_bytes());
+        next[p] += 1;
+    }
+    // Two members, each in a task of its own, report what they read until told to stop.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let run = |mut m: rill_client::GroupConsumer, id: usize| {
+        let (stop, tx) = (Arc::clone(&stop), tx.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                match m.next_within(Duration::from_millis(200)).await {
+                    Ok(r) => tx.send((id, r)).unwrap(),
+                    Err(rill_client::ClientError::Timeout(_)) => {}
+                    Err(e) => panic!("member {id}: {e}"),
+                }
+            }
+            m.shutdown().await.unwrap();
+        })
+    };
+    let b = member(t.clone()).await;
+    let (a, b) = (run(a, 0), run(b, 1));
+    let mut seen: BTreeMap<(u32, u64), u32> = BTreeMap::new();
+    let mut last: BTreeMap<(usize, u32), u64> = BTreeMap::new();
+    let mut missing = 2000 - next.iter().sum::<u64>();
+    while missing > 0 {
+        let (id, r) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .expect("records within 30 s")
+            .expect("members run");
+        assert_eq!(&r.value[..], value(r.partition, r.offset).as_bytes());
+        assert!(
+            r.offset >= next[r.partition as usize].saturating_sub(1),
+            "only what was not read before"
+        );
+        if let Some(prev) = last.insert((id, r.partition), r.offset) {
+            assert!(r.offset > prev, "member {id}'s records in order");
+        }
+        let n = seen.entry((r.partition, r.offset)).or_default();
+        *n += 1;
+        if *n == 1 && r.offset >= next[r.partition as usize] {
+            missing -= 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    a.await.unwrap();
+    b.await.unwrap();
+    producer.await.unwrap();
+    let twice = seen.values().filter(|&&n| n > 1).count();
+    assert!(twice <= 50, "{twice} records came twice");
+    let (fetches, subscribes) = (
+        client.requests_sent("Fetch") - fetches,
+        client.requests_sent("Subscribe") - subscribes,
+    );
+    if tcp {
+        assert_eq!(fetches, 0, "read by push");
+        assert!(
+            subscribes >= 2,
+            "a subscription per partition: {subscribes}"
+        );
+    } else {
+        assert!(fetches > 0, "read by fetching");
+        assert!(
+            subscribes <= 4,
+            "asked once per partition taken, then fetched: {subscribes}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_member_reads_by_push_over_tcp() {
+    let h = Harness::tcp().await;
+    a_group_member_reads_by_push_over_tcp_and_by_fetch_embedded(&h.client, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_member_reads_by_fetch_embedded() {
+    let h = Harness::embedded().await;
+    a_group_member_reads_by_push_over_tcp_and_by_fetch_embedded(&h.client, false).await;
+    h.client.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_transport_has_no_subscriptions() {
     let h = Harness::embedded().await;

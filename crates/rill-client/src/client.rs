@@ -576,6 +576,15 @@ impl Client {
         if self.is_closed() {
             return Err(ClientError::Closed);
         }
+        #[cfg(feature = "test-seams")]
+        {
+            *self
+                .inner
+                .sent
+                .lock()
+                .entry(request.body.kind() as u16)
+                .or_default() += 1;
+        }
         let connection_error = |reason| ClientError::Connection {
             addr: self.inner.transport.peer(),
             reason,

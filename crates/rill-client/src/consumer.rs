@@ -11,7 +11,7 @@ use rill_proto::{RequestBody, ResponseBody};
 use crate::ahead::{Ahead, Shape};
 use crate::client::{Retry, unexpected};
 use crate::commit::Committer;
-use crate::{ClientError, CommitPolicy, ErrorCode, Position, Record, Topic};
+use crate::{ClientError, CommitPolicy, ErrorCode, Fetched, Position, Record, Subscription, Topic};
 
 /// Where a consumer starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -162,6 +162,8 @@ impl ConsumerBuilder {
             polling_retry_interval: self.polling_retry_interval,
             retry_at: None,
             ahead: None,
+            sub: None,
+            push: true,
         };
         let stored = consumer.fetch_stored().await?;
         consumer.committer = Committer::new(self.commit_policy, stored, Instant::now());
@@ -212,6 +214,12 @@ pub struct Consumer {
     /// The fetch at `position`, started when a poll brought records (so it runs while
     /// the caller takes them); used by the next poll if `position` has not moved.
     ahead: Option<Ahead>,
+    /// Push streaming (docs/STREAMING.md): the subscription polls read through, over
+    /// TCP to a server that serves it; none yet, or none any more.
+    sub: Option<Subscription>,
+    /// Whether to read by push: cleared for good once the transport or the server
+    /// says it does not serve it (polls then fetch, with a fetch ahead).
+    push: bool,
 }
 
 impl Consumer {
@@ -337,10 +345,45 @@ impl Consumer {
         }
     }
 
+    /// One poll through the subscription (docs/STREAMING.md §7); `None` when this
+    /// consumer does not read by push (the embedded transport, a server without it, a
+    /// node that does not lead the partition, or `max_wait` 0), and then for good.
+    async fn poll_pushed(&mut self) -> Option<Result<Fetched, ClientError>> {
+        if !self.push {
+            return None;
+        }
+        self.ahead = None;
+        // Four fetches' worth in flight: the server reads ahead while the caller takes
+        // records, as a fetch ahead would.
+        let window = self.max_bytes.saturating_mul(4);
+        let from = Position::new(self.partition, self.position);
+        let answer = crate::subscription::read_pushed(
+            &self.topic,
+            &mut self.sub,
+            from,
+            window,
+            self.max_wait,
+        )
+        .await;
+        match answer {
+            None => {
+                self.push = false;
+                None
+            }
+            Some(Ok(mut fetched)) => {
+                self.buffered.extend(fetched.records.drain(..));
+                Some(Ok(fetched))
+            }
+            Some(Err(e)) => Some(Err(e)),
+        }
+    }
+
     async fn poll(&mut self) -> Result<usize, ClientError> {
-        let fetched = match &mut self.ahead {
+        let pushed = self.poll_pushed().await;
+        let fetched = match (pushed, &mut self.ahead) {
+            (Some(pushed), _) => pushed,
             // Made ahead at this position: its answer counts as this poll's.
-            Some(ahead) if ahead.is_for(self.partition, self.position) => {
+            (None, Some(ahead)) if ahead.is_for(self.partition, self.position) => {
                 let answer = ahead.answer().await;
                 self.ahead = None;
                 answer.map(|(f, mut records)| {
@@ -348,7 +391,7 @@ impl Consumer {
                     f
                 })
             }
-            _ => {
+            (None, _) => {
                 self.ahead = None;
                 let shape = self.shape();
                 self.topic
@@ -401,7 +444,7 @@ impl Consumer {
             Some(last) => last.offset + 1,
             None => fetched.next_offset.max(self.position),
         };
-        if !self.buffered.is_empty() {
+        if !self.buffered.is_empty() && self.sub.is_none() {
             self.ahead = Some(Ahead::spawn(
                 &self.topic,
                 self.partition,
@@ -465,6 +508,7 @@ impl Consumer {
         }
         self.closed = true;
         self.ahead = None;
+        self.sub = None;
         if let Some(offset) = self.committer.shutdown(Instant::now()) {
             self.store(offset).await?;
         }

@@ -18,6 +18,13 @@
 //! partition up aborts it, and an answer for a partition given up (or given up and
 //! taken again) meanwhile is dropped unread, so a late answer never moves a position or
 //! an offset.
+//!
+//! Over TCP to a server that serves push streaming (docs/STREAMING.md), each of those
+//! reads takes the next pushed records of the partition's subscription instead of
+//! fetching (waiting up to `max_wait` as well); the subscription is opened at the first
+//! read, follows the partition's position, and ends when the partition is given up.
+//! Where push is not served (embedded, an older server, a node that does not lead the
+//! partition), the partition long-polls.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -41,7 +48,10 @@ pub const MEMBER_METRICS_MAX: usize = 64;
 /// Longest name of a number a group member reports, in bytes.
 pub const MEMBER_METRIC_NAME_MAX: usize = 64;
 use crate::commit::Committer;
-use crate::{ClientError, CommitPolicy, ErrorCode, Fetched, Position, Record, StartAt, Topic};
+use crate::subscription::read_pushed;
+use crate::{
+    ClientError, CommitPolicy, ErrorCode, Fetched, Position, Record, StartAt, Subscription, Topic,
+};
 
 /// Longest pause between two heartbeats of a member.
 const HEARTBEAT_MAX: Duration = Duration::from_millis(250);
@@ -302,10 +312,17 @@ struct Partition {
     ready: Option<FetchDone>,
     /// No fetch before this (after an empty answer or a failure).
     not_before: Option<Instant>,
+    /// The push subscription the partition is read through (docs/STREAMING.md §7):
+    /// held here between reads, moved into each read's task and handed back with its
+    /// answer; dropped with the partition (or an aborted task), which unsubscribes.
+    sub: Option<Subscription>,
+    /// Whether to read by push: cleared for good once the transport, the server or
+    /// the node says it does not serve it (the partition then long-polls).
+    push: bool,
 }
 
 impl Partition {
-    fn new(fetch_at: u64, committer: Committer) -> Self {
+    fn new(fetch_at: u64, committer: Committer, push: bool) -> Self {
         Self {
             fetch_at,
             committer,
@@ -315,6 +332,8 @@ impl Partition {
             fetch: None,
             ready: None,
             not_before: None,
+            sub: None,
+            push,
         }
     }
 
@@ -343,8 +362,21 @@ impl Drop for InFlight {
     }
 }
 
-/// What a fetch task returns: partition, position fetched, when it started, the answer.
-type FetchDone = (u32, u64, Instant, Result<Fetched, ClientError>);
+/// What a read task returns.
+#[derive(Debug)]
+struct FetchDone {
+    partition: u32,
+    /// The position read from.
+    position: u64,
+    started: Instant,
+    answer: Result<Fetched, ClientError>,
+    /// The subscription read through, handed back to the partition.
+    sub: Option<Subscription>,
+    /// Read by push: an empty answer is a `max_wait` that passed, no pause follows.
+    pushed: bool,
+    /// Push is not served for the partition here: long-poll from now on.
+    unserved: bool,
+}
 
 #[derive(Debug)]
 struct State {
@@ -448,10 +480,15 @@ fn file(st: &mut State, done: Result<(tokio::task::Id, FetchDone), tokio::task::
     };
     if let Some(part) = st
         .partitions
-        .get_mut(&done.0)
+        .get_mut(&done.partition)
         .filter(|part| part.fetch.as_ref().is_some_and(|f| f.0.id() == id))
     {
+        let mut done = done;
         part.fetch = None;
+        part.sub = done.sub.take();
+        if done.unserved {
+            part.push = false;
+        }
         part.ready = Some(done);
     }
 }
@@ -465,11 +502,17 @@ fn take_ready(inner: &Inner, st: &mut State, now: Instant, errors: bool) -> Opti
             || part
                 .ready
                 .as_ref()
-                .is_none_or(|(_, _, _, answer)| answer.is_err() && !errors)
+                .is_none_or(|done| done.answer.is_err() && !errors)
         {
             continue;
         }
-        let (_, position, started, answer) = part.ready.take().expect("checked above");
+        let FetchDone {
+            position,
+            started,
+            answer,
+            pushed,
+            ..
+        } = part.ready.take().expect("checked above");
         if part.fetch_at != position {
             continue;
         }
@@ -515,7 +558,7 @@ fn take_ready(inner: &Inner, st: &mut State, now: Instant, errors: bool) -> Opti
             .buffered
             .back()
             .map_or(fetched.next_offset.max(position), |r| r.offset + 1);
-        if part.buffered.is_empty() {
+        if part.buffered.is_empty() && !pushed {
             part.not_before = Some(started + inner.idle_pause());
         }
     }
@@ -544,14 +587,42 @@ fn start_fetches(
         part.not_before = None;
         let topic = inner.topic.clone();
         let (position, max_bytes, max_wait) = (part.fetch_at, inner.max_bytes, inner.max_wait);
+        let (push, mut sub) = (part.push, part.sub.take());
         // On the member's runtime: `try_next` may run on a thread outside it.
         let task = fetches.spawn_on(
             async move {
                 let started = Instant::now();
-                let fetched = topic
-                    .fetch(Position::new(p, position), max_bytes, max_wait)
-                    .await;
-                (p, position, started, fetched)
+                let from = Position::new(p, position);
+                let mut unserved = false;
+                if push {
+                    // Two fetches' worth in flight: the server reads ahead while the
+                    // caller handles records, as the fetch ahead does.
+                    let window = max_bytes.saturating_mul(2);
+                    match read_pushed(&topic, &mut sub, from, window, max_wait).await {
+                        Some(answer) => {
+                            return FetchDone {
+                                partition: p,
+                                position,
+                                started,
+                                answer,
+                                sub,
+                                pushed: true,
+                                unserved: false,
+                            };
+                        }
+                        None => unserved = true,
+                    }
+                }
+                let answer = topic.fetch(from, max_bytes, max_wait).await;
+                FetchDone {
+                    partition: p,
+                    position,
+                    started,
+                    answer,
+                    sub: None,
+                    pushed: false,
+                    unserved,
+                }
             },
             &inner.runtime,
         );
@@ -722,6 +793,7 @@ impl Inner {
                     Partition::new(
                         *position,
                         Committer::new(self.policy, *consumed, Instant::now()),
+                        true,
                     ),
                 );
             }

@@ -116,10 +116,15 @@ impl Subscription {
                     None => match self.open().await {
                         Ok(Opened::Yes) => continue,
                         Ok(Opened::Unserved) => {
-                            return Err(ClientError::Protocol(
-                                "the server no longer serves this subscription: read with fetch"
+                            // Moved to another node, or a server without push streaming
+                            // took over the address: the caller reads by fetching.
+                            return Err(ClientError::Server {
+                                code: ErrorCode::NotLeader,
+                                message: "this node no longer serves the subscription: \
+                                          read with fetch, which follows the leader"
                                     .into(),
-                            ));
+                                offset: None,
+                            });
                         }
                         Err(e) if e.is_transient() && attempt < policy.retries => {
                             attempt += 1;
@@ -322,5 +327,53 @@ impl Subscription {
     fn drop_stream(&mut self) {
         self.held = None;
         self.stream = None;
+    }
+}
+
+/// One read of a partition by push, for the readers that long-poll otherwise (named
+/// consumers, group members): opens `sub` at `from` if there is none, follows `from`
+/// if the reader moved (a loss skipped, records deleted), and waits up to `max_wait`
+/// for records — an empty answer then, as a long poll's. `None` when the partition is
+/// not served by push here (the embedded transport, a server without it, a node that
+/// does not lead it): `sub` is cleared and the caller reads by fetching, which follows
+/// leaders. A `max_wait` of 0 asks for answers that do not wait: also `None`.
+pub(crate) async fn read_pushed(
+    topic: &Topic,
+    sub: &mut Option<Subscription>,
+    from: Position,
+    window_bytes: u32,
+    max_wait: std::time::Duration,
+) -> Option<Result<Fetched, ClientError>> {
+    if max_wait.is_zero() {
+        *sub = None;
+        return None;
+    }
+    let stream = match sub {
+        Some(stream) if stream.partition == from.partition => stream,
+        _ => match topic.subscribe(from, window_bytes.max(1)).await {
+            Ok(Some(opened)) => sub.insert(opened),
+            Ok(None) => {
+                *sub = None;
+                return None;
+            }
+            Err(e) => return Some(Err(e)),
+        },
+    };
+    if stream.next_offset() != from.offset {
+        stream.seek(from.offset);
+    }
+    match tokio::time::timeout(max_wait, stream.next()).await {
+        // Nothing within `max_wait`; the stream stays open (`next` is cancel-safe).
+        Err(_) => Some(Ok(Fetched {
+            records: Vec::new(),
+            next_offset: from.offset,
+            log_start: 0,
+            log_end: 0,
+        })),
+        Ok(Err(e)) if e.code() == Some(ErrorCode::NotLeader) => {
+            *sub = None;
+            None
+        }
+        Ok(answer) => Some(answer),
     }
 }
