@@ -1,8 +1,9 @@
 //! `Topic::subscribe` (push streaming, docs/PROTOCOL.md §3.32) against the real binary:
 //! every record once and in order while records are appended, through a window small
 //! enough that credit goes back and forth hundreds of times; across a server killed
-//! (SIGKILL) and restarted mid-stream; and `None` where push streaming is not served
-//! (the embedded transport), so a caller falls back to fetching.
+//! (SIGKILL) and restarted mid-stream, and across connections cut mid-frame by a proxy;
+//! `None` where push streaming is not served (the embedded transport), so a caller
+//! falls back to fetching; and named consumers and group members reading by push.
 
 #[macro_use]
 mod common;
@@ -370,4 +371,134 @@ async fn a_subscription_goes_on_across_a_server_killed_and_restarted() {
     let sub = reader.await.unwrap();
     assert_eq!(sub.next_offset(), 1500);
     client.close().await.unwrap();
+}
+
+/// A proxy between a client and the server on `server`: it forwards both ways, and on
+/// each of its first `cuts` connections closes both sides in the middle of the second
+/// pushed frame (flags `RESPONSE | MORE`) on its way to the client, after sending the
+/// frame's length and half of the rest. Returns its port and the number of cuts made.
+async fn cutting_proxy(
+    server: u16,
+    cuts: usize,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let made = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&made);
+    tokio::spawn(async move {
+        for n in 0.. {
+            let Ok((client, _)) = listener.accept().await else {
+                return;
+            };
+            let upstream = tokio::net::TcpStream::connect(("127.0.0.1", server))
+                .await
+                .unwrap();
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = upstream.into_split();
+            let to_server = tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+            });
+            let cut = n < cuts;
+            let counter = Arc::clone(&counter);
+            tokio::spawn(async move {
+                let mut pushed = 0;
+                loop {
+                    let mut len = [0u8; 4];
+                    if server_read.read_exact(&mut len).await.is_err() {
+                        break;
+                    }
+                    let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
+                    if server_read.read_exact(&mut body).await.is_err() {
+                        break;
+                    }
+                    if body.get(3) == Some(&0x05) {
+                        pushed += 1;
+                    }
+                    if cut && pushed == 2 {
+                        let _ = client_write.write_all(&len).await;
+                        let _ = client_write.write_all(&body[..body.len() / 2]).await;
+                        let _ = client_write.flush().await;
+                        counter.fetch_add(1, Ordering::SeqCst);
+                        break;
+                    }
+                    if client_write.write_all(&len).await.is_err()
+                        || client_write.write_all(&body).await.is_err()
+                    {
+                        break;
+                    }
+                }
+                // Both sides go: the client sees its connection end mid-frame.
+                to_server.abort();
+            });
+        }
+    });
+    (port, made)
+}
+
+/// A connection cut in the middle of a pushed frame (by a proxy) loses nothing and
+/// repeats nothing: the subscription, and a named consumer reading through one, open
+/// their streams again on a new connection from their own positions, three times over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_cut_mid_frame_loses_and_repeats_nothing() {
+    use std::sync::atomic::Ordering;
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = free_port();
+    let _server = FixedServer::start(&dir.path().join("data"), server);
+    let direct = Client::connect(&format!("rill://127.0.0.1:{server}"))
+        .await
+        .unwrap();
+    let t = direct.stream("push").topic("cut");
+    t.ensure(1).await.unwrap();
+    publish(&t, 0, 3000, Duration::ZERO).await;
+    let retry = RetryPolicy {
+        retries: 20,
+        backoff: Duration::from_millis(20),
+        backoff_max: Duration::from_millis(200),
+    };
+
+    let (port, cuts) = cutting_proxy(server, 3).await;
+    let client = Client::builder()
+        .retry(retry)
+        .connect(&format!("rill://127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    let tc = client.stream("push").topic("cut");
+    let mut sub = tc
+        .subscribe(Position::new(0, 0), 8192)
+        .await
+        .unwrap()
+        .expect("served through the proxy");
+    assert_eq!(read(&mut sub, 0, 3000).await, 3000);
+    assert_eq!(cuts.load(Ordering::SeqCst), 3, "three frames were cut");
+    client.close().await.unwrap();
+
+    let (port, cuts) = cutting_proxy(server, 3).await;
+    let client = Client::builder()
+        .retry(retry)
+        .connect(&format!("rill://127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    let mut consumer = client
+        .stream("push")
+        .topic("cut")
+        .consumer("through-a-proxy", 0)
+        .max_bytes(1024)
+        .build()
+        .await
+        .unwrap();
+    for n in 0..3000u64 {
+        let r = consumer.next_within(Duration::from_secs(30)).await.unwrap();
+        assert_eq!(r.offset, n, "every record once, in order");
+        assert_eq!(&r.value[..], format!("v{n}").as_bytes());
+    }
+    assert_eq!(cuts.load(Ordering::SeqCst), 3, "three frames were cut");
+    assert_eq!(client.requests_sent("Fetch"), 0, "read by push throughout");
+    consumer.shutdown().await.unwrap();
+    client.close().await.unwrap();
+    direct.close().await.unwrap();
 }
