@@ -251,9 +251,29 @@ pub(crate) fn decode_records(
     let before = out.len();
     let mut rest: &[u8] = bytes;
     while !rest.is_empty() {
-        let batch = match rill_format::BatchView::parse(rest) {
+        // Records are kept as the batch is validated (one pass over them, not two);
+        // a batch that fails takes its records back out.
+        let kept = out.len();
+        let parsed = rill_format::BatchView::parse_with(rest, |r| {
+            if r.offset < from {
+                return;
+            }
+            out.push_back(Record {
+                partition,
+                offset: r.offset,
+                timestamp_us: r.timestamp_us,
+                key: r.key.map(|k| bytes.slice_ref(k)),
+                headers: r
+                    .headers()
+                    .map(|h| (h.name.to_owned(), Value::from_buffer(h.value, bytes)))
+                    .collect(),
+                value: bytes.slice_ref(r.value),
+            });
+        });
+        let batch = match parsed {
             Ok(batch) => batch,
             Err(e) => {
+                out.truncate(kept);
                 let header = rill_format::BatchHeader::parse(rest).ok().and_then(|h| {
                     let end = h.next_offset()?;
                     let len = h.batch_length as usize;
@@ -280,22 +300,6 @@ pub(crate) fn decode_records(
             }
         };
         rest = &rest[batch.as_bytes().len()..];
-        for r in batch.records() {
-            if r.offset < from {
-                continue;
-            }
-            out.push_back(Record {
-                partition,
-                offset: r.offset,
-                timestamp_us: r.timestamp_us,
-                key: r.key.map(|k| bytes.slice_ref(k)),
-                headers: r
-                    .headers()
-                    .map(|h| (h.name.to_owned(), Value::from_buffer(h.value, bytes)))
-                    .collect(),
-                value: bytes.slice_ref(r.value),
-            });
-        }
     }
     Ok(None)
 }

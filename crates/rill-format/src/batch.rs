@@ -98,6 +98,17 @@ impl<'a> BatchView<'a> {
     ///
     /// `buf` may continue past the batch; the view covers `batch_length` bytes.
     pub fn parse(buf: &'a [u8]) -> Result<Self, FormatError> {
+        Self::parse_with(buf, |_| {})
+    }
+
+    /// [`BatchView::parse`], handing each record to `visit` as it is validated: one
+    /// pass over the records where parsing and then iterating make two. On an error,
+    /// `visit` may have seen some of the batch's records already; the batch is invalid
+    /// as a whole, and the caller drops what it kept of them.
+    pub fn parse_with(
+        buf: &'a [u8],
+        mut visit: impl FnMut(Record<'a>),
+    ) -> Result<Self, FormatError> {
         let header = BatchHeader::parse(buf)?;
         let len = header.batch_length as usize;
         if buf.len() < len {
@@ -145,10 +156,16 @@ impl<'a> BatchView<'a> {
         let mut max_delta = 0u64;
         let mut largest_record_bytes = 0usize;
         for index in 0..header.record_count {
-            let record = decode_record(&mut cursor, index, header.base_offset, 0)
-                .map_err(|reason| FormatError::Record { index, reason })?;
-            max_delta = max_delta.max(record.timestamp_delta_us);
-            largest_record_bytes = largest_record_bytes.max(record.encoded_len);
+            let decoded = decode_record(
+                &mut cursor,
+                index,
+                header.base_offset,
+                header.first_timestamp_us,
+            )
+            .map_err(|reason| FormatError::Record { index, reason })?;
+            max_delta = max_delta.max(decoded.timestamp_delta_us);
+            largest_record_bytes = largest_record_bytes.max(decoded.encoded_len);
+            visit(decoded.record);
         }
         if !cursor.is_empty() {
             return Err(FormatError::CountMismatch {

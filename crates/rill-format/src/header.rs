@@ -152,12 +152,14 @@ impl<'a> Cursor<'a> {
         self.buf.is_empty()
     }
 
+    #[inline]
     pub(crate) fn varint(&mut self) -> Result<u64, RecordError> {
         let (value, used) = varint::get(self.buf)?;
         self.buf = &self.buf[used..];
         Ok(value)
     }
 
+    #[inline]
     pub(crate) fn bytes(&mut self, n: u64) -> Result<&'a [u8], RecordError> {
         let n = usize::try_from(n).map_err(|_| RecordError::Overrun)?;
         if n > self.buf.len() {
@@ -168,6 +170,7 @@ impl<'a> Cursor<'a> {
         Ok(head)
     }
 
+    #[inline]
     pub(crate) fn u8(&mut self) -> Result<u8, RecordError> {
         Ok(self.bytes(1)?[0])
     }

@@ -26,6 +26,19 @@ pub(crate) fn len(value: u64) -> usize {
 /// Decodes a varint at the front of `buf`, returning the value and the bytes consumed.
 #[inline]
 pub(crate) fn get(buf: &[u8]) -> Result<(u64, usize), RecordError> {
+    // Most varints of a record (its length, deltas, small keys and values, header
+    // counts) fit in one byte: decoded here, inlined into the caller.
+    if let Some(&byte) = buf.first()
+        && byte < 0x80
+    {
+        return Ok((u64::from(byte), 1));
+    }
+    get_long(buf)
+}
+
+/// [`get`] for a varint of two bytes or more (or none at all).
+#[inline(never)]
+fn get_long(buf: &[u8]) -> Result<(u64, usize), RecordError> {
     let mut value: u64 = 0;
     for (i, &byte) in buf.iter().take(VARINT_LEN_MAX).enumerate() {
         let low = u64::from(byte & 0x7f);

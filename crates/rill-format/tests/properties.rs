@@ -158,6 +158,14 @@ proptest! {
         prop_assert_eq!(view.next_offset(), base + records.len() as u64);
         let parsed: Vec<_> = view.records().collect();
         prop_assert_eq!(parsed.len(), records.len());
+        // Validating and visiting in one pass sees exactly what iterating sees.
+        let mut visited = Vec::new();
+        BatchView::parse_with(&bytes, |r| visited.push(r)).unwrap();
+        prop_assert_eq!(visited.len(), parsed.len());
+        for (v, p) in visited.iter().zip(&parsed) {
+            prop_assert_eq!((v.offset, v.timestamp_us, v.key, v.value), (p.offset, p.timestamp_us, p.key, p.value));
+            prop_assert_eq!(format!("{:?}", v.headers().collect::<Vec<_>>()), format!("{:?}", p.headers().collect::<Vec<_>>()));
+        }
         for (i, (got, want)) in parsed.iter().zip(&records).enumerate() {
             prop_assert_eq!(got.offset, base + i as u64);
             prop_assert_eq!(got.timestamp_us, first_ts + want.delta as i64);
@@ -196,6 +204,20 @@ proptest! {
         let err = BatchView::parse(&bytes[..at]).unwrap_err();
         let is_truncated = matches!(err, FormatError::Truncated { .. });
         prop_assert!(is_truncated, "{:?}", err);
+    }
+
+    #[test]
+    fn a_batch_that_fails_to_parse_fails_the_same_when_visited(
+        records in prop::collection::vec(record(), 1..6),
+        position in any::<prop::sample::Index>(),
+        flip in 1..=255u8,
+    ) {
+        let mut bytes = build(&records, None);
+        let at = position.index(bytes.len());
+        bytes[at] ^= flip;
+        let mut visited = 0;
+        let visiting = BatchView::parse_with(&bytes, |_| visited += 1).map(|v| v.next_offset());
+        prop_assert_eq!(visiting, BatchView::parse(&bytes).map(|v| v.next_offset()));
     }
 
     #[test]
