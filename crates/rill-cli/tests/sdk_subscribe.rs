@@ -502,3 +502,76 @@ async fn a_connection_cut_mid_frame_loses_and_repeats_nothing() {
     client.close().await.unwrap();
     direct.close().await.unwrap();
 }
+
+/// A connection holds at most half its in-flight requests in subscriptions (here 4 of
+/// 8): a further `subscribe` answers `None` (the server said `BUSY`), and a group member
+/// of six partitions on one connection reads the two beyond the limit by fetching —
+/// every record of every partition once, in order, none stuck behind the refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_beyond_a_connections_limit_fall_back_to_fetching() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::serve(
+        &dir.path().join("data"),
+        &[],
+        &[("RILL_MAX_IN_FLIGHT_PER_CONNECTION", "8")],
+    );
+    let client = Client::connect(&format!("rill://{}", server.addr))
+        .await
+        .unwrap();
+    let t = client.stream("push").topic("many");
+    t.ensure(6).await.unwrap();
+    for p in 0..6u32 {
+        for n in 0..100u64 {
+            t.publish()
+                .value(format!("p{p}-{n}"))
+                .partition(p)
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    let mut open = Vec::new();
+    for p in 0..4u32 {
+        open.push(
+            t.subscribe(Position::new(p, 0), 4096)
+                .await
+                .unwrap()
+                .expect("room"),
+        );
+    }
+    assert!(
+        t.subscribe(Position::new(4, 0), 4096)
+            .await
+            .unwrap()
+            .is_none(),
+        "a fifth subscription on the connection is refused"
+    );
+    for sub in open {
+        sub.close().await.unwrap();
+    }
+
+    let fetches = client.requests_sent("Fetch");
+    let mut member = t
+        .consumer_group("g")
+        .max_wait(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    let mut next = [0u64; 6];
+    while next.iter().sum::<u64>() < 600 {
+        let r = member.next_within(Duration::from_secs(30)).await.unwrap();
+        let p = r.partition as usize;
+        assert_eq!(
+            r.offset, next[p],
+            "every record once, in order (partition {p})"
+        );
+        assert_eq!(&r.value[..], format!("p{p}-{}", r.offset).as_bytes());
+        next[p] += 1;
+    }
+    assert!(
+        client.requests_sent("Fetch") > fetches,
+        "the partitions beyond the limit were fetched"
+    );
+    member.shutdown().await.unwrap();
+    client.close().await.unwrap();
+}

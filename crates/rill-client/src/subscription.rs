@@ -45,7 +45,8 @@ impl Topic {
     /// `window_bytes` of batches (plus one batch) ahead of what [`Subscription::next`]
     /// has handed out. `None` where the server or the transport does not serve push
     /// streaming (the embedded transport, an older server, or a cluster node that does
-    /// not lead the partition): read with [`Topic::fetch`] then.
+    /// not lead the partition), or where the connection holds as many subscriptions as
+    /// the server allows one (`BUSY`): read with [`Topic::fetch`] then.
     pub async fn subscribe(
         &self,
         from: Position,
@@ -190,12 +191,14 @@ impl Subscription {
         self.owed_bytes = 0;
         self.owed_frames = 0;
         match first {
-            // A node that does not lead the partition, or a server that does not know
-            // the kind after all: read by fetching.
+            // A node that does not lead the partition, a server that does not know the
+            // kind after all, or a connection with as many subscriptions open as it may
+            // hold (`BUSY`: a member of many partitions on one connection): read by
+            // fetching.
             Some(Ok(Response::Err { error, .. }))
                 if matches!(
                     ErrorCode::from_wire(error.code),
-                    ErrorCode::NotLeader | ErrorCode::UnknownKind
+                    ErrorCode::NotLeader | ErrorCode::UnknownKind | ErrorCode::Busy
                 ) =>
             {
                 // Ended by that error: nothing to unsubscribe.
