@@ -13,6 +13,11 @@ use std::time::Duration;
 use common::{FixedServer, Harness, free_port};
 use rill_client::{Client, Message, Position, RetryPolicy, Subscription, Topic};
 
+over_both_transports!(
+    a_named_consumer_reads_by_push_over_tcp_and_by_fetch_embedded,
+    a_group_member_reads_by_push_over_tcp_and_by_fetch_embedded,
+);
+
 /// Reads from `sub` until records up to `until` have come (a push may bring more);
 /// checks offsets run on from `first` without a gap or a repeat and each value names
 /// its offset. Returns the offset after the last record read.
@@ -128,7 +133,8 @@ async fn a_subscription_whose_next_is_cancelled_again_and_again_loses_nothing() 
 /// A named consumer reads through a subscription over TCP (no `Fetch` at all) and by
 /// fetching embedded, with the same records either way: every one once, in order, while
 /// they are appended, and its stored offset where it stopped.
-async fn a_named_consumer_reads_by_push_over_tcp_and_by_fetch_embedded(client: &Client, tcp: bool) {
+async fn a_named_consumer_reads_by_push_over_tcp_and_by_fetch_embedded(client: &Client) {
+    let tcp = !client.is_embedded();
     let t = client.stream("push").topic("named");
     t.ensure(1).await.unwrap();
     publish(&t, 0, 300, Duration::ZERO).await;
@@ -168,26 +174,14 @@ async fn a_named_consumer_reads_by_push_over_tcp_and_by_fetch_embedded(client: &
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_named_consumer_reads_by_push_over_tcp() {
-    let h = Harness::tcp().await;
-    a_named_consumer_reads_by_push_over_tcp_and_by_fetch_embedded(&h.client, true).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_named_consumer_reads_by_fetch_embedded() {
-    let h = Harness::embedded().await;
-    a_named_consumer_reads_by_push_over_tcp_and_by_fetch_embedded(&h.client, false).await;
-    h.client.close().await.unwrap();
-}
-
 /// A group member reads each partition it owns through a subscription over TCP (no
 /// `Fetch` at all) and by fetching embedded: every record of both partitions once and
 /// in order while they are appended. Then a second member joins: the first gives a
 /// partition up (its subscription ends with it) and the two read on; every record
 /// comes, each member's in order, and a record comes twice only if it was handed out
 /// and not yet stored when its partition moved (at most a poll result's worth).
-async fn a_group_member_reads_by_push_over_tcp_and_by_fetch_embedded(client: &Client, tcp: bool) {
+async fn a_group_member_reads_by_push_over_tcp_and_by_fetch_embedded(client: &Client) {
+    let tcp = !client.is_embedded();
     use std::collections::BTreeMap;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -298,19 +292,6 @@ async fn a_group_member_reads_by_push_over_tcp_and_by_fetch_embedded(client: &Cl
             "asked once per partition taken, then fetched: {subscribes}"
         );
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_group_member_reads_by_push_over_tcp() {
-    let h = Harness::tcp().await;
-    a_group_member_reads_by_push_over_tcp_and_by_fetch_embedded(&h.client, true).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_group_member_reads_by_fetch_embedded() {
-    let h = Harness::embedded().await;
-    a_group_member_reads_by_push_over_tcp_and_by_fetch_embedded(&h.client, false).await;
-    h.client.close().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

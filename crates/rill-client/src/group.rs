@@ -593,34 +593,25 @@ fn start_fetches(
             async move {
                 let started = Instant::now();
                 let from = Position::new(p, position);
-                let mut unserved = false;
-                if push {
-                    // Two fetches' worth in flight: the server reads ahead while the
-                    // caller handles records, as the fetch ahead does.
-                    let window = max_bytes.saturating_mul(2);
-                    match read_pushed(&topic, &mut sub, from, window, max_wait).await {
-                        Some(answer) => {
-                            return FetchDone {
-                                partition: p,
-                                position,
-                                started,
-                                answer,
-                                sub,
-                                pushed: true,
-                                unserved: false,
-                            };
-                        }
-                        None => unserved = true,
-                    }
-                }
-                let answer = topic.fetch(from, max_bytes, max_wait).await;
+                // Two fetches' worth in flight when pushed: the server reads ahead while
+                // the caller handles records, as the fetch ahead does.
+                let window = max_bytes.saturating_mul(2);
+                let pushed = if push {
+                    read_pushed(&topic, &mut sub, from, window, max_wait).await
+                } else {
+                    None
+                };
+                let (answer, pushed, unserved) = match pushed {
+                    Some(answer) => (answer, true, false),
+                    None => (topic.fetch(from, max_bytes, max_wait).await, false, push),
+                };
                 FetchDone {
                     partition: p,
                     position,
                     started,
                     answer,
-                    sub: None,
-                    pushed: false,
+                    sub,
+                    pushed,
                     unserved,
                 }
             },
