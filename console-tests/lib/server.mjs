@@ -110,6 +110,9 @@ export function rill(server, args, { input, env = {} } = {}) {
       if (code === 0) resolve(stdout)
       else reject(new Error(`rill ${args.join(' ')} exited ${code}:\n${stderr}`))
     })
+    // A command that reads no input may exit before its (empty) stdin is written and
+    // closed: that EPIPE says nothing, and its exit code above decides.
+    child.stdin.on('error', (e) => { if (e.code !== 'EPIPE') reject(e) })
     child.stdin.end(input === undefined ? '' : input)
   })
 }
