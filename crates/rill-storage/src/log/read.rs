@@ -217,8 +217,8 @@ impl PartitionLog {
         let want = (extent.end - first.position)
             .min(max_bytes as u64)
             .max(first_len);
-        let mut bytes = vec![0u8; want as usize];
-        file.read_exact_at(&mut bytes, first.position)
+        let mut bytes = file
+            .read_vec_at(want as usize, first.position)
             .map_err(io_err("read segment", &segment.path))?;
         // Keep whole batches only, and stop before a header that does not parse: the
         // next read starts there and records the damage.
