@@ -25,6 +25,7 @@ mod error;
 mod frame;
 mod message;
 mod names;
+pub mod ranges;
 
 /// The generated protobuf messages of `proto/rill.proto`.
 ///
