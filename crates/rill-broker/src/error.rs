@@ -243,6 +243,8 @@ impl BrokerError {
                 StorageError::OffsetBeforeStart { .. } => ErrorCode::OffsetBeforeStart,
                 StorageError::OffsetBeyondEnd { .. } => ErrorCode::OffsetBeyondEnd,
                 StorageError::Closed => ErrorCode::ShuttingDown,
+                // A range being sealed (a sealed one answers `RangeSealed` instead).
+                StorageError::Fenced { .. } => ErrorCode::Migrating,
                 StorageError::Config(_) => ErrorCode::InvalidConfig,
                 StorageError::DataLoss { .. } => ErrorCode::DataLoss,
                 StorageError::TimestampOutOfRange { .. } => ErrorCode::TimestampOutOfRange,

@@ -138,6 +138,12 @@ pub enum StorageError {
     /// The log was closed.
     #[error("log is closed")]
     Closed,
+    /// The log is fenced ([`crate::PartitionLog::fence`]): it takes no appends.
+    #[error("log is fenced at offset {next_offset}: it takes no more appends")]
+    Fenced {
+        /// Where the log ends.
+        next_offset: u64,
+    },
 }
 
 /// An option of [`crate::LogConfig`] is out of range.

@@ -83,10 +83,15 @@ impl PartitionLog {
         })
     }
 
-    /// Refuses appends to a closed, poisoned or damaged log.
+    /// Refuses appends to a closed, fenced, poisoned or damaged log.
     pub(super) fn check_appendable(&self, w: &Writer) -> Result<(), StorageError> {
         if w.closed {
             return Err(StorageError::Closed);
+        }
+        if w.fenced {
+            return Err(StorageError::Fenced {
+                next_offset: w.next_offset,
+            });
         }
         self.check_writable()?;
         if w.tail_damage.is_some() {
@@ -129,6 +134,27 @@ impl PartitionLog {
             }
             self.make_room(checked.len())?;
         }
+    }
+
+    /// Refuses every append from now on and returns the offset the next append would
+    /// have taken: no append completes after this returns (appends hold the writer lock
+    /// while they write). Reads, syncs and retention go on. Idempotent. For sealing a
+    /// range of an elastic topic (docs/RANGES.md §3), which then syncs the log through
+    /// the returned offset. Fails on a closed or poisoned log.
+    pub fn fence(&self) -> Result<u64, StorageError> {
+        let mut w = self.lock_writer()?;
+        if w.closed {
+            return Err(StorageError::Closed);
+        }
+        self.check_writable()?;
+        w.fenced = true;
+        Ok(w.next_offset)
+    }
+
+    /// Lifts [`PartitionLog::fence`] (a seal that failed before it was committed).
+    pub fn unfence(&self) -> Result<(), StorageError> {
+        self.lock_writer()?.fenced = false;
+        Ok(())
     }
 
     /// Writes a checked batch unless the active segment must roll first, in which case

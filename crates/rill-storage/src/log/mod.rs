@@ -143,6 +143,10 @@ pub(crate) struct Writer {
     /// Number of batches appended since open; identifies writes for group commit.
     pub(crate) seq: u64,
     pub(crate) closed: bool,
+    /// Set by [`PartitionLog::fence`]: appends are refused (an elastic topic's range
+    /// being sealed, or sealed). Memory only: a reopened log takes appends until fenced
+    /// again.
+    pub(crate) fenced: bool,
     /// The active segment ends in damage, so nothing may be appended to it: a lower
     /// bound for the offset appends resume at once the loss is accepted.
     pub(crate) tail_damage: Option<u64>,
@@ -166,6 +170,7 @@ impl Writer {
             cadence,
             seq: 0,
             closed: false,
+            fenced: false,
             tail_damage: state.tail_damage,
         }
     }
