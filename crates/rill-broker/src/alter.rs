@@ -84,6 +84,12 @@ impl TopicChanges {
     ) -> Result<TopicConfig, BrokerError> {
         let mut new = config.clone();
         if let Some(p) = self.partitions {
+            if config.ranges.is_some() && p != config.partitions {
+                return Err(BrokerError::InvalidConfig(format!(
+                    "{stream}/{topic} is elastic: it grows by splitting ranges, not by \
+                     adding partitions (docs/RANGES.md)"
+                )));
+            }
             if p < config.partitions {
                 return Err(BrokerError::InvalidConfig(format!(
                     "partitions can only be added: {stream}/{topic} has {}, not {p} \

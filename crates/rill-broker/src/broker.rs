@@ -372,8 +372,15 @@ impl Broker {
     /// The catalog as it would be saved.
     pub(crate) fn catalog_file(&self) -> CatalogFile {
         let streams = self.read_streams();
+        let elastic = streams
+            .values()
+            .any(|s| s.topics.values().any(|t| t.config.ranges.is_some()));
         CatalogFile {
-            version: 1,
+            version: if elastic {
+                catalog::CATALOG_VERSION_RANGES
+            } else {
+                catalog::CATALOG_VERSION
+            },
             streams: streams
                 .iter()
                 .map(|(name, s)| {
@@ -532,7 +539,7 @@ pub(crate) fn open_topic(
             .map_err(catalog_err("remove", &dir))?;
     }
     let options = partition_options(config, topic_config);
-    let partitions = (0..topic_config.partitions)
+    let partitions: Vec<Arc<Partition>> = (0..topic_config.partitions)
         .map(|p| {
             Arc::new(open_partition(
                 env,
@@ -543,6 +550,14 @@ pub(crate) fn open_topic(
             ))
         })
         .collect();
+    // An elastic topic's sealed ranges take no appends (docs/RANGES.md §3).
+    if let Some(stored) = &topic_config.ranges {
+        for r in &stored.ranges {
+            if let (Some(end), Some(p)) = (r.sealed_at, partitions.get(r.id as usize)) {
+                p.open_sealed(end);
+            }
+        }
+    }
     Ok(Topic {
         created_us,
         config: topic_config.clone(),

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rill_proto::pb;
+use rill_proto::ranges::{Range, RangeError, RangeMap};
 use rill_storage::{Durability, Io, LogConfig};
 use serde::{Deserialize, Serialize};
 
@@ -71,6 +72,73 @@ pub struct TopicConfig {
     pub durability: Durability,
     /// Largest record accepted.
     pub max_record_bytes: u32,
+    /// An elastic topic's key ranges (docs/RANGES.md): one per partition, by id. `None`
+    /// for other topics. Absent from catalogs written before elastic topics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranges: Option<StoredRanges>,
+}
+
+/// An elastic topic's range map as the catalog stores it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredRanges {
+    /// Splits and merges so far.
+    pub epoch: u64,
+    /// The ranges, by id.
+    pub ranges: Vec<StoredRange>,
+}
+
+/// One range in the catalog.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredRange {
+    /// Its partition number.
+    pub id: u32,
+    /// First hash.
+    pub lo: u64,
+    /// Last hash (inclusive).
+    pub hi: u64,
+    /// The ranges it came from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parents: Vec<u32>,
+    /// Where it was sealed, once sealed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed_at: Option<u64>,
+}
+
+impl StoredRanges {
+    /// The catalog's form of a map.
+    pub fn from_map(map: &RangeMap) -> Self {
+        Self {
+            epoch: map.epoch(),
+            ranges: map
+                .ranges()
+                .iter()
+                .map(|r| StoredRange {
+                    id: r.id,
+                    lo: r.lo,
+                    hi: r.hi,
+                    parents: r.parents.clone(),
+                    sealed_at: r.sealed,
+                })
+                .collect(),
+        }
+    }
+
+    /// The map, checked whole (it comes from a file).
+    pub fn to_map(&self) -> Result<RangeMap, RangeError> {
+        RangeMap::from_ranges(
+            self.ranges
+                .iter()
+                .map(|r| Range {
+                    id: r.id,
+                    lo: r.lo,
+                    hi: r.hi,
+                    parents: r.parents.clone(),
+                    sealed: r.sealed_at,
+                })
+                .collect(),
+            self.epoch,
+        )
+    }
 }
 
 impl TopicConfig {
@@ -83,7 +151,14 @@ impl TopicConfig {
             segment_bytes: SEGMENT_BYTES_DEFAULT,
             durability,
             max_record_bytes: RECORD_BYTES_DEFAULT,
+            ranges: None,
         }
+    }
+
+    /// An elastic topic's range map (`None` for other topics). Checked when the config
+    /// was validated, so only a config built by hand can fail here.
+    pub fn range_map(&self) -> Option<RangeMap> {
+        self.ranges.as_ref().and_then(|r| r.to_map().ok())
     }
 
     /// Builds options from a request, filling defaults; fails on out-of-range values.
@@ -107,13 +182,22 @@ impl TopicConfig {
                 )));
             }
         };
+        let partitions = if o.partitions == 0 { 1 } else { o.partitions };
+        let ranges = if o.elastic {
+            let map = RangeMap::initial(partitions)
+                .map_err(|e| BrokerError::InvalidConfig(e.to_string()))?;
+            Some(StoredRanges::from_map(&map))
+        } else {
+            None
+        };
         let config = Self {
-            partitions: if o.partitions == 0 { 1 } else { o.partitions },
+            partitions,
             retention_ms: o.retention_ms,
             retention_bytes: o.retention_bytes,
             segment_bytes: o.segment_bytes.unwrap_or(SEGMENT_BYTES_DEFAULT),
             durability,
             max_record_bytes: o.max_record_bytes.unwrap_or(RECORD_BYTES_DEFAULT),
+            ranges,
         };
         config.validate()?;
         Ok(config)
@@ -135,6 +219,7 @@ impl TopicConfig {
             durability_interval_ms: interval,
             max_record_bytes: Some(self.max_record_bytes),
             replicas: None,
+            elastic: self.ranges.is_some(),
         }
     }
 
@@ -159,6 +244,18 @@ impl TopicConfig {
         if self.max_record_bytes == 0 {
             return bad("max record bytes must be positive".into());
         }
+        if let Some(stored) = &self.ranges {
+            let map = stored
+                .to_map()
+                .map_err(|e| BrokerError::InvalidConfig(e.to_string()))?;
+            if map.ranges().len() != self.partitions as usize {
+                return bad(format!(
+                    "an elastic topic of {} partitions has {} ranges",
+                    self.partitions,
+                    map.ranges().len()
+                ));
+            }
+        }
         self.log_config(16 << 20)
             .validate()
             .map_err(|e| BrokerError::InvalidConfig(e.to_string()))
@@ -180,7 +277,29 @@ impl TopicConfig {
     /// Where `requested` (with only the fields a request set) disagrees with `self`.
     pub fn conflicts(&self, requested: &pb::TopicOptions) -> Vec<String> {
         let mut out = Vec::new();
-        if requested.partitions != 0 && requested.partitions != self.partitions {
+        if requested.elastic != self.ranges.is_some() {
+            out.push(if requested.elastic {
+                "it is not elastic".to_owned()
+            } else {
+                "it is elastic".to_owned()
+            });
+        } else if self.ranges.is_some() {
+            // An elastic topic's partitions grow by splitting: the count asked for at
+            // creation is the count of its initial ranges.
+            let initial = self.range_map().map_or(0, |m| {
+                m.ranges().iter().filter(|r| r.parents.is_empty()).count()
+            });
+            if requested.partitions != 0 && requested.partitions as usize != initial {
+                out.push(format!(
+                    "it started with {initial} ranges, not {}",
+                    requested.partitions
+                ));
+            }
+        }
+        if self.ranges.is_none()
+            && requested.partitions != 0
+            && requested.partitions != self.partitions
+        {
             out.push(format!(
                 "it has {} partitions, not {}",
                 self.partitions, requested.partitions
@@ -248,7 +367,11 @@ pub(crate) struct TopicFile {
     pub(crate) config: TopicConfig,
 }
 
-const CATALOG_VERSION: u32 = 1;
+/// The catalog's version: 2 once it holds an elastic topic (so a build that does not
+/// know elastic topics refuses it rather than routing their keys as a plain topic's);
+/// 1 otherwise, as every catalog before them.
+pub(crate) const CATALOG_VERSION: u32 = 1;
+pub(crate) const CATALOG_VERSION_RANGES: u32 = 2;
 
 pub(crate) fn catalog_path(data_dir: &Path) -> PathBuf {
     data_dir.join("catalog.json")
@@ -278,7 +401,7 @@ pub(crate) fn load(io: &dyn Io, data_dir: &Path) -> Result<CatalogFile, BrokerEr
     let catalog: CatalogFile = serde_json::from_slice(&text).map_err(|e| {
         catalog_err("parse", &path)(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
     })?;
-    if catalog.version != CATALOG_VERSION {
+    if catalog.version != CATALOG_VERSION && catalog.version != CATALOG_VERSION_RANGES {
         return Err(catalog_err("read", &path)(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("catalog version {} is not supported", catalog.version),

@@ -284,6 +284,11 @@ impl Broker {
         validate_name("stream", stream)?;
         validate_name("topic", topic)?;
         let config = TopicConfig::from_proto(options, self.config.default_durability)?;
+        if config.ranges.is_some() {
+            return Err(BrokerError::InvalidConfig(
+                "elastic topics are not served by a cluster yet (docs/RANGES.md §9)".into(),
+            ));
+        }
         if create_stream {
             self.cluster_create_stream(stream, true).await?;
         }

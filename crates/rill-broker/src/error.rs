@@ -62,6 +62,30 @@ pub enum BrokerError {
     /// Topic options are out of range.
     #[error("invalid topic options: {0}")]
     InvalidConfig(String),
+    /// An append to a sealed range of an elastic topic (docs/RANGES.md §4).
+    #[error(
+        "range {partition} of {stream}/{topic} is sealed at offset {end}: refresh the topic's ranges and route again"
+    )]
+    RangeSealed {
+        /// Its stream.
+        stream: String,
+        /// The topic.
+        topic: String,
+        /// The range (partition).
+        partition: u32,
+        /// Where it was sealed.
+        end: u64,
+    },
+    /// An append to a range a split or merge is sealing (docs/RANGES.md §3).
+    #[error("range {partition} of {stream}/{topic} is being split or merged: retry shortly")]
+    RangeMigrating {
+        /// Its stream.
+        stream: String,
+        /// The topic.
+        topic: String,
+        /// The range (partition).
+        partition: u32,
+    },
     /// The request is malformed (a message field is missing or out of range).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
@@ -209,6 +233,8 @@ impl BrokerError {
             Self::StreamExists(_) => ErrorCode::StreamExists,
             Self::TopicExists { .. } => ErrorCode::TopicExists,
             Self::InvalidConfig(_) => ErrorCode::InvalidConfig,
+            Self::RangeSealed { .. } => ErrorCode::NotOwner,
+            Self::RangeMigrating { .. } => ErrorCode::Migrating,
             Self::InvalidRequest(_) => ErrorCode::InvalidRequest,
             Self::OutOfOrderSequence { .. } => ErrorCode::OutOfOrderSequence,
             Self::ProducerFenced { .. } => ErrorCode::ProducerFenced,

@@ -205,11 +205,30 @@ impl Broker {
             }
             RequestBody::DescribeTopic(r) => {
                 let (config, partitions) = self.describe_topic(&r.stream, &r.topic)?;
+                let (ranges, range_epoch) = config.ranges.as_ref().map_or_else(
+                    || (Vec::new(), 0),
+                    |stored| {
+                        let ranges = stored
+                            .ranges
+                            .iter()
+                            .map(|r| RangeInfo {
+                                id: r.id,
+                                lo: r.lo,
+                                hi: r.hi,
+                                parents: r.parents.clone(),
+                                sealed_at: r.sealed_at,
+                            })
+                            .collect();
+                        (ranges, stored.epoch)
+                    },
+                );
                 ResponseBody::DescribeTopic(DescribeTopicResponse {
                     stream: r.stream,
                     topic: r.topic,
                     options: Some(config.to_proto()),
                     partitions: partitions.into_iter().map(partition_info).collect(),
+                    ranges,
+                    range_epoch,
                 })
             }
             RequestBody::InitProducer(_) => {
@@ -221,6 +240,17 @@ impl Broker {
                 })
             }
             RequestBody::Produce(r) => {
+                if !r.ranged
+                    && self
+                        .topic(&r.stream, &r.topic)
+                        .is_ok_and(|t| t.config.ranges.is_some())
+                {
+                    return Err(BrokerError::InvalidRequest(format!(
+                        "{}/{} is an elastic topic: it needs a client that routes records \
+                         by its key ranges (docs/RANGES.md §4)",
+                        r.stream, r.topic
+                    )));
+                }
                 let produced = self
                     .produce(&r.stream, &r.topic, r.partition, request.payload)
                     .await?;

@@ -16,6 +16,7 @@ mod catalog;
 pub mod cluster;
 mod clustered;
 mod data;
+mod elastic;
 mod error;
 mod group;
 mod group_admin;
@@ -34,7 +35,8 @@ mod upkeep;
 // crate-private (the coordinator, the producer table, the offset store, the limits).
 pub use auth::{HttpCredential, Principal, TOKEN_MECHANISM, password_verifiers};
 pub use broker::{Broker, BrokerConfig, FailedPartition, Fetch, PartitionState};
-pub use catalog::TopicConfig;
+pub use catalog::{StoredRange, StoredRanges, TopicConfig};
+pub use elastic::{OPEN_RANGES_MAX, RangeChange};
 pub use error::BrokerError;
 pub use group::GroupError;
 pub use groups::{MemberReport, Session};

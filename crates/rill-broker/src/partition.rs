@@ -51,6 +51,22 @@ enum State {
     Elsewhere(Vec<u64>),
 }
 
+/// Where an elastic topic's range stands (docs/RANGES.md §3). A plain topic's partitions
+/// stay `Open`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Seal {
+    Open,
+    /// A split or merge fenced its log and has not committed yet: appends get
+    /// `MIGRATING`.
+    Sealing,
+    /// Sealed at `end`: appends get `NOT_OWNER`. `conflict` says why the log does not
+    /// end at `end` (found at open), if it does not.
+    Sealed {
+        end: u64,
+        conflict: Option<String>,
+    },
+}
+
 /// A batch recorded in a replicated partition's producer table before its offsets
 /// are known (they are stamped as the leader's log appends it).
 const PENDING: u64 = u64::MAX;
@@ -98,6 +114,8 @@ pub(crate) struct Partition {
     appended: watch::Sender<u64>,
     /// Set by `close`: long polls waiting on the partition end at once.
     closed: std::sync::atomic::AtomicBool,
+    /// An elastic topic's range: open, being sealed, or sealed.
+    seal: RwLock<Seal>,
     /// When the next automatic reopen may be tried, and the back-off after it.
     heal: parking_lot::Mutex<(Instant, Duration)>,
     /// A replica's producer table (for this leadership term) and the signal that a
@@ -162,6 +180,7 @@ impl Partition {
             sequenced: Condvar::new(),
             appended,
             closed: std::sync::atomic::AtomicBool::new(false),
+            seal: RwLock::new(Seal::Open),
             heal: parking_lot::Mutex::new((Instant::now() + HEAL_BACKOFF, HEAL_BACKOFF)),
             replicated: tokio::sync::Mutex::new(replicated),
             proposed: tokio::sync::Notify::new(),
@@ -253,6 +272,13 @@ impl Partition {
 
     /// Why the partition refuses appends, if it does.
     pub(crate) fn failure(&self) -> Option<String> {
+        if let Seal::Sealed {
+            conflict: Some(conflict),
+            ..
+        } = &*self.seal.read()
+        {
+            return Some(conflict.clone());
+        }
         match &*self.state.read() {
             State::Open(log) => log.failure().or_else(|| {
                 self.producers
@@ -283,13 +309,104 @@ impl Partition {
             || header.producer.is_some()
     }
 
+    /// The range's state (an elastic topic's; `Open` otherwise).
+    pub(crate) fn seal(&self) -> Seal {
+        self.seal.read().clone()
+    }
+
+    /// Step 1 of sealing (docs/RANGES.md §3): fences the log, so no append completes
+    /// from now on, and returns where it ends. Appends get `MIGRATING` until
+    /// [`Partition::finish_seal`] or [`Partition::abort_seal`].
+    pub(crate) fn begin_seal(&self) -> Result<u64, BrokerError> {
+        let log = self.log()?;
+        *self.seal.write() = Seal::Sealing;
+        match log.fence() {
+            Ok(end) => Ok(end),
+            Err(e) => {
+                *self.seal.write() = Seal::Open;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The seal was committed: appends get `NOT_OWNER` from now on, and batches waiting
+    /// for a predecessor are answered at once.
+    pub(crate) fn finish_seal(&self, end: u64) {
+        *self.seal.write() = Seal::Sealed {
+            end,
+            conflict: None,
+        };
+        let _guard = self.producers.lock();
+        self.sequenced.notify_all();
+    }
+
+    /// The seal failed before it was committed: appends resume.
+    pub(crate) fn abort_seal(&self) {
+        if let Ok(log) = self.log()
+            && let Err(e) = log.unfence()
+        {
+            tracing::warn!(partition = %format_name(&self.name), error = %e, "lifting a fence");
+        }
+        *self.seal.write() = Seal::Open;
+    }
+
+    /// A range the catalog says is sealed at `end`, at open or reopen: fenced, and
+    /// failed with both offsets named if its log does not end exactly there (never
+    /// truncated, never appended to).
+    pub(crate) fn open_sealed(&self, end: u64) {
+        let conflict = match self.log().and_then(|log| Ok(log.fence()?)) {
+            Ok(next) if next == end => None,
+            Ok(next) => {
+                let reason = format!(
+                    "range {} was sealed at offset {end} but its log ends at {next}",
+                    format_name(&self.name)
+                );
+                tracing::error!(partition = %format_name(&self.name), reason, "a sealed range's log does not end at its seal");
+                Some(reason)
+            }
+            // Unavailable (its own failure says why) or closed.
+            Err(_) => None,
+        };
+        *self.seal.write() = Seal::Sealed { end, conflict };
+    }
+
+    /// The error a sealed range answers an append with, if it is sealed.
+    fn sealed_error(&self) -> Option<BrokerError> {
+        match &*self.seal.read() {
+            Seal::Sealed { end, .. } => Some(BrokerError::RangeSealed {
+                stream: self.name.0.clone(),
+                topic: self.name.1.clone(),
+                partition: self.name.2,
+                end: *end,
+            }),
+            _ => None,
+        }
+    }
+
+    /// What an append refused by the log answers: a fenced log is a range being sealed
+    /// (`MIGRATING`) or sealed (`NOT_OWNER`).
+    fn append_refused(&self, e: StorageError) -> BrokerError {
+        if !matches!(e, StorageError::Fenced { .. }) {
+            return e.into();
+        }
+        self.sealed_error()
+            .unwrap_or_else(|| BrokerError::RangeMigrating {
+                stream: self.name.0.clone(),
+                topic: self.name.1.clone(),
+                partition: self.name.2,
+            })
+    }
+
     /// Appends a batch that waits for nothing (no producer id, no fsync) if that needs
     /// no blocking work: `None` if the segment must roll first (which syncs and creates
     /// files: the caller goes to the blocking pool).
     pub(crate) fn try_append_inline(&self, batch: &[u8]) -> Result<Option<Produced>, BrokerError> {
         let log = self.log()?;
         let checked = log.check(batch)?;
-        let Some((appended, ticket)) = log.try_append(&checked)? else {
+        let Some((appended, ticket)) = log
+            .try_append(&checked)
+            .map_err(|e| self.append_refused(e))?
+        else {
             return Ok(None);
         };
         let durable = log.wait_durable(ticket);
@@ -332,6 +449,11 @@ impl Partition {
                         });
                     }
                     Check::Wait { known } => {
+                        // A sealed range appends nothing more: its predecessor never
+                        // will be either.
+                        if let Some(sealed) = self.sealed_error() {
+                            return Err(sealed);
+                        }
                         let now = Instant::now();
                         if now >= deadline {
                             return Err(if known {
@@ -359,7 +481,10 @@ impl Partition {
                     }
                 }
             }
-            let Some((appended, ticket)) = log.try_append(&checked)? else {
+            let Some((appended, ticket)) = log
+                .try_append(&checked)
+                .map_err(|e| self.append_refused(e))?
+            else {
                 // The segment must roll: do it without the producer lock, then decide
                 // again (another batch may have come first).
                 drop(producers);
@@ -477,6 +602,17 @@ impl Partition {
                 let next = log.next_offset();
                 *self.state.write() = State::Open(Arc::new(log));
                 drop(producers);
+                // A reopened log takes appends until fenced again.
+                let seal = self.seal();
+                match seal {
+                    Seal::Open => {}
+                    Seal::Sealing => {
+                        if let Ok(log) = self.log() {
+                            let _ = log.fence();
+                        }
+                    }
+                    Seal::Sealed { end, .. } => self.open_sealed(end),
+                }
                 *heal = (Instant::now() + HEAL_BACKOFF, HEAL_BACKOFF);
                 self.appended.send_replace(next);
                 tracing::warn!(partition = %format_name(&self.name), "partition reopened with recovery");

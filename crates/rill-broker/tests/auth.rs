@@ -77,6 +77,7 @@ fn sample(kind: Kind, s: &str) -> Request {
                     stream: s,
                     topic: t(),
                     partition: 0,
+                    ranged: false,
                 }),
                 payload: batch(),
             };
@@ -918,6 +919,7 @@ fn produce(payload: Bytes) -> Request {
             stream: "shop".into(),
             topic: "t".into(),
             partition: 0,
+            ranged: false,
         }),
         payload,
     }

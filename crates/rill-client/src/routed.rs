@@ -347,6 +347,7 @@ mod tests {
             stream: "s".into(),
             topic: "t".into(),
             partition,
+            ranged: false,
         }))
     }
 

@@ -13,6 +13,7 @@ fn produce(stream: String, partition: u32, batch: Vec<u8>) -> Request {
             stream,
             topic: "orders".into(),
             partition,
+            ranged: false,
         }),
         Bytes::from(batch),
     )

@@ -353,6 +353,7 @@ async fn a_frame_over_max_frame_bytes_is_refused() {
             stream: "shop".into(),
             topic: "orders".into(),
             partition: 0,
+            ranged: false,
         }),
         batch(&[&big]),
     );

@@ -492,6 +492,9 @@ impl Core {
             stream: self.topic.stream.to_string(),
             topic: self.topic.name.to_string(),
             partition,
+            // Routing by an elastic topic's ranges is not built in this SDK yet
+            // (docs/RANGES.md §11): the broker refuses its produces to one.
+            ranged: false,
         });
         let client = &self.topic.client;
         let mut sent = None;

@@ -334,6 +334,8 @@ impl CreateTopicJson {
             durability_interval_ms,
             max_record_bytes: self.max_record_bytes,
             replicas: self.replicas,
+            // Not offered over HTTP until elastic topics are served (docs/RANGES.md §11).
+            elastic: false,
         })
     }
 }

@@ -240,6 +240,7 @@ pub fn produce(stream: &str, topic: &str, partition: u32, values: &[&[u8]]) -> R
             stream: stream.into(),
             topic: topic.into(),
             partition,
+            ranged: false,
         }),
         batch(values),
     )

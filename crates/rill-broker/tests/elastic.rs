@@ -1,0 +1,495 @@
+//! Elastic topics on one node (docs/RANGES.md §3–§5), through `Broker::handle` as a
+//! client sends requests and through the broker's own split and merge calls: a split
+//! seals its parent at its end and opens its halves; a sealed range refuses appends
+//! with `NOT_OWNER` after the idempotence check (a retried batch it took is still
+//! acknowledged, a new one is refused at once); a merge; refusals; what survives a
+//! reopen; and a crash at every operation of a split, on a simulated disk, recovering
+//! to before or after it, never between.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rill_broker::{Broker, BrokerConfig};
+use rill_format::{BatchBuilder, NewRecord, ProducerInfo};
+use rill_proto::pb::{self, ErrorCode, ErrorResponse};
+use rill_proto::{Request, RequestBody, Response, ResponseBody};
+use rill_storage::Io;
+use rill_storage::sim::{SimIo, SimRng};
+
+fn batch(values: &[&str]) -> Bytes {
+    let mut b = BatchBuilder::new();
+    for v in values {
+        b.push(NewRecord::value(v.as_bytes())).unwrap();
+    }
+    Bytes::from(b.finish().unwrap())
+}
+
+fn idempotent(id: u64, sequence: u32, values: &[&str]) -> Bytes {
+    let mut b = BatchBuilder::new();
+    b.producer(ProducerInfo {
+        id,
+        epoch: 0,
+        base_sequence: sequence,
+    });
+    for v in values {
+        b.push(NewRecord::value(v.as_bytes())).unwrap();
+    }
+    Bytes::from(b.finish().unwrap())
+}
+
+fn create(broker: &Arc<Broker>, ranges: u32, durability: pb::Durability) {
+    broker
+        .create_topic(
+            "s",
+            "t",
+            &pb::TopicOptions {
+                partitions: ranges,
+                elastic: true,
+                durability: durability as i32,
+                ..Default::default()
+            },
+            false,
+            true,
+        )
+        .unwrap();
+}
+
+async fn call(
+    broker: &Arc<Broker>,
+    body: RequestBody,
+    payload: Bytes,
+) -> Result<ResponseBody, ErrorResponse> {
+    match broker.handle(Request::with_payload(body, payload)).await {
+        Response::Ok { body, .. } => Ok(body),
+        Response::Err { error, .. } => Err(error),
+    }
+}
+
+fn code(e: &ErrorResponse) -> ErrorCode {
+    ErrorCode::try_from(e.code).unwrap()
+}
+
+async fn produce(
+    broker: &Arc<Broker>,
+    partition: u32,
+    ranged: bool,
+    payload: Bytes,
+) -> Result<pb::ProduceResponse, ErrorResponse> {
+    let body = RequestBody::Produce(pb::ProduceRequest {
+        stream: "s".into(),
+        topic: "t".into(),
+        partition,
+        ranged,
+    });
+    match call(broker, body, payload).await {
+        Ok(ResponseBody::Produce(r)) => Ok(r),
+        Ok(other) => panic!("produce answered {other:?}"),
+        Err(e) => Err(e),
+    }
+}
+
+async fn describe(broker: &Arc<Broker>) -> pb::DescribeTopicResponse {
+    let body = RequestBody::DescribeTopic(pb::DescribeTopicRequest {
+        stream: "s".into(),
+        topic: "t".into(),
+    });
+    match call(broker, body, Bytes::new()).await {
+        Ok(ResponseBody::DescribeTopic(r)) => r,
+        other => panic!("describe answered {other:?}"),
+    }
+}
+
+/// A range as described: id, bounds, parents, seal.
+type Described = (u32, u64, u64, Vec<u32>, Option<u64>);
+
+fn bounds(d: &pb::DescribeTopicResponse) -> Vec<Described> {
+    d.ranges
+        .iter()
+        .map(|r| (r.id, r.lo, r.hi, r.parents.clone(), r.sealed_at))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_elastic_topic_starts_with_even_ranges_and_needs_ranged_produces() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Arc::new(Broker::open(BrokerConfig::new(dir.path())).unwrap());
+    create(&broker, 2, pb::Durability::Never);
+    let d = describe(&broker).await;
+    assert!(d.options.as_ref().unwrap().elastic);
+    assert_eq!(d.partitions.len(), 2);
+    assert_eq!(d.range_epoch, 0);
+    assert_eq!(
+        bounds(&d),
+        vec![
+            (0, 0, (1 << 63) - 1, vec![], None),
+            (1, 1 << 63, u64::MAX, vec![], None)
+        ]
+    );
+    // A client that routes keys by `% partitions` cannot write to it.
+    let e = produce(&broker, 0, false, batch(&["a"])).await.unwrap_err();
+    assert_eq!(code(&e), ErrorCode::InvalidRequest);
+    assert!(e.message.contains("elastic"), "{}", e.message);
+    assert_eq!(
+        produce(&broker, 0, true, batch(&["a"]))
+            .await
+            .unwrap()
+            .base_offset,
+        0
+    );
+    // Creating it again the same way is idempotent; as a plain topic it conflicts.
+    let again = |elastic: bool, partitions: u32| {
+        broker.create_topic(
+            "s",
+            "t",
+            &pb::TopicOptions {
+                partitions,
+                elastic,
+                durability: pb::Durability::Never as i32,
+                ..Default::default()
+            },
+            true,
+            false,
+        )
+    };
+    assert!(!again(true, 2).unwrap().0);
+    assert!(again(false, 2).is_err());
+    assert!(again(true, 3).is_err());
+    // It grows by splitting, not by adding partitions.
+    let alter = RequestBody::AlterTopic(pb::AlterTopicRequest {
+        stream: "s".into(),
+        topic: "t".into(),
+        partitions: Some(3),
+        ..Default::default()
+    });
+    let e = call(&broker, alter, Bytes::new()).await.unwrap_err();
+    assert_eq!(code(&e), ErrorCode::InvalidConfig);
+    // A plain topic's produces need no flag, and it does not split.
+    broker
+        .create_topic("s", "plain", &pb::TopicOptions::default(), false, false)
+        .unwrap();
+    let e = broker.split_range("s", "plain", None, None).unwrap_err();
+    assert!(e.to_string().contains("not an elastic topic"), "{e}");
+}
+
+#[tokio::test]
+async fn a_split_seals_the_parent_at_its_end_and_the_children_take_its_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Arc::new(Broker::open(BrokerConfig::new(dir.path())).unwrap());
+    create(&broker, 2, pb::Durability::Always);
+    produce(&broker, 0, true, batch(&["a", "b", "c"]))
+        .await
+        .unwrap();
+    // An idempotent producer's batch, appended before the split.
+    let first = produce(&broker, 0, true, idempotent(77, 0, &["p0"]))
+        .await
+        .unwrap();
+    assert_eq!(first.base_offset, 3);
+
+    let change = broker.split_range("s", "t", Some(0), None).unwrap();
+    assert_eq!(change.sealed, vec![(0, 4)]);
+    assert_eq!(change.opened, vec![2, 3]);
+    assert_eq!(change.epoch, 1);
+    let d = describe(&broker).await;
+    assert_eq!(d.range_epoch, 1);
+    assert_eq!(d.partitions.len(), 4);
+    assert_eq!(
+        bounds(&d)[2..],
+        [
+            (2, 0, (1 << 62) - 1, vec![0], None),
+            (3, 1 << 62, (1 << 63) - 1, vec![0], None)
+        ]
+    );
+    assert_eq!(bounds(&d)[0].4, Some(4));
+
+    // The sealed parent: a retry of a batch it took is acknowledged as before...
+    let retry = produce(&broker, 0, true, idempotent(77, 0, &["p0"]))
+        .await
+        .unwrap();
+    assert!(retry.duplicate);
+    assert_eq!(retry.base_offset, 3);
+    // ...a new batch is refused, at once (it does not wait for anything), and so is
+    // one whose predecessor never came.
+    let started = std::time::Instant::now();
+    for (sequence, payload) in [
+        (1, idempotent(77, 1, &["p1"])),
+        (5, idempotent(77, 5, &["p5"])),
+    ] {
+        let e = produce(&broker, 0, true, payload).await.unwrap_err();
+        assert_eq!(
+            code(&e),
+            ErrorCode::NotOwner,
+            "sequence {sequence}: {}",
+            e.message
+        );
+        assert!(e.message.contains("sealed at offset 4"), "{}", e.message);
+    }
+    let e = produce(&broker, 0, true, batch(&["late"]))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), ErrorCode::NotOwner);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "a batch for a sealed range waited for its predecessor"
+    );
+    // Its records stay readable, up to the seal.
+    let fetched = broker
+        .fetch(
+            "s",
+            "t",
+            0,
+            rill_broker::Fetch {
+                offset: 0,
+                max_bytes: 1 << 20,
+                max_wait: std::time::Duration::ZERO,
+                min_bytes: 0,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(fetched.next_offset, 4);
+    // The children take appends from offset 0; the other initial range is untouched.
+    assert_eq!(
+        produce(&broker, 3, true, batch(&["x"]))
+            .await
+            .unwrap()
+            .base_offset,
+        0
+    );
+    assert_eq!(
+        produce(&broker, 2, true, idempotent(77, 0, &["q"]))
+            .await
+            .unwrap()
+            .base_offset,
+        0
+    );
+    assert_eq!(
+        produce(&broker, 1, true, batch(&["y"]))
+            .await
+            .unwrap()
+            .base_offset,
+        0
+    );
+
+    // A sealed range does not split again; bad points and ids are refused.
+    for (range, at) in [(Some(0), None), (Some(9), None), (Some(2), Some(0))] {
+        let e = broker.split_range("s", "t", range, at).unwrap_err();
+        assert!(
+            matches!(
+                e.code(),
+                ErrorCode::InvalidRequest | ErrorCode::PartitionNotFound
+            ),
+            "{range:?} {at:?}: {e}"
+        );
+    }
+    assert_eq!(describe(&broker).await.range_epoch, 1);
+}
+
+#[tokio::test]
+async fn merges_and_splits_survive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let broker = Arc::new(Broker::open(BrokerConfig::new(dir.path())).unwrap());
+        create(&broker, 2, pb::Durability::Never);
+        produce(&broker, 1, true, batch(&["a", "b"])).await.unwrap();
+        // Without a range: the busiest (range 1 holds the bytes).
+        let split = broker.split_range("s", "t", None, None).unwrap();
+        assert_eq!(split.sealed, vec![(1, 2)]);
+        // Not neighbours: 0 and 3 (range 3 is the top half of 1).
+        let e = broker.merge_ranges("s", "t", 0, 3).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidRequest);
+        let e = broker.merge_ranges("s", "t", 0, 1).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidRequest, "{e}");
+        produce(&broker, 2, true, batch(&["c"])).await.unwrap();
+        let merged = broker.merge_ranges("s", "t", 2, 0).unwrap();
+        assert_eq!(merged.sealed, vec![(0, 0), (2, 1)]);
+        assert_eq!(merged.opened, vec![4]);
+        broker.shutdown().unwrap();
+    }
+    let catalog = std::fs::read_to_string(dir.path().join("catalog.json")).unwrap();
+    assert!(catalog.contains("\"version\": 2"), "{catalog}");
+    let broker = Arc::new(Broker::open(BrokerConfig::new(dir.path())).unwrap());
+    let d = describe(&broker).await;
+    assert_eq!(d.range_epoch, 2);
+    assert_eq!(
+        bounds(&d),
+        vec![
+            (0, 0, (1 << 63) - 1, vec![], Some(0)),
+            (1, 1 << 63, u64::MAX, vec![], Some(2)),
+            (2, 1 << 63, (3 << 62) - 1, vec![1], Some(1)),
+            (3, 3 << 62, u64::MAX, vec![1], None),
+            (4, 0, (3 << 62) - 1, vec![0, 2], None),
+        ]
+    );
+    for sealed in [0, 1, 2] {
+        let e = produce(&broker, sealed, true, batch(&["z"]))
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), ErrorCode::NotOwner, "range {sealed}");
+    }
+    assert_eq!(
+        produce(&broker, 4, true, batch(&["z"]))
+            .await
+            .unwrap()
+            .base_offset,
+        0
+    );
+    assert_eq!(
+        produce(&broker, 3, true, batch(&["z"]))
+            .await
+            .unwrap()
+            .base_offset,
+        0
+    );
+    assert!(d.partitions.iter().all(|p| p.failure.is_empty()));
+}
+
+#[tokio::test]
+async fn a_sealed_range_whose_log_does_not_end_at_its_seal_opens_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let broker = Arc::new(Broker::open(BrokerConfig::new(dir.path())).unwrap());
+        create(&broker, 1, pb::Durability::Always);
+        produce(&broker, 0, true, batch(&["a", "b"])).await.unwrap();
+        broker.split_range("s", "t", Some(0), None).unwrap();
+        broker.shutdown().unwrap();
+    }
+    // A catalog edited by hand (or restored from elsewhere) names another seal.
+    let path = dir.path().join("catalog.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let edited = text.replacen("\"sealed_at\": 2", "\"sealed_at\": 1", 1);
+    assert_ne!(text, edited);
+    std::fs::write(&path, edited).unwrap();
+    let broker = Arc::new(Broker::open(BrokerConfig::new(dir.path())).unwrap());
+    let d = describe(&broker).await;
+    let failure = &d.partitions[0].failure;
+    assert!(
+        failure.contains("sealed at offset 1") && failure.contains("ends at 2"),
+        "{failure:?}"
+    );
+    // Still never appended to.
+    let e = produce(&broker, 0, true, batch(&["z"])).await.unwrap_err();
+    assert_eq!(code(&e), ErrorCode::NotOwner);
+}
+
+/// The outcome a reopened broker shows: whether the split happened.
+async fn split_happened(broker: &Arc<Broker>, acked: u64) -> bool {
+    let d = describe(broker).await;
+    assert!(d.partitions.iter().all(|p| p.failure.is_empty()), "{d:?}");
+    let ranges = bounds(&d);
+    // Every acknowledged record of range 0 is there (`always`).
+    assert!(d.partitions[0].next_offset >= acked, "{d:?}");
+    match ranges.len() {
+        1 => {
+            assert_eq!(d.range_epoch, 0);
+            assert_eq!(ranges[0].4, None);
+            // Appends resume where the log ends.
+            let end = d.partitions[0].next_offset;
+            let r = produce(broker, 0, true, batch(&["after"])).await.unwrap();
+            assert_eq!(r.base_offset, end);
+            false
+        }
+        3 => {
+            assert_eq!(d.range_epoch, 1);
+            assert_eq!(ranges[0].4, Some(d.partitions[0].next_offset));
+            let e = produce(broker, 0, true, batch(&["after"]))
+                .await
+                .unwrap_err();
+            assert_eq!(code(&e), ErrorCode::NotOwner);
+            for child in [1, 2] {
+                let r = produce(broker, child, true, batch(&["after"]))
+                    .await
+                    .unwrap();
+                assert_eq!(r.base_offset, d.partitions[child as usize].next_offset);
+            }
+            true
+        }
+        n => panic!("{n} ranges after a split: between before and after"),
+    }
+}
+
+/// A split of a range holding three records, with the disk dying after each of its
+/// operations in turn; every crash recovered three ways.
+async fn crash_every_step_of_a_split(durability: pb::Durability) {
+    let dir = Path::new("/sim/data");
+    let config = |io: &SimIo| {
+        let mut c = BrokerConfig::new(dir);
+        c.io = Arc::new(io.clone());
+        c.reserved_space_bytes = 64 << 10;
+        c
+    };
+    let mut outcomes = [0u32; 2];
+    let mut rng = SimRng::new(17);
+    let mut step = 0u64;
+    loop {
+        let io = SimIo::new(step);
+        io.create_dir_all(Path::new("/sim")).unwrap();
+        io.sync_dir(Path::new("/")).unwrap();
+        let broker = Arc::new(Broker::open(config(&io)).unwrap());
+        create(&broker, 1, durability);
+        produce(&broker, 0, true, batch(&["a", "b", "c"]))
+            .await
+            .unwrap();
+        io.crash_after(step);
+        let result = broker.split_range("s", "t", Some(0), None);
+        let finished = !io.crashed();
+        if finished {
+            result.as_ref().unwrap();
+        }
+        drop(broker);
+        // The process killed, a clean power loss, a torn one: before or after, never
+        // between; an acknowledged split is after. Under `never` a power loss may take
+        // records that were never synced, but never ones a seal names (the split syncs
+        // its parent before it commits: a sealed range's log ends exactly at its seal).
+        let disks = [
+            (io.process_crash(), 3),
+            (
+                io.power_loss_durable(),
+                if durability == pb::Durability::Always {
+                    3
+                } else {
+                    0
+                },
+            ),
+            (
+                io.power_loss(&mut rng),
+                if durability == pb::Durability::Always {
+                    3
+                } else {
+                    0
+                },
+            ),
+        ];
+        for (disk, acked) in disks {
+            let broker = Arc::new(Broker::open(config(&disk)).unwrap());
+            let after = split_happened(&broker, acked).await;
+            if result.is_ok() {
+                assert!(after, "step {step}: an acknowledged split was undone");
+            }
+            outcomes[usize::from(after)] += 1;
+            // No directory of a child the catalog does not name is left.
+            let topic = dir.join("streams/s/t");
+            let entries = disk.read_dir(&topic).unwrap();
+            let expected = if after { 3 } else { 1 };
+            assert_eq!(entries.len(), expected, "step {step}: {entries:?}");
+        }
+        if finished {
+            break;
+        }
+        step += 1;
+        assert!(step < 500, "the split never finished");
+    }
+    // Both outcomes were reached, and the split took several operations to finish.
+    assert!(outcomes[0] > 0 && outcomes[1] > 0, "{outcomes:?}");
+    assert!(step > 5, "{step}");
+}
+
+#[tokio::test]
+async fn a_crash_at_any_step_of_a_split_recovers_to_before_or_after_it() {
+    crash_every_step_of_a_split(pb::Durability::Always).await;
+}
+
+#[tokio::test]
+async fn a_crash_at_any_step_of_a_split_of_a_never_topic_keeps_the_seal_true() {
+    crash_every_step_of_a_split(pb::Durability::Never).await;
+}
