@@ -23,7 +23,8 @@ use std::sync::Arc;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use rill_broker::{Broker, BrokerConfig, TopicConfig, validate_name};
+use rill_broker::{Broker, BrokerConfig, StoredRange, StoredRanges, TopicConfig, validate_name};
+use rill_proto::ranges::RangeMap;
 use rill_format::{BatchBuilder, Durability, NewRecord};
 use rill_storage::{LogConfig, ManualClock, PartitionLog, StdIo};
 use serde::{Deserialize, Serialize};
@@ -80,12 +81,61 @@ struct TopicIn<'a> {
     durability: u8,
     interval_ms: u64,
     max_record_bytes: Option<u32>,
+    ranges: Option<RangesIn>,
+}
+
+/// An elastic topic's ranges: splits and merges of its initial ranges (a sound map,
+/// whose ranges were sealed at 0 so their empty logs agree), or ranges as they come.
+#[derive(Arbitrary, Debug)]
+enum RangesIn {
+    Changed(Vec<(u8, Option<u64>, bool)>),
+    Raw(Vec<(u32, u64, u64, Vec<u32>, Option<u64>)>, u64),
 }
 
 impl TopicIn<'_> {
     fn config(&self) -> TopicConfig {
+        let mut partitions = u32::from(self.partitions % 4);
+        let ranges = self.ranges.as_ref().map(|r| match r {
+            RangesIn::Changed(changes) => {
+                let Ok(mut map) = RangeMap::initial(partitions) else {
+                    return StoredRanges {
+                        epoch: 0,
+                        ranges: Vec::new(),
+                    };
+                };
+                for &(pick, at, merge) in changes.iter().take(6) {
+                    let open: Vec<u32> = map.open().map(|r| r.id).collect();
+                    let i = usize::from(pick) % open.len();
+                    let change = if merge {
+                        open.get(i + 1).map(|&b| map.plan_merge(open[i], b))
+                    } else {
+                        Some(map.plan_split(open[i], at, 64))
+                    };
+                    if let Some(Ok(change)) = change {
+                        let ends = vec![0; change.parents.len()];
+                        map.apply(&change, &ends).unwrap();
+                    }
+                }
+                partitions = map.ranges().len() as u32;
+                StoredRanges::from_map(&map)
+            }
+            RangesIn::Raw(raw, epoch) => StoredRanges {
+                epoch: *epoch,
+                ranges: raw
+                    .iter()
+                    .take(8)
+                    .map(|(id, lo, hi, parents, sealed_at)| StoredRange {
+                        id: *id,
+                        lo: *lo,
+                        hi: *hi,
+                        parents: parents.clone(),
+                        sealed_at: *sealed_at,
+                    })
+                    .collect(),
+            },
+        });
         TopicConfig {
-            partitions: u32::from(self.partitions % 4),
+            partitions,
             retention_ms: self.retention_ms,
             retention_bytes: self.retention_bytes,
             segment_bytes: self.segment_bytes.unwrap_or(1 << 20),
@@ -95,6 +145,7 @@ impl TopicIn<'_> {
                 _ => Durability::Interval(std::time::Duration::from_millis(self.interval_ms)),
             },
             max_record_bytes: self.max_record_bytes.unwrap_or(1 << 20),
+            ranges,
         }
     }
 }
@@ -456,7 +507,7 @@ fuzz_target!(|input: Input<'_>| {
         Err(e) => {
             let _ = e.to_string();
             let catalog_sound = parsed.as_ref().is_some_and(|c| {
-                c.version == 1
+                (c.version == 1 || c.version == 2)
                     && c.streams
                         .values()
                         .flat_map(|s| s.topics.values())
@@ -470,7 +521,10 @@ fuzz_target!(|input: Input<'_>| {
         }
     };
     let catalog = parsed.expect("an unparsable catalog is refused");
-    assert_eq!(catalog.version, 1, "another catalog version is refused");
+    assert!(
+        catalog.version == 1 || catalog.version == 2,
+        "another catalog version is refused"
+    );
 
     let seen = listing(&broker, &keys);
     let (streams, topics, offsets) = &seen;

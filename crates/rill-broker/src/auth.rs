@@ -117,6 +117,8 @@ pub(crate) fn need(body: &RequestBody) -> Need {
         R::CreateTopic(r) => on(&r.stream, MANAGE),
         R::DeleteTopic(r) => on(&r.stream, MANAGE),
         R::AlterTopic(r) => on(&r.stream, MANAGE),
+        R::SplitRange(r) => on(&r.stream, MANAGE),
+        R::MergeRanges(r) => on(&r.stream, MANAGE),
         // Deletes records, as deleting the topic does.
         R::PurgeTopic(r) => on(&r.stream, MANAGE),
         R::DescribeTopic(r) => on(&r.stream, ANY),

@@ -444,8 +444,40 @@ impl Broker {
                     options: Some(config.to_proto()),
                 })
             }
+            RequestBody::SplitRange(r) => {
+                let change = self
+                    .blocking(move |b| b.split_range(&r.stream, &r.topic, r.range, r.at))
+                    .await?;
+                ResponseBody::SplitRange(SplitRangeResponse {
+                    change: Some(range_change(change)),
+                })
+            }
+            RequestBody::MergeRanges(r) => {
+                let change = self
+                    .blocking(move |b| b.merge_ranges(&r.stream, &r.topic, r.first, r.second))
+                    .await?;
+                ResponseBody::MergeRanges(MergeRangesResponse {
+                    change: Some(range_change(change)),
+                })
+            }
         };
         Ok((body, none))
+    }
+}
+
+/// A split's or merge's answer.
+fn range_change(change: crate::RangeChange) -> RangeChange {
+    RangeChange {
+        sealed: change
+            .sealed
+            .into_iter()
+            .map(|(partition, end)| PartitionOffset {
+                partition,
+                offset: Some(end),
+            })
+            .collect(),
+        opened: change.opened,
+        epoch: change.epoch,
     }
 }
 

@@ -255,6 +255,17 @@ fn sample(kind: Kind, s: &str) -> Request {
             frames: 1,
         }),
         Kind::Unsubscribe => R::Unsubscribe(pb::UnsubscribeRequest { subscription: 1 }),
+        Kind::SplitRange => R::SplitRange(pb::SplitRangeRequest {
+            stream: s,
+            topic: t(),
+            ..Default::default()
+        }),
+        Kind::MergeRanges => R::MergeRanges(pb::MergeRangesRequest {
+            stream: s,
+            topic: t(),
+            first: 0,
+            second: 1,
+        }),
         other => panic!("no sample request for {other:?}: add one"),
     };
     Request::new(body)
@@ -302,7 +313,12 @@ fn needs(kind: Kind) -> Needs {
         | K::GrantAcl
         | K::RevokeAcl
         | K::SetQuota => Needs::Admin,
-        K::CreateTopic | K::DeleteTopic | K::AlterTopic | K::PurgeTopic => Needs::Manage,
+        K::CreateTopic
+        | K::DeleteTopic
+        | K::AlterTopic
+        | K::PurgeTopic
+        | K::SplitRange
+        | K::MergeRanges => Needs::Manage,
         K::ListTopics | K::DescribeTopic => Needs::ReadWriteOrManage,
         K::Produce => Needs::Write,
         _ => Needs::Read,

@@ -493,3 +493,76 @@ async fn a_crash_at_any_step_of_a_split_recovers_to_before_or_after_it() {
 async fn a_crash_at_any_step_of_a_split_of_a_never_topic_keeps_the_seal_true() {
     crash_every_step_of_a_split(pb::Durability::Never).await;
 }
+
+#[tokio::test]
+async fn splits_and_merges_over_the_wire() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Arc::new(Broker::open(BrokerConfig::new(dir.path())).unwrap());
+    create(&broker, 1, pb::Durability::Never);
+    produce(&broker, 0, true, batch(&["a", "b"])).await.unwrap();
+    let split = |range: Option<u32>, at: Option<u64>| {
+        RequestBody::SplitRange(pb::SplitRangeRequest {
+            stream: "s".into(),
+            topic: "t".into(),
+            range,
+            at,
+        })
+    };
+    let change = match call(&broker, split(None, Some(1 << 60)), Bytes::new()).await {
+        Ok(ResponseBody::SplitRange(r)) => r.change.unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(change.opened, vec![1, 2]);
+    assert_eq!(change.epoch, 1);
+    assert_eq!(
+        (change.sealed[0].partition, change.sealed[0].offset),
+        (0, Some(2))
+    );
+    assert_eq!(
+        bounds(&describe(&broker).await)[1..],
+        [
+            (1, 0, (1 << 60) - 1, vec![0], None),
+            (2, 1 << 60, u64::MAX, vec![0], None)
+        ]
+    );
+    let merge = RequestBody::MergeRanges(pb::MergeRangesRequest {
+        stream: "s".into(),
+        topic: "t".into(),
+        first: 2,
+        second: 1,
+    });
+    let change = match call(&broker, merge, Bytes::new()).await {
+        Ok(ResponseBody::MergeRanges(r)) => r.change.unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(change.opened, vec![3]);
+    assert_eq!(change.epoch, 2);
+    // Refusals, with their codes; none changes the map.
+    for (body, want) in [
+        (split(Some(0), None), ErrorCode::InvalidRequest), // sealed
+        (split(Some(42), None), ErrorCode::PartitionNotFound),
+        (split(Some(3), Some(0)), ErrorCode::InvalidRequest), // not inside
+        (
+            RequestBody::SplitRange(pb::SplitRangeRequest {
+                stream: "s".into(),
+                topic: "nope".into(),
+                range: None,
+                at: None,
+            }),
+            ErrorCode::TopicNotFound,
+        ),
+        (
+            RequestBody::MergeRanges(pb::MergeRangesRequest {
+                stream: "s".into(),
+                topic: "t".into(),
+                first: 3,
+                second: 3,
+            }),
+            ErrorCode::InvalidRequest,
+        ),
+    ] {
+        let e = call(&broker, body, Bytes::new()).await.unwrap_err();
+        assert_eq!(code(&e), want, "{}", e.message);
+    }
+    assert_eq!(describe(&broker).await.range_epoch, 2);
+}

@@ -146,6 +146,8 @@ protocol! {
     43 => Subscribe(SubscribeRequest, SubscribeResponse),
     44 => Credit(CreditRequest, CreditResponse),
     45 => Unsubscribe(UnsubscribeRequest, UnsubscribeResponse),
+    46 => SplitRange(SplitRangeRequest, SplitRangeResponse),
+    47 => MergeRanges(MergeRangesRequest, MergeRangesResponse),
 }
 
 /// A request: its control message and its payload (the batch of a `Produce`).

@@ -153,6 +153,33 @@ fn every_kind_round_trips_requests_and_responses() {
                 RequestBody::Unsubscribe(UnsubscribeRequest { subscription: 5 }),
                 ResponseBody::Unsubscribe(UnsubscribeResponse { next_offset: 10 }),
             ),
+            Kind::SplitRange => (
+                RequestBody::SplitRange(SplitRangeRequest {
+                    stream: "s".into(),
+                    topic: "t".into(),
+                    range: Some(3),
+                    at: Some(u64::MAX),
+                }),
+                ResponseBody::SplitRange(SplitRangeResponse {
+                    change: Some(RangeChange {
+                        sealed: vec![PartitionOffset {
+                            partition: 3,
+                            offset: Some(1 << 40),
+                        }],
+                        opened: vec![7, 8],
+                        epoch: 4,
+                    }),
+                }),
+            ),
+            Kind::MergeRanges => (
+                RequestBody::MergeRanges(MergeRangesRequest {
+                    stream: "s".into(),
+                    topic: "t".into(),
+                    first: 8,
+                    second: 7,
+                }),
+                ResponseBody::MergeRanges(MergeRangesResponse { change: None }),
+            ),
             _ => continue,
         };
         let request = Request::new(req);
