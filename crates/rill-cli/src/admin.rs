@@ -397,7 +397,12 @@ pub(crate) async fn topic(args: TopicArgs, target: &Target) -> anyhow::Result<()
             );
             println!("segment_bytes\t{}", o.segment_bytes);
             println!("max_record_bytes\t{}", o.max_record_bytes);
+            if d.elastic {
+                println!("elastic\ttrue");
+                println!("range_epoch\t{}", d.range_epoch);
+            }
             print_partitions(&d.partitions);
+            print_ranges(&d.ranges);
         }
         TopicCommand::Alter {
             topic,
@@ -541,6 +546,28 @@ fn print_partitions(partitions: &[rill_client::PartitionInfo]) {
                 one_field(&d.reason)
             );
         }
+    }
+}
+
+/// An elastic topic's ranges, one `range` line each (docs/CLI.md, `topic describe`).
+fn print_ranges(ranges: &[rill_client::RangeInfo]) {
+    for r in ranges {
+        let parents = if r.parents.is_empty() {
+            "-".to_owned()
+        } else {
+            r.parents
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let state = r
+            .sealed_at
+            .map_or_else(|| "open".to_owned(), |end| format!("sealed:{end}"));
+        println!(
+            "range\t{}\t{:#018x}\t{:#018x}\t{state}\t{parents}",
+            r.id, r.lo, r.hi
+        );
     }
 }
 

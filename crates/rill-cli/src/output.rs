@@ -91,12 +91,31 @@ pub(crate) fn partition(p: &PartitionInfo) -> Value {
 }
 
 pub(crate) fn topic_description(d: &TopicDescription) -> Value {
-    json!({
+    let mut v = json!({
         "stream": d.stream,
         "topic": d.name,
         "options": topic_config(&d.config),
         "partitions": d.partitions.iter().map(partition).collect::<Vec<_>>(),
-    })
+    });
+    if d.elastic {
+        v["elastic"] = json!(true);
+        v["range_epoch"] = json!(d.range_epoch);
+        v["ranges"] = d
+            .ranges
+            .iter()
+            .map(|r| {
+                json!({
+                    "id": r.id,
+                    "lo": r.lo,
+                    "hi": r.hi,
+                    "parents": r.parents,
+                    "sealed_at": r.sealed_at,
+                })
+            })
+            .collect::<Vec<_>>()
+            .into();
+    }
+    v
 }
 
 pub(crate) fn group_description(topic: &str, group: &str, d: &GroupDescription) -> Value {

@@ -515,3 +515,76 @@ fn purge_deletes_exactly_the_records_before_the_point() {
         assert_eq!(out.status.code(), Some(2));
     });
 }
+
+/// A data directory holding elastic topic s/t: two ranges, the first split.
+fn elastic_topic(dir: &std::path::Path) {
+    let broker = rill_broker::Broker::open(rill_broker::BrokerConfig::new(dir)).unwrap();
+    broker
+        .create_topic(
+            "s",
+            "t",
+            &rill_proto::pb::TopicOptions {
+                partitions: 2,
+                elastic: true,
+                ..Default::default()
+            },
+            false,
+            true,
+        )
+        .unwrap();
+    broker.split_range("s", "t", Some(0), None).unwrap();
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn describe_shows_an_elastic_topics_ranges() {
+    let dir = tempfile::tempdir().unwrap();
+    let (served, embedded) = (dir.path().join("served"), dir.path().join("embedded"));
+    elastic_topic(&served);
+    elastic_topic(&embedded);
+    let server = ServerProcess::start(&served);
+    for t in [
+        Target::Server(server.url()),
+        Target::Data(embedded.to_str().unwrap().to_owned()),
+    ] {
+        let text = ok(&t, &["topic", "describe", "s/t"], "");
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.contains(&"elastic\ttrue"), "{text}");
+        assert!(lines.contains(&"range_epoch\t1"), "{text}");
+        let ranges: Vec<&str> = lines
+            .iter()
+            .copied()
+            .filter(|l| l.starts_with("range\t"))
+            .collect();
+        assert_eq!(
+            ranges,
+            [
+                "range\t0\t0x0000000000000000\t0x7fffffffffffffff\tsealed:0\t-",
+                "range\t1\t0x8000000000000000\t0xffffffffffffffff\topen\t-",
+                "range\t2\t0x0000000000000000\t0x3fffffffffffffff\topen\t0",
+                "range\t3\t0x4000000000000000\t0x7fffffffffffffff\topen\t0",
+            ],
+            "{text}"
+        );
+        // The partition table has a row per range.
+        assert!(lines.iter().any(|l| l.starts_with("3\t")), "{text}");
+        let d = t.json(&["topic", "describe", "s/t", "--output", "json"]);
+        assert_eq!(d["elastic"], true);
+        assert_eq!(d["range_epoch"], 1);
+        assert_eq!(d["ranges"][0]["sealed_at"], 0);
+        assert_eq!(d["ranges"][3]["parents"], serde_json::json!([0]));
+        assert_eq!(d["ranges"][1]["sealed_at"], Value::Null);
+        // A plain topic shows none of it.
+        ok(&t, &["topic", "create", "s/plain"], "");
+        let text = ok(&t, &["topic", "describe", "s/plain"], "");
+        assert!(
+            !text.contains("elastic") && !text.contains("range"),
+            "{text}"
+        );
+        let d = t.json(&["topic", "describe", "s/plain", "--output", "json"]);
+        assert!(
+            d.get("ranges").is_none() && d.get("elastic").is_none(),
+            "{d}"
+        );
+    }
+}

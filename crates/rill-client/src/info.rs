@@ -62,6 +62,29 @@ pub struct TopicDescription {
     pub config: TopicConfig,
     /// Each partition, in order.
     pub partitions: Vec<PartitionInfo>,
+    /// Whether it is an elastic topic (docs/RANGES.md): its partitions are key ranges.
+    pub elastic: bool,
+    /// An elastic topic's key ranges, by id (= partition); empty for other topics.
+    pub ranges: Vec<RangeInfo>,
+    /// How many splits and merges made the ranges.
+    pub range_epoch: u64,
+}
+
+/// One key range of an elastic topic (docs/RANGES.md §2): partition `id` takes the keys
+/// whose routing hash is in `lo..=hi`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RangeInfo {
+    /// Its partition number.
+    pub id: u32,
+    /// The first hash it covers.
+    pub lo: u64,
+    /// The last hash it covers (inclusive).
+    pub hi: u64,
+    /// The ranges it was split or merged from.
+    pub parents: Vec<u32>,
+    /// Where it was sealed (it took appends below this offset, never again), once sealed.
+    pub sealed_at: Option<u64>,
 }
 
 /// One partition's offsets, size and health.
@@ -214,11 +237,50 @@ impl TryFrom<pb::DescribeTopicResponse> for TopicDescription {
     type Error = ClientError;
 
     fn try_from(d: pb::DescribeTopicResponse) -> Result<Self, ClientError> {
+        let elastic = d.options.as_ref().is_some_and(|o| o.elastic);
+        let ranges: Vec<RangeInfo> = d
+            .ranges
+            .into_iter()
+            .map(|r| RangeInfo {
+                id: r.id,
+                lo: r.lo,
+                hi: r.hi,
+                parents: r.parents,
+                sealed_at: r.sealed_at,
+            })
+            .collect();
+        // The map comes from outside: checked whole before anyone routes by it.
+        if elastic || !ranges.is_empty() {
+            let map = rill_proto::ranges::RangeMap::from_ranges(
+                ranges
+                    .iter()
+                    .map(|r| rill_proto::ranges::Range {
+                        id: r.id,
+                        lo: r.lo,
+                        hi: r.hi,
+                        parents: r.parents.clone(),
+                        sealed: r.sealed_at,
+                    })
+                    .collect(),
+                d.range_epoch,
+            )
+            .map_err(|e| ClientError::Protocol(format!("the topic's ranges: {e}")))?;
+            if !elastic || map.ranges().len() != d.partitions.len() {
+                return Err(ClientError::Protocol(format!(
+                    "a topic described with {} ranges and {} partitions (elastic: {elastic})",
+                    map.ranges().len(),
+                    d.partitions.len()
+                )));
+            }
+        }
         Ok(Self {
             stream: d.stream,
             name: d.topic,
             config: topic_config(d.options)?,
             partitions: d.partitions.into_iter().map(PartitionInfo::from).collect(),
+            elastic,
+            ranges,
+            range_epoch: d.range_epoch,
         })
     }
 }
@@ -354,6 +416,91 @@ impl From<pb::ClusterStatusResponse> for ClusterStatus {
                     high_watermark: p.high_watermark,
                 })
                 .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn described(
+        elastic: bool,
+        ranges: Vec<pb::RangeInfo>,
+        partitions: u32,
+    ) -> pb::DescribeTopicResponse {
+        pb::DescribeTopicResponse {
+            stream: "s".into(),
+            topic: "t".into(),
+            options: Some(pb::TopicOptions {
+                partitions,
+                elastic,
+                durability: pb::Durability::Never as i32,
+                segment_bytes: Some(1 << 20),
+                max_record_bytes: Some(1 << 20),
+                ..Default::default()
+            }),
+            partitions: (0..partitions)
+                .map(|p| pb::PartitionInfo {
+                    partition: p,
+                    ..Default::default()
+                })
+                .collect(),
+            ranges,
+            range_epoch: 1,
+        }
+    }
+
+    fn range(
+        id: u32,
+        lo: u64,
+        hi: u64,
+        parents: Vec<u32>,
+        sealed_at: Option<u64>,
+    ) -> pb::RangeInfo {
+        pb::RangeInfo {
+            id,
+            lo,
+            hi,
+            parents,
+            sealed_at,
+        }
+    }
+
+    #[test]
+    fn a_described_topics_ranges_are_checked_whole() {
+        let split = || {
+            vec![
+                range(0, 0, u64::MAX, vec![], Some(5)),
+                range(1, 0, (1 << 63) - 1, vec![0], None),
+                range(2, 1 << 63, u64::MAX, vec![0], None),
+            ]
+        };
+        let d = TopicDescription::try_from(described(true, split(), 3)).unwrap();
+        assert!(d.elastic);
+        assert_eq!(d.range_epoch, 1);
+        assert_eq!(d.ranges[0].sealed_at, Some(5));
+        assert_eq!(d.ranges[2].parents, vec![0]);
+        // A plain topic has none.
+        let d = TopicDescription::try_from(described(false, vec![], 2)).unwrap();
+        assert!(!d.elastic && d.ranges.is_empty());
+        // What a server must not send: a gap, ranges of a plain topic, an elastic topic
+        // without ranges, and a count that disagrees with its partitions.
+        let mut gap = split();
+        gap[2].lo += 1;
+        for (what, bad) in [
+            ("gap", described(true, gap, 3)),
+            ("plain with ranges", described(false, split(), 3)),
+            ("elastic without", described(true, vec![], 3)),
+            ("count", described(true, split(), 4)),
+        ] {
+            assert!(
+                matches!(
+                    TopicDescription::try_from(bad),
+                    Err(ClientError::Protocol(_))
+                ),
+                "{what} was accepted"
+            );
         }
     }
 }

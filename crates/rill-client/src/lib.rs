@@ -81,8 +81,8 @@ pub use group::{
 };
 pub use info::{
     ClusterNodeInfo, ClusterPartitionInfo, ClusterStatus, DamagedRange, GroupDescription,
-    GroupMember, GroupPartition, PartitionInfo, StreamInfo, TopicConfig, TopicDescription,
-    TopicInfo,
+    GroupMember, GroupPartition, PartitionInfo, RangeInfo, StreamInfo, TopicConfig,
+    TopicDescription, TopicInfo,
 };
 pub use message::{Message, Position, Record, Value};
 pub use producer::{Background, Backpressure, Producer, ProducerBuilder, Sharding};
