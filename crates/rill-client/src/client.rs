@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 #[cfg(feature = "embedded")]
 use rill_broker::{Broker, BrokerConfig};
 use rill_proto::pb::*;
+use rill_proto::ranges::RangeMap;
 use rill_proto::{Request, RequestBody, Response, ResponseBody};
 
 #[cfg(feature = "embedded")]
@@ -75,6 +76,9 @@ pub(crate) struct Inner {
     /// Partition counts by (stream, topic), for routing. A non-poisoning lock: a cache
     /// entry is inserted or removed whole.
     partitions: Mutex<HashMap<(String, String), u32>>,
+    /// The range maps of the elastic topics among them (docs/RANGES.md §4): present
+    /// exactly for the cached topics that are elastic.
+    ranges: Mutex<HashMap<(String, String), Arc<RangeMap>>>,
     embedded: bool,
     /// Set by `close`: every call fails with `ClientError::Closed` from then on.
     closed: AtomicBool,
@@ -248,6 +252,7 @@ impl ClientBuilder {
                 default_stream: self.default_stream,
                 retry: self.retry,
                 partitions: Mutex::new(HashMap::new()),
+                ranges: Mutex::new(HashMap::new()),
                 embedded,
                 closed: AtomicBool::new(false),
                 #[cfg(feature = "test-seams")]
@@ -431,6 +436,14 @@ impl Client {
             .sum()
     }
 
+    /// Sends one request as it is and returns its answer, with the client's retries. A
+    /// test seam (feature `test-seams`): tests reach requests the SDK does not offer
+    /// yet (an elastic topic's creation and splits, docs/RANGES.md §11).
+    #[cfg(feature = "test-seams")]
+    pub async fn call_raw(&self, body: RequestBody) -> Result<ResponseBody, ClientError> {
+        Ok(self.call(body, Bytes::new(), Retry::Safe).await?.0)
+    }
+
     /// Whether [`Client::close`] was called.
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::Acquire)
@@ -515,6 +528,14 @@ impl Client {
             let error = match self.attempt(&body, &payload).await {
                 Attempt::Answered(body, payload) => return Ok((body, payload)),
                 Attempt::Refused(e) if !e.is_transient() => return Err(e),
+                // A sealed range of an elastic topic: the same request would be refused
+                // again; the caller routes the records anew (docs/RANGES.md §4).
+                Attempt::Refused(e)
+                    if e.code() == Some(crate::ErrorCode::NotOwner)
+                        && matches!(&body, RequestBody::Produce(r) if r.ranged) =>
+                {
+                    return Err(e);
+                }
                 Attempt::Refused(e) | Attempt::NotSent(e) => e,
                 Attempt::Lost(e) if retry == Retry::UnsafeAfterSend => {
                     return Err(ClientError::Indeterminate(e.to_string()));
@@ -618,17 +639,37 @@ impl Client {
     }
 
     pub(crate) fn forget_partitions(&self, stream: &str, topic: &str) {
-        self.inner
-            .partitions
-            .lock()
-            .remove(&(stream.to_owned(), topic.to_owned()));
+        let key = (stream.to_owned(), topic.to_owned());
+        self.inner.partitions.lock().remove(&key);
+        self.inner.ranges.lock().remove(&key);
     }
 
-    pub(crate) fn remember_partitions(&self, stream: &str, topic: &str, n: u32) {
+    /// An elastic topic's cached range map (`None` for other topics, or when nothing is
+    /// cached).
+    pub(crate) fn cached_ranges(&self, stream: &str, topic: &str) -> Option<Arc<RangeMap>> {
         self.inner
-            .partitions
+            .ranges
             .lock()
-            .insert((stream.to_owned(), topic.to_owned()), n);
+            .get(&(stream.to_owned(), topic.to_owned()))
+            .cloned()
+    }
+
+    /// Caches a topic's partition count; its range map, if it is elastic, only
+    /// [`Client::describe_topic`] caches.
+    pub(crate) fn remember_partitions(&self, stream: &str, topic: &str, n: u32) {
+        let key = (stream.to_owned(), topic.to_owned());
+        self.inner.ranges.lock().remove(&key);
+        self.inner.partitions.lock().insert(key, n);
+    }
+
+    /// A topic's partition count and, for an elastic topic, its range map; cached.
+    pub(crate) async fn shape(
+        &self,
+        stream: &str,
+        topic: &str,
+    ) -> Result<(u32, Option<Arc<RangeMap>>), ClientError> {
+        let n = self.partitions(stream, topic).await?;
+        Ok((n, self.cached_ranges(stream, topic)))
     }
 
     // ---- admin -------------------------------------------------------------------------
@@ -742,6 +783,27 @@ impl Client {
             ResponseBody::DescribeTopic(r) => {
                 let d = crate::TopicDescription::try_from(r)?;
                 self.remember_partitions(stream, topic, d.config.partitions);
+                if d.elastic {
+                    // Checked whole when the answer was read.
+                    let map = RangeMap::from_ranges(
+                        d.ranges
+                            .iter()
+                            .map(|r| rill_proto::ranges::Range {
+                                id: r.id,
+                                lo: r.lo,
+                                hi: r.hi,
+                                parents: r.parents.clone(),
+                                sealed: r.sealed_at,
+                            })
+                            .collect(),
+                        d.range_epoch,
+                    )
+                    .map_err(|e| ClientError::Protocol(format!("the topic's ranges: {e}")))?;
+                    self.inner
+                        .ranges
+                        .lock()
+                        .insert((stream.to_owned(), topic.to_owned()), Arc::new(map));
+                }
                 Ok(d)
             }
             other => Err(unexpected(&other)),

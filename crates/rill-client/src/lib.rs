@@ -92,7 +92,7 @@ pub use rill_format::{Durability, ParseDurabilityError};
 /// The protocol's rule for stream, topic, consumer and group names (`docs/PROTOCOL.md`
 /// §7): why a name breaks it, if it does, so a caller can check before it asks.
 pub use rill_proto::{NAME_LEN_MAX, name_problem};
-pub use routing::{Routing, partition_for_key};
+pub use routing::{Routing, key_hash, partition_for_key};
 pub use subscription::Subscription;
 pub use tls::TlsOptions;
 pub use topic::{Fetched, Publish, Topic, TopicOptions, TypedTopic};

@@ -41,6 +41,13 @@ pub(crate) fn check(message: &crate::Message, routing: &Routing) -> Result<(), c
     }
 }
 
+/// A key's routing hash: `xxh3_64(key bytes, seed 0)`. A plain topic takes it modulo its
+/// partitions ([`partition_for_key`]); an elastic topic sends the key to the open range
+/// covering it (docs/RANGES.md §2).
+pub fn key_hash(key: &[u8]) -> u64 {
+    xxh3_64(key)
+}
+
 /// The partition of `key` among `partitions`: `xxh3_64(key bytes, seed 0) % partitions`.
 ///
 /// Specified so every SDK and the embedded mode agree (see docs/PROTOCOL.md).

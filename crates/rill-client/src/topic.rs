@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use rill_format::{Durability, ProducerInfo};
 use rill_proto::pb::{self, ProduceRequest, ProduceResponse};
+use rill_proto::ranges::RangeMap;
 use rill_proto::{RequestBody, ResponseBody};
 
 use serde::Serialize;
@@ -368,55 +369,101 @@ impl Topic {
         for m in &messages {
             crate::routing::check(m, &Routing::Balanced)?;
         }
-        let partitions = self.partitions().await?;
-        let unkeyed = self.next_balanced(partitions);
-        let mut groups: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
-        for (i, m) in messages.iter().enumerate() {
-            let p = m
-                .key
-                .as_ref()
-                .map_or(unkeyed, |k| partition_for_key(k, partitions));
-            groups.entry(p).or_default().push(i);
-        }
-        let sends = groups.iter().map(|(&p, idx)| {
-            let batch: Vec<Message> = idx.iter().map(|&i| messages[i].clone()).collect();
-            async move {
-                let r = self
-                    .produce(p, &batch, None, Retry::UnsafeAfterSend)
-                    .await?;
-                Ok::<_, ClientError>((p, r))
+        let mut positions: Vec<Option<Position>> = vec![None; messages.len()];
+        // Every message, then (on an elastic topic) those a sealed range refused: each
+        // round routes them by the topic's current shape.
+        let mut pending: Vec<usize> = (0..messages.len()).collect();
+        let mut rounds = 0;
+        while !pending.is_empty() {
+            let shape = self.client.shape(&self.stream, &self.name).await?;
+            let unkeyed = self.balanced_in(&shape);
+            let mut groups: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+            for &i in &pending {
+                let p = messages[i]
+                    .key
+                    .as_ref()
+                    .map_or(unkeyed, |k| keyed_in(&shape, k));
+                groups.entry(p).or_default().push(i);
             }
-        });
-        let results = futures::future::try_join_all(sends).await?;
-        let mut positions = vec![
-            Position {
-                partition: 0,
-                offset: 0
-            };
-            messages.len()
-        ];
-        for ((p, response), idx) in results.into_iter().zip(groups.values()) {
-            for (k, &i) in idx.iter().enumerate() {
-                positions[i] = Position {
-                    partition: p,
-                    offset: response.base_offset + k as u64,
-                };
+            let sends = groups.iter().map(|(&p, idx)| {
+                let batch: Vec<Message> = idx.iter().map(|&i| messages[i].clone()).collect();
+                async move {
+                    self.produce(p, &batch, None, Retry::UnsafeAfterSend)
+                        .await
+                        .map(|r| (p, r))
+                }
+            });
+            let results = futures::future::join_all(sends).await;
+            pending.clear();
+            for (result, idx) in results.into_iter().zip(groups.values()) {
+                match result {
+                    Ok((p, response)) => {
+                        for (k, &i) in idx.iter().enumerate() {
+                            positions[i] = Some(Position {
+                                partition: p,
+                                offset: response.base_offset + k as u64,
+                            });
+                        }
+                    }
+                    Err(e) if self.resealed(&e, &shape, &mut rounds) => pending.extend(idx),
+                    Err(e) => return Err(e),
+                }
             }
         }
-        Ok(positions)
+        Ok(positions
+            .into_iter()
+            .map(|p| p.expect("every message was sent"))
+            .collect())
+    }
+
+    /// Whether a produce refused with `e` is to be routed again: an elastic topic's
+    /// range was sealed under it (`NOT_OWNER`), which is final for that range and
+    /// certain not to have stored the batch. Forgets the cached ranges, so the next
+    /// round reads them anew, and counts the rounds (a topic sealed under a producer
+    /// more times than the retry budget allows is an error).
+    fn resealed(
+        &self,
+        e: &ClientError,
+        shape: &(u32, Option<Arc<RangeMap>>),
+        rounds: &mut u32,
+    ) -> bool {
+        if e.code() != Some(ErrorCode::NotOwner) || shape.1.is_none() {
+            return false;
+        }
+        if *rounds >= self.client.retry_policy().retries {
+            return false;
+        }
+        *rounds += 1;
+        self.client.forget_partitions(&self.stream, &self.name);
+        true
     }
 
     pub(crate) fn next_balanced(&self, partitions: u32) -> u32 {
         self.balanced.fetch_add(1, Ordering::Relaxed) % partitions.max(1)
     }
 
+    /// The next partition for unkeyed records: round-robin over the partitions, or over
+    /// an elastic topic's open ranges.
+    fn balanced_in(&self, shape: &(u32, Option<Arc<RangeMap>>)) -> u32 {
+        match &shape.1 {
+            None => self.next_balanced(shape.0),
+            Some(map) => {
+                let n = map.open_count().max(1) as u32;
+                let i = self.balanced.fetch_add(1, Ordering::Relaxed) % n;
+                map.open().nth(i as usize).map_or(0, |r| r.id)
+            }
+        }
+    }
+
     /// Resolves a routing to a partition.
     pub(crate) async fn route(&self, routing: &Routing) -> Result<u32, ClientError> {
-        let partitions = self.partitions().await?;
+        if let Routing::Partition(p) = routing {
+            return Ok(*p);
+        }
+        let shape = self.client.shape(&self.stream, &self.name).await?;
         Ok(match routing {
-            Routing::Balanced => self.next_balanced(partitions),
-            Routing::Key(k) => partition_for_key(k, partitions),
-            Routing::Partition(p) => *p,
+            Routing::Key(k) => keyed_in(&shape, k),
+            _ => self.balanced_in(&shape),
         })
     }
 
@@ -442,9 +489,13 @@ impl Topic {
             stream: self.stream.to_string(),
             topic: self.name.to_string(),
             partition,
-            // Routing by an elastic topic's ranges is not built in this SDK yet
-            // (docs/RANGES.md §11): the broker refuses its produces to one.
-            ranged: false,
+            // Routed by the topic's ranges when it is elastic (`publish`, `publish_batch`;
+            // the `Producer` does not route by range yet, and the broker refuses its
+            // produces to an elastic topic).
+            ranged: self
+                .client
+                .cached_ranges(&self.stream, &self.name)
+                .is_some(),
         });
         match self.client.call(body, batch, retry).await {
             Ok((ResponseBody::Produce(r), _)) => Ok(r),
@@ -682,20 +733,46 @@ impl Publish {
             return Err(e);
         }
         crate::routing::check(&self.message, &self.routing)?;
-        let partition = self.topic.route(&self.routing).await?;
-        let r = self
-            .topic
-            .produce(
-                partition,
-                std::slice::from_ref(&self.message),
-                None,
-                Retry::UnsafeAfterSend,
-            )
-            .await?;
-        Ok(Position {
-            partition,
-            offset: r.base_offset,
-        })
+        let mut rounds = 0;
+        loop {
+            let shape = self
+                .topic
+                .client
+                .shape(&self.topic.stream, &self.topic.name)
+                .await?;
+            let partition = self.topic.route(&self.routing).await?;
+            match self
+                .topic
+                .produce(
+                    partition,
+                    std::slice::from_ref(&self.message),
+                    None,
+                    Retry::UnsafeAfterSend,
+                )
+                .await
+            {
+                Ok(r) => {
+                    return Ok(Position {
+                        partition,
+                        offset: r.base_offset,
+                    });
+                }
+                // A sealed range: routed again (an explicit partition is the caller's).
+                Err(e)
+                    if !matches!(self.routing, Routing::Partition(_))
+                        && self.topic.resealed(&e, &shape, &mut rounds) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// The partition of a key: its plain topic's `% partitions`, or the open range of an
+/// elastic topic covering its hash.
+fn keyed_in(shape: &(u32, Option<Arc<RangeMap>>), key: &[u8]) -> u32 {
+    match &shape.1 {
+        None => partition_for_key(key, shape.0),
+        Some(map) => map.route(crate::routing::key_hash(key)),
     }
 }
 
