@@ -16,14 +16,13 @@
 //!    topic (with the added partitions) replaces the old one: a crash here is a restart
 //!    with the saved catalog, which is what step 3 was making true in memory.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use rill_proto::pb;
 use rill_storage::Durability;
 
-use crate::broker::{Topic, open_partition, partition_options, sync_dirs, topic_dir};
-use crate::catalog::{TopicConfig, catalog_err};
+use crate::broker::partition_options;
+use crate::catalog::TopicConfig;
 use crate::{Broker, BrokerError};
 
 /// What an `AlterTopic` asks to change; `None` leaves an option as it is.
@@ -130,55 +129,12 @@ impl Broker {
             return Ok(config);
         }
         // Step 1: the added partitions' files.
-        let dir = topic_dir(&self.config.data_dir, stream, topic);
         let options = partition_options(&self.config, &config);
-        let io = self.env.io.as_ref();
-        let mut added = Vec::new();
-        let undo = |added: &[Arc<crate::partition::Partition>]| {
-            for (i, p) in added.iter().enumerate() {
-                let _ = p.close();
-                let _ =
-                    io.remove_dir_all(&dir.join((old.config.partitions as usize + i).to_string()));
-            }
-        };
-        for p in old.config.partitions..config.partitions {
-            let path = dir.join(p.to_string());
-            if io.exists(&path) {
-                // Left by an alter that crashed before its catalog was saved.
-                io.remove_dir_all(&path)
-                    .map_err(catalog_err("remove", &path))?;
-            }
-            let partition =
-                open_partition(&self.env, &self.flusher, &dir, (stream, topic, p), &options);
-            let failure = partition.failure();
-            added.push(Arc::new(partition));
-            if let Some(reason) = failure {
-                undo(&added);
-                return Err(BrokerError::PartitionUnavailable {
-                    stream: stream.to_owned(),
-                    topic: topic.to_owned(),
-                    partition: p,
-                    reason,
-                });
-            }
-        }
-        if !added.is_empty()
-            && let Err(e) = sync_dirs(io, &dir, &self.config.data_dir)
-        {
-            undo(&added);
-            return Err(e);
-        }
+        let range = (old.config.partitions, config.partitions);
+        let added = self.create_partitions(stream, topic, range, &options)?;
         // Step 2: the catalog.
-        let mut file = self.catalog_file();
-        if let Some(t) = file
-            .streams
-            .get_mut(stream)
-            .and_then(|s| s.topics.get_mut(topic))
-        {
-            t.config = config.clone();
-        }
-        if let Err(e) = self.save_catalog(&file) {
-            undo(&added);
+        if let Err(e) = self.save_topic_config(stream, topic, &config) {
+            self.remove_partitions(stream, topic, range.0, &added);
             return Err(e);
         }
         // Step 3: memory and the live logs.
@@ -189,16 +145,7 @@ impl Broker {
             }
             self.register_flush(p);
         }
-        let mut partitions = old.partitions.clone();
-        partitions.extend(added);
-        let altered = Arc::new(Topic {
-            created_us: old.created_us,
-            config: config.clone(),
-            partitions,
-        });
-        if let Some(s) = self.write_streams().get_mut(stream) {
-            s.topics.insert(topic.to_owned(), altered);
-        }
+        self.replace_topic(stream, topic, &old, config.clone(), added);
         if config.partitions > old.config.partitions {
             self.groups.grow_topic(stream, topic, config.partitions);
         }

@@ -370,6 +370,116 @@ impl Broker {
     }
 
     /// The catalog as it would be saved.
+    /// Creates partitions `from..to` of a topic that grows (an alter adding partitions,
+    /// a split or merge opening ranges): a directory left by a change that crashed
+    /// before its catalog was saved is removed first; the new directories are synced
+    /// down from the data directory. On failure nothing it created is left.
+    pub(crate) fn create_partitions(
+        &self,
+        stream: &str,
+        topic: &str,
+        (from, to): (u32, u32),
+        options: &PartitionOptions,
+    ) -> Result<Vec<Arc<Partition>>, BrokerError> {
+        let dir = topic_dir(&self.config.data_dir, stream, topic);
+        let io = self.env.io.as_ref();
+        let mut created = Vec::new();
+        for p in from..to {
+            let path = dir.join(p.to_string());
+            if io.exists(&path)
+                && let Err(e) = io.remove_dir_all(&path)
+            {
+                self.remove_partitions(stream, topic, from, &created);
+                return Err(catalog_err("remove", &path)(e));
+            }
+            let partition = Arc::new(open_partition(
+                &self.env,
+                &self.flusher,
+                &dir,
+                (stream, topic, p),
+                options,
+            ));
+            let failure = partition.failure();
+            created.push(partition);
+            if let Some(reason) = failure {
+                self.remove_partitions(stream, topic, from, &created);
+                return Err(BrokerError::PartitionUnavailable {
+                    stream: stream.to_owned(),
+                    topic: topic.to_owned(),
+                    partition: p,
+                    reason,
+                });
+            }
+        }
+        if !created.is_empty()
+            && let Err(e) = sync_dirs(io, &dir, &self.config.data_dir)
+        {
+            self.remove_partitions(stream, topic, from, &created);
+            return Err(e);
+        }
+        Ok(created)
+    }
+
+    /// Closes and deletes partitions [`Broker::create_partitions`] made from `from` on
+    /// (a change that failed before its catalog was saved).
+    pub(crate) fn remove_partitions(
+        &self,
+        stream: &str,
+        topic: &str,
+        from: u32,
+        created: &[Arc<Partition>],
+    ) {
+        let dir = topic_dir(&self.config.data_dir, stream, topic);
+        for (i, p) in created.iter().enumerate() {
+            let _ = p.close();
+            let _ = self
+                .env
+                .io
+                .remove_dir_all(&dir.join((from as usize + i).to_string()));
+        }
+    }
+
+    /// Saves the catalog with a topic's options replaced (the commit point of an alter,
+    /// a split or a merge).
+    pub(crate) fn save_topic_config(
+        &self,
+        stream: &str,
+        topic: &str,
+        config: &TopicConfig,
+    ) -> Result<(), BrokerError> {
+        let mut file = self.catalog_file();
+        if let Some(t) = file
+            .streams
+            .get_mut(stream)
+            .and_then(|s| s.topics.get_mut(topic))
+        {
+            t.config = config.clone();
+        }
+        self.save_catalog(&file)
+    }
+
+    /// Puts in memory what [`Broker::save_topic_config`] saved: the topic with its new
+    /// options and its partitions followed by `added`.
+    pub(crate) fn replace_topic(
+        &self,
+        stream: &str,
+        topic: &str,
+        old: &Topic,
+        config: TopicConfig,
+        added: Vec<Arc<Partition>>,
+    ) {
+        let mut partitions = old.partitions.clone();
+        partitions.extend(added);
+        let changed = Arc::new(Topic {
+            created_us: old.created_us,
+            config,
+            partitions,
+        });
+        if let Some(s) = self.write_streams().get_mut(stream) {
+            s.topics.insert(topic.to_owned(), changed);
+        }
+    }
+
     pub(crate) fn catalog_file(&self) -> CatalogFile {
         let streams = self.read_streams();
         let elastic = streams

@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 use rill_proto::ranges::{Change, RANGE_IDS_MAX, RangeError, RangeMap};
 
-use crate::broker::{Topic, open_partition, partition_options, sync_dirs, topic_dir};
-use crate::catalog::{StoredRanges, catalog_err};
+use crate::broker::{Topic, partition_options};
+use crate::catalog::StoredRanges;
 use crate::partition::{Partition, Seal};
 use crate::{Broker, BrokerError};
 
@@ -114,52 +114,22 @@ impl Broker {
             }
         }
         // Step 3: the children's files.
-        let dir = topic_dir(&self.config.data_dir, stream, topic);
-        let io = self.env.io.as_ref();
         let first = old.config.partitions;
         let mut config = old.config.clone();
         config.partitions = first + change.children.len() as u32;
         let options = partition_options(&self.config, &config);
-        let mut children: Vec<Arc<Partition>> = Vec::new();
+        let children =
+            match self.create_partitions(stream, topic, (first, config.partitions), &options) {
+                Ok(children) => children,
+                Err(e) => {
+                    abort(&parents);
+                    return Err(e);
+                }
+            };
         let undo = |children: &[Arc<Partition>]| {
             abort(&parents);
-            for (i, c) in children.iter().enumerate() {
-                let _ = c.close();
-                let _ = io.remove_dir_all(&dir.join((first as usize + i).to_string()));
-            }
+            self.remove_partitions(stream, topic, first, children);
         };
-        for id in first..config.partitions {
-            let path = dir.join(id.to_string());
-            if io.exists(&path)
-                && let Err(e) = io.remove_dir_all(&path)
-            {
-                // Left by a split that crashed before its catalog was saved.
-                undo(&children);
-                return Err(catalog_err("remove", &path)(e));
-            }
-            let child = Arc::new(open_partition(
-                &self.env,
-                &self.flusher,
-                &dir,
-                (stream, topic, id),
-                &options,
-            ));
-            let failure = child.failure();
-            children.push(child);
-            if let Some(reason) = failure {
-                undo(&children);
-                return Err(BrokerError::PartitionUnavailable {
-                    stream: stream.to_owned(),
-                    topic: topic.to_owned(),
-                    partition: id,
-                    reason,
-                });
-            }
-        }
-        if let Err(e) = sync_dirs(io, &dir, &self.config.data_dir) {
-            undo(&children);
-            return Err(e);
-        }
         // Step 4: the commit.
         let mut next = map;
         let opened = match next.apply(&change, &ends) {
@@ -172,15 +142,7 @@ impl Broker {
             }
         };
         config.ranges = Some(StoredRanges::from_map(&next));
-        let mut file = self.catalog_file();
-        if let Some(t) = file
-            .streams
-            .get_mut(stream)
-            .and_then(|s| s.topics.get_mut(topic))
-        {
-            t.config = config.clone();
-        }
-        if let Err(e) = self.save_catalog(&file) {
+        if let Err(e) = self.save_topic_config(stream, topic, &config) {
             undo(&children);
             return Err(e);
         }
@@ -188,16 +150,7 @@ impl Broker {
         for (p, &end) in parents.iter().zip(&ends) {
             p.finish_seal(end);
         }
-        let mut partitions = old.partitions.clone();
-        partitions.extend(children);
-        let changed = Arc::new(Topic {
-            created_us: old.created_us,
-            config: config.clone(),
-            partitions,
-        });
-        if let Some(s) = self.write_streams().get_mut(stream) {
-            s.topics.insert(topic.to_owned(), changed);
-        }
+        self.replace_topic(stream, topic, &old, config.clone(), children);
         self.groups.grow_topic(stream, topic, config.partitions);
         let sealed: Vec<(u32, u64)> = change.parents.iter().copied().zip(ends).collect();
         tracing::info!(

@@ -783,26 +783,11 @@ impl Client {
             ResponseBody::DescribeTopic(r) => {
                 let d = crate::TopicDescription::try_from(r)?;
                 self.remember_partitions(stream, topic, d.config.partitions);
-                if d.elastic {
-                    // Checked whole when the answer was read.
-                    let map = RangeMap::from_ranges(
-                        d.ranges
-                            .iter()
-                            .map(|r| rill_proto::ranges::Range {
-                                id: r.id,
-                                lo: r.lo,
-                                hi: r.hi,
-                                parents: r.parents.clone(),
-                                sealed: r.sealed_at,
-                            })
-                            .collect(),
-                        d.range_epoch,
-                    )
-                    .map_err(|e| ClientError::Protocol(format!("the topic's ranges: {e}")))?;
+                if let Some(map) = &d.range_map {
                     self.inner
                         .ranges
                         .lock()
-                        .insert((stream.to_owned(), topic.to_owned()), Arc::new(map));
+                        .insert((stream.to_owned(), topic.to_owned()), Arc::clone(map));
                 }
                 Ok(d)
             }

@@ -68,6 +68,8 @@ pub struct TopicDescription {
     pub ranges: Vec<RangeInfo>,
     /// How many splits and merges made the ranges.
     pub range_epoch: u64,
+    /// The ranges as the routing map they were checked as (`None` for other topics).
+    pub(crate) range_map: Option<std::sync::Arc<rill_proto::ranges::RangeMap>>,
 }
 
 /// One key range of an elastic topic (docs/RANGES.md §2): partition `id` takes the keys
@@ -250,6 +252,7 @@ impl TryFrom<pb::DescribeTopicResponse> for TopicDescription {
             })
             .collect();
         // The map comes from outside: checked whole before anyone routes by it.
+        let mut range_map = None;
         if elastic || !ranges.is_empty() {
             let map = rill_proto::ranges::RangeMap::from_ranges(
                 ranges
@@ -272,6 +275,7 @@ impl TryFrom<pb::DescribeTopicResponse> for TopicDescription {
                     d.partitions.len()
                 )));
             }
+            range_map = Some(std::sync::Arc::new(map));
         }
         Ok(Self {
             stream: d.stream,
@@ -281,6 +285,7 @@ impl TryFrom<pb::DescribeTopicResponse> for TopicDescription {
             elastic,
             ranges,
             range_epoch: d.range_epoch,
+            range_map,
         })
     }
 }
