@@ -80,6 +80,35 @@ pub(crate) enum TopicCommand {
         /// In a cluster: replicas of each partition (default min(3, nodes)).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         replicas: Option<u32>,
+        /// An elastic topic: its partitions are key ranges that split and merge online
+        /// (`topic split`, `topic merge`) without breaking any key's order.
+        #[arg(long)]
+        elastic: bool,
+        /// With --elastic: the ranges it starts with, cutting the key hashes evenly
+        /// (default 1; instead of --partitions).
+        #[arg(long, requires = "elastic", conflicts_with = "partitions",
+              value_parser = clap::value_parser!(u32).range(1..))]
+        ranges: Option<u32>,
+    },
+    /// Split an open range of an elastic topic in two: it is sealed where it ends and
+    /// two new ranges take its keys from then on.
+    Split {
+        /// STREAM/TOPIC
+        topic: String,
+        /// The open range to split (default: the busiest, by bytes).
+        #[arg(long, value_name = "ID")]
+        range: Option<u32>,
+        /// The first key hash of the upper half, decimal or 0x-hex (default: the middle).
+        #[arg(long, value_name = "HASH", value_parser = parse_hash)]
+        at: Option<u64>,
+    },
+    /// Merge two adjacent open ranges of an elastic topic into one.
+    Merge {
+        /// STREAM/TOPIC
+        topic: String,
+        /// The two ranges, A,B.
+        #[arg(long, value_name = "A,B", value_parser = parse_range_pair)]
+        ranges: (u32, u32),
     },
     /// List topics, of one stream or all.
     List {
@@ -329,16 +358,19 @@ pub(crate) async fn topic(args: TopicArgs, target: &Target) -> anyhow::Result<()
             segment_bytes,
             max_record_bytes,
             replicas,
+            elastic,
+            ranges,
         } => {
             let handle = target::topic(&client, &topic)?;
             let options = TopicOptions {
-                partitions: Some(partitions),
+                partitions: Some(ranges.unwrap_or(partitions)),
                 retention,
                 retention_bytes,
                 segment_bytes,
                 durability,
                 max_record_bytes,
                 replicas,
+                elastic,
             };
             let o = handle
                 .create_with(&options, true)
@@ -346,8 +378,31 @@ pub(crate) async fn topic(args: TopicArgs, target: &Target) -> anyhow::Result<()
                 .with_context(|| format!("cannot create {topic}"))?;
             out.print(
                 || serde_json::json!({ "topic": topic, "options": output::topic_config(&o) }),
-                || println!("{topic}\t{} partitions", o.partitions),
+                || {
+                    if o.elastic {
+                        println!("{topic}\t{} ranges\telastic", o.partitions);
+                    } else {
+                        println!("{topic}\t{} partitions", o.partitions);
+                    }
+                },
             );
+        }
+        TopicCommand::Split { topic, range, at } => {
+            let change = target::topic(&client, &topic)?
+                .split_range(range, at)
+                .await
+                .with_context(|| format!("cannot split a range of {topic}"))?;
+            print_range_change(out, &topic, &change);
+        }
+        TopicCommand::Merge {
+            topic,
+            ranges: (a, b),
+        } => {
+            let change = target::topic(&client, &topic)?
+                .merge_ranges(a, b)
+                .await
+                .with_context(|| format!("cannot merge ranges {a} and {b} of {topic}"))?;
+            print_range_change(out, &topic, &change);
         }
         TopicCommand::List { stream } => {
             let topics = client.list_topics(stream.as_deref()).await?;
@@ -569,6 +624,56 @@ fn print_ranges(ranges: &[rill_client::RangeInfo]) {
             r.id, r.lo, r.hi
         );
     }
+}
+
+/// What `topic split` and `topic merge` did: a `sealed` line per range sealed (its id
+/// and seal offset), an `opened` line per range opened, the epoch (docs/CLI.md).
+fn print_range_change(out: output::Output, topic: &str, change: &rill_client::RangeChange) {
+    out.print(
+        || {
+            let sealed: Vec<serde_json::Value> = change
+                .sealed
+                .iter()
+                .map(|(id, at)| serde_json::json!({ "range": id, "sealed_at": at }))
+                .collect();
+            serde_json::json!({
+                "topic": topic,
+                "sealed": sealed,
+                "opened": change.opened,
+                "range_epoch": change.epoch,
+            })
+        },
+        || {
+            for (id, at) in &change.sealed {
+                println!("sealed\t{id}\t{at}");
+            }
+            for id in &change.opened {
+                println!("opened\t{id}");
+            }
+            println!("range_epoch\t{}", change.epoch);
+        },
+    );
+}
+
+/// A key hash: decimal, or hexadecimal after `0x`.
+fn parse_hash(s: &str) -> Result<u64, String> {
+    let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(&hex.replace('_', ""), 16),
+        None => s.replace('_', "").parse(),
+    };
+    parsed.map_err(|_| format!("{s:?} is not a 64-bit hash (decimal, or hex after 0x)"))
+}
+
+/// `A,B`: two range ids.
+fn parse_range_pair(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("{s:?}: expected two range ids, A,B");
+    let (a, b) = s.split_once(',').ok_or_else(bad)?;
+    let a = a.trim().parse().map_err(|_| bad())?;
+    let b = b.trim().parse().map_err(|_| bad())?;
+    if a == b {
+        return Err(format!("{s:?}: a range does not merge with itself"));
+    }
+    Ok((a, b))
 }
 
 /// Text as one tab-separated field: tabs and line breaks become spaces.

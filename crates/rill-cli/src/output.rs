@@ -57,14 +57,18 @@ pub(crate) fn stream(s: &StreamInfo) -> Value {
 }
 
 pub(crate) fn topic_config(o: &TopicConfig) -> Value {
-    json!({
+    let mut v = json!({
         "partitions": o.partitions,
         "retention_ms": o.retention.map(|d| d.as_millis() as u64),
         "retention_bytes": o.retention_bytes,
         "durability": durability(&o.durability),
         "segment_bytes": o.segment_bytes,
         "max_record_bytes": o.max_record_bytes,
-    })
+    });
+    if o.elastic {
+        v["elastic"] = json!(true);
+    }
+    v
 }
 
 pub(crate) fn damaged(d: &DamagedRange) -> Value {

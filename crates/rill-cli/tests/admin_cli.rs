@@ -588,3 +588,86 @@ fn describe_shows_an_elastic_topics_ranges() {
         );
     }
 }
+
+/// The `range` lines of `topic describe`.
+fn range_lines(t: &Target, topic: &str) -> Vec<String> {
+    ok(t, &["topic", "describe", topic], "")
+        .lines()
+        .filter(|l| l.starts_with("range\t"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn elastic_topics_are_created_split_and_merged_from_the_cli() {
+    both(|t| {
+        let created = ok(t, &["topic", "create", "s/e", "--elastic", "--ranges", "2"], "");
+        assert_eq!(created, "s/e\t2 ranges\telastic\n");
+        // Again with the same options: fine. As a plain topic: refused, saying why.
+        ok(t, &["topic", "create", "s/e", "--elastic", "--ranges", "2"], "");
+        let err = fails(t, &["topic", "create", "s/e", "--partitions", "2"]);
+        assert!(err.contains("elastic"), "{err}");
+        let split = ok(t, &["topic", "split", "s/e", "--range", "0"], "");
+        assert_eq!(split, "sealed\t0\t0\nopened\t2\nopened\t3\nrange_epoch\t1\n");
+        let err = fails(t, &["topic", "merge", "s/e", "--ranges", "2,1"]);
+        assert!(err.contains("adjacent"), "{err}");
+        let split = ok(
+            t,
+            &["topic", "split", "s/e", "--range", "3", "--at", "0x6000000000000000"],
+            "",
+        );
+        assert_eq!(split, "sealed\t3\t0\nopened\t4\nopened\t5\nrange_epoch\t2\n");
+        let merged = ok(t, &["topic", "merge", "s/e", "--ranges", "5,4"], "");
+        assert_eq!(
+            merged,
+            "sealed\t4\t0\nsealed\t5\t0\nopened\t6\nrange_epoch\t3\n"
+        );
+        let merged = t.json(&["topic", "merge", "s/e", "--ranges", "6,1", "--output", "json"]);
+        assert_eq!(
+            merged,
+            serde_json::json!({
+                "topic": "s/e",
+                "sealed": [{"range": 1, "sealed_at": 0}, {"range": 6, "sealed_at": 0}],
+                "opened": [7],
+                "range_epoch": 4,
+            })
+        );
+        assert_eq!(
+            range_lines(t, "s/e"),
+            [
+                "range\t0\t0x0000000000000000\t0x7fffffffffffffff\tsealed:0\t-",
+                "range\t1\t0x8000000000000000\t0xffffffffffffffff\tsealed:0\t-",
+                "range\t2\t0x0000000000000000\t0x3fffffffffffffff\topen\t0",
+                "range\t3\t0x4000000000000000\t0x7fffffffffffffff\tsealed:0\t0",
+                "range\t4\t0x4000000000000000\t0x5fffffffffffffff\tsealed:0\t3",
+                "range\t5\t0x6000000000000000\t0x7fffffffffffffff\tsealed:0\t3",
+                "range\t6\t0x4000000000000000\t0x7fffffffffffffff\tsealed:0\t4,5",
+                "range\t7\t0x4000000000000000\t0xffffffffffffffff\topen\t1,6",
+            ]
+        );
+        // Refusals name what is wrong; nothing changes.
+        for (args, says) in [
+            (&["topic", "split", "s/e", "--range", "0"][..], "sealed"),
+            (&["topic", "split", "s/e", "--range", "99"][..], "99"),
+            (&["topic", "split", "s/e", "--range", "2", "--at", "0"][..], "0"),
+        ] {
+            let err = fails(t, args);
+            assert!(err.contains(says), "{args:?}: {err}");
+        }
+        ok(t, &["topic", "create", "s/plain"], "");
+        let err = fails(t, &["topic", "split", "s/plain"]);
+        assert!(err.contains("not an elastic topic"), "{err}");
+        assert_eq!(range_lines(t, "s/e").len(), 8);
+        // Usage errors: a hash that is not one, one range to merge, --ranges alone.
+        for args in [
+            &["topic", "split", "s/e", "--at", "0xg"][..],
+            &["topic", "merge", "s/e", "--ranges", "2"][..],
+            &["topic", "merge", "s/e", "--ranges", "2,2"][..],
+            &["topic", "create", "s/x", "--ranges", "2"][..],
+            &["topic", "create", "s/x", "--elastic", "--ranges", "2", "--partitions", "2"][..],
+        ] {
+            let out = t.run(args, "");
+            assert_eq!(out.status.code(), Some(2), "{args:?}");
+        }
+    });
+}

@@ -36,6 +36,23 @@ pub struct TopicConfig {
     pub durability: Durability,
     /// Largest record in bytes.
     pub max_record_bytes: u32,
+    /// Whether it is an elastic topic (docs/RANGES.md): its partitions are key ranges,
+    /// `partitions` counts every range, sealed or open.
+    pub elastic: bool,
+}
+
+/// What a split or a merge of an elastic topic's ranges did; see
+/// [`Topic::split_range`](crate::Topic::split_range).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RangeChange {
+    /// The ranges sealed, each with the offset it was sealed at (it took appends below
+    /// it, and takes none again).
+    pub sealed: Vec<(u32, u64)>,
+    /// The ranges opened.
+    pub opened: Vec<u32>,
+    /// The topic's range epoch afterwards.
+    pub epoch: u64,
 }
 
 /// A topic of a stream with its options.
@@ -205,8 +222,37 @@ impl TryFrom<pb::TopicOptions> for TopicConfig {
             segment_bytes: o.segment_bytes.unwrap_or_default(),
             durability,
             max_record_bytes: o.max_record_bytes.unwrap_or_default(),
+            elastic: o.elastic,
         })
     }
+}
+
+/// A split's or a merge's answer, checked: one or two ranges sealed, one or two opened.
+pub(crate) fn range_change(c: Option<pb::RangeChange>) -> Result<RangeChange, ClientError> {
+    let c = c.ok_or_else(|| ClientError::Protocol("a range change answered without it".into()))?;
+    let sealed = c
+        .sealed
+        .iter()
+        .map(|s| {
+            s.offset.map(|o| (s.partition, o)).ok_or_else(|| {
+                ClientError::Protocol("a sealed range answered without its seal".into())
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let shape_ok = matches!((sealed.len(), c.opened.len()), (1, 2) | (2, 1));
+    if !shape_ok || c.epoch == 0 {
+        return Err(ClientError::Protocol(format!(
+            "a range change sealed {} and opened {} ranges at epoch {}",
+            sealed.len(),
+            c.opened.len(),
+            c.epoch
+        )));
+    }
+    Ok(RangeChange {
+        sealed,
+        opened: c.opened,
+        epoch: c.epoch,
+    })
 }
 
 pub(crate) fn topic_config(o: Option<pb::TopicOptions>) -> Result<TopicConfig, ClientError> {

@@ -81,7 +81,7 @@ pub use group::{
 };
 pub use info::{
     ClusterNodeInfo, ClusterPartitionInfo, ClusterStatus, DamagedRange, GroupDescription,
-    GroupMember, GroupPartition, PartitionInfo, RangeInfo, StreamInfo, TopicConfig,
+    GroupMember, GroupPartition, PartitionInfo, RangeChange, RangeInfo, StreamInfo, TopicConfig,
     TopicDescription, TopicInfo,
 };
 pub use message::{Message, Position, Record, Value};

@@ -39,6 +39,14 @@ pub struct TopicOptions {
     pub max_record_bytes: Option<u32>,
     /// In a cluster: replicas of each partition (default min(3, nodes)).
     pub replicas: Option<u32>,
+    /// An elastic topic (docs/RANGES.md): `partitions` key ranges that cover the key
+    /// hashes evenly and split and merge online ([`Topic::split_range`],
+    /// [`Topic::merge_ranges`]) without moving a key out of order. Publish calls route
+    /// by range; a [`Reader`] reads each range only after its parents. A single-node
+    /// server only, for now: a cluster refuses it. Named consumers, consumer groups and
+    /// the idempotent [`Producer`](crate::Producer) refuse elastic topics until they
+    /// keep lineage order (docs/RANGES.md §4, §6).
+    pub elastic: bool,
 }
 
 impl TopicOptions {
@@ -66,9 +74,7 @@ impl TopicOptions {
             durability_interval_ms: interval,
             max_record_bytes: self.max_record_bytes,
             replicas: self.replicas,
-            // Elastic topics (docs/RANGES.md) are not offered by this SDK until it routes
-            // by range.
-            elastic: false,
+            elastic: self.elastic,
         }
     }
 }
@@ -151,8 +157,63 @@ impl Topic {
                 let config = crate::info::topic_config(r.options)?;
                 self.client
                     .remember_partitions(&self.stream, &self.name, config.partitions);
+                if options.elastic && !config.elastic {
+                    // A server from before elastic topics ignores the option and creates
+                    // a plain topic (docs/RANGES.md §5).
+                    return Err(ClientError::InvalidArgument(format!(
+                        "the server created {}/{} as a plain topic: it does not serve elastic topics",
+                        self.stream, self.name
+                    )));
+                }
                 Ok(config)
             }
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Splits an open range of an elastic topic in two (docs/RANGES.md §3): `range`
+    /// (`None`: the busiest open range) is sealed at its end and two new ranges cover
+    /// its hashes below `at` and from `at` on (`None`: its middle). Producers and
+    /// readers carry on; this client routes by the new ranges at once.
+    pub async fn split_range(
+        &self,
+        range: Option<u32>,
+        at: Option<u64>,
+    ) -> Result<crate::RangeChange, ClientError> {
+        let body = RequestBody::SplitRange(pb::SplitRangeRequest {
+            stream: self.stream.to_string(),
+            topic: self.name.to_string(),
+            range,
+            at,
+        });
+        // Not resent on a lost answer: a second split would split a child.
+        let answer = self.client.call(body, Bytes::new(), Retry::UnsafeAfterSend).await;
+        self.client.forget_partitions(&self.stream, &self.name);
+        match answer?.0 {
+            ResponseBody::SplitRange(r) => crate::info::range_change(r.change),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Merges two adjacent open ranges of an elastic topic into one (docs/RANGES.md §3):
+    /// both are sealed at their ends and one new range covers their hashes.
+    pub async fn merge_ranges(
+        &self,
+        first: u32,
+        second: u32,
+    ) -> Result<crate::RangeChange, ClientError> {
+        let body = RequestBody::MergeRanges(pb::MergeRangesRequest {
+            stream: self.stream.to_string(),
+            topic: self.name.to_string(),
+            first,
+            second,
+        });
+        // A lost answer is not resent: the ranges are sealed by then and a second merge
+        // would fail naming them, hiding the first's result.
+        let answer = self.client.call(body, Bytes::new(), Retry::UnsafeAfterSend).await;
+        self.client.forget_partitions(&self.stream, &self.name);
+        match answer?.0 {
+            ResponseBody::MergeRanges(r) => crate::info::range_change(r.change),
             other => Err(unexpected(&other)),
         }
     }
