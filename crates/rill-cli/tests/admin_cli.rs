@@ -601,28 +601,52 @@ fn range_lines(t: &Target, topic: &str) -> Vec<String> {
 #[test]
 fn elastic_topics_are_created_split_and_merged_from_the_cli() {
     both(|t| {
-        let created = ok(t, &["topic", "create", "s/e", "--elastic", "--ranges", "2"], "");
+        let created = ok(
+            t,
+            &["topic", "create", "s/e", "--elastic", "--ranges", "2"],
+            "",
+        );
         assert_eq!(created, "s/e\t2 ranges\telastic\n");
         // Again with the same options: fine. As a plain topic: refused, saying why.
-        ok(t, &["topic", "create", "s/e", "--elastic", "--ranges", "2"], "");
+        ok(
+            t,
+            &["topic", "create", "s/e", "--elastic", "--ranges", "2"],
+            "",
+        );
         let err = fails(t, &["topic", "create", "s/e", "--partitions", "2"]);
         assert!(err.contains("elastic"), "{err}");
         let split = ok(t, &["topic", "split", "s/e", "--range", "0"], "");
-        assert_eq!(split, "sealed\t0\t0\nopened\t2\nopened\t3\nrange_epoch\t1\n");
+        assert_eq!(
+            split,
+            "sealed\t0\t0\nopened\t2\nopened\t3\nrange_epoch\t1\n"
+        );
         let err = fails(t, &["topic", "merge", "s/e", "--ranges", "2,1"]);
         assert!(err.contains("adjacent"), "{err}");
         let split = ok(
             t,
-            &["topic", "split", "s/e", "--range", "3", "--at", "0x6000000000000000"],
+            &[
+                "topic",
+                "split",
+                "s/e",
+                "--range",
+                "3",
+                "--at",
+                "0x6000000000000000",
+            ],
             "",
         );
-        assert_eq!(split, "sealed\t3\t0\nopened\t4\nopened\t5\nrange_epoch\t2\n");
+        assert_eq!(
+            split,
+            "sealed\t3\t0\nopened\t4\nopened\t5\nrange_epoch\t2\n"
+        );
         let merged = ok(t, &["topic", "merge", "s/e", "--ranges", "5,4"], "");
         assert_eq!(
             merged,
             "sealed\t4\t0\nsealed\t5\t0\nopened\t6\nrange_epoch\t3\n"
         );
-        let merged = t.json(&["topic", "merge", "s/e", "--ranges", "6,1", "--output", "json"]);
+        let merged = t.json(&[
+            "topic", "merge", "s/e", "--ranges", "6,1", "--output", "json",
+        ]);
         assert_eq!(
             merged,
             serde_json::json!({
@@ -649,7 +673,10 @@ fn elastic_topics_are_created_split_and_merged_from_the_cli() {
         for (args, says) in [
             (&["topic", "split", "s/e", "--range", "0"][..], "sealed"),
             (&["topic", "split", "s/e", "--range", "99"][..], "99"),
-            (&["topic", "split", "s/e", "--range", "2", "--at", "0"][..], "0"),
+            (
+                &["topic", "split", "s/e", "--range", "2", "--at", "0"][..],
+                "0",
+            ),
         ] {
             let err = fails(t, args);
             assert!(err.contains(says), "{args:?}: {err}");
@@ -664,7 +691,16 @@ fn elastic_topics_are_created_split_and_merged_from_the_cli() {
             &["topic", "merge", "s/e", "--ranges", "2"][..],
             &["topic", "merge", "s/e", "--ranges", "2,2"][..],
             &["topic", "create", "s/x", "--ranges", "2"][..],
-            &["topic", "create", "s/x", "--elastic", "--ranges", "2", "--partitions", "2"][..],
+            &[
+                "topic",
+                "create",
+                "s/x",
+                "--elastic",
+                "--ranges",
+                "2",
+                "--partitions",
+                "2",
+            ][..],
         ] {
             let out = t.run(args, "");
             assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -3,8 +3,12 @@
 //! open ranges only; after a split the SDK, still holding the old map, is refused by the
 //! sealed range (`NOT_OWNER`), reads the ranges anew and sends the records to the
 //! children, so nothing lands in a sealed range past its seal and every record is
-//! stored exactly once. The idempotent `Producer` does not route by range yet: the
-//! broker refuses it rather than take keys into the wrong range.
+//! stored exactly once.
+//!
+//! Then every way of producing at once (a direct-mode and a background `Producer`,
+//! `Batching`, `publish_batch`) while ranges split and merge under them, with cursors
+//! reading along: every acknowledged record is read exactly once, and each key's records
+//! in the order they were sent (docs/RANGES.md §4, §6.1).
 
 #[macro_use]
 mod common;
@@ -16,7 +20,10 @@ use rill_client::{Client, ErrorCode, Message, Position, Topic, key_hash};
 use rill_proto::pb;
 use rill_proto::{RequestBody, ResponseBody};
 
-over_both_transports!(publishes_follow_the_ranges_across_splits);
+over_both_transports!(
+    publishes_follow_the_ranges_across_splits,
+    producers_and_readers_keep_each_keys_order_across_splits
+);
 
 async fn create_elastic(client: &Client, topic: &str, ranges: u32) -> Topic {
     let body = RequestBody::CreateTopic(pb::CreateTopicRequest {
@@ -162,11 +169,262 @@ async fn publishes_follow_the_ranges_across_splits(client: &Client) {
     assert_eq!(seen.len(), 40 + 40 + 8 + 6);
     assert!(seen.values().all(|&n| n == 1), "{seen:?}");
 
-    // The idempotent producer is refused, not misrouted.
-    let producer = topic.producer().build().await.unwrap();
-    let e = producer
-        .send(Message::new("p").with_key("k1"))
+    // Named consumers and groups refuse an elastic topic until they keep lineage order.
+    for e in [
+        topic.consumer("c", 0).build().await.map(drop).unwrap_err(),
+        topic
+            .consumer_group("g")
+            .build()
+            .await
+            .map(drop)
+            .unwrap_err(),
+    ] {
+        assert!(
+            matches!(&e, rill_client::ClientError::InvalidArgument(m) if m.contains("elastic")),
+            "{e}"
+        );
+    }
+}
+
+/// Keys per way of producing.
+const KEYS: u32 = 12;
+/// Records per key.
+const PER_KEY: u32 = 60;
+
+/// A record's value: who sent it, its key, and its number in the key's sequence.
+fn value(way: &str, key: u32, n: u32) -> String {
+    format!("{way}/{key}/{n}")
+}
+
+/// The records of a producer named `way` (keys `way-k0`…), sent the way it names, in
+/// each key's order. Returns the values acknowledged.
+async fn produce(topic: Topic, way: &'static str) -> Vec<String> {
+    let key = move |k: u32| format!("{way}-k{k}");
+    let mut acked = Vec::new();
+    match way {
+        "direct" => {
+            // A task per key, each sending its records one after another.
+            let producer = std::sync::Arc::new(
+                topic
+                    .producer()
+                    .retries(20, Duration::from_millis(20))
+                    .build()
+                    .await
+                    .unwrap(),
+            );
+            let tasks: Vec<_> = (0..KEYS)
+                .map(|k| {
+                    let producer = std::sync::Arc::clone(&producer);
+                    tokio::spawn(async move {
+                        let mut acked = Vec::new();
+                        for n in 0..PER_KEY {
+                            let v = value(way, k, n);
+                            producer
+                                .send(Message::new(v.clone()).with_key(key(k)))
+                                .await
+                                .unwrap();
+                            acked.push(v);
+                        }
+                        acked
+                    })
+                })
+                .collect();
+            for t in tasks {
+                acked.extend(t.await.unwrap());
+            }
+        }
+        "background" => {
+            let producer = topic
+                .producer()
+                .retries(20, Duration::from_millis(20))
+                .linger(Duration::from_millis(2))
+                .background(rill_client::Background::default())
+                .build()
+                .await
+                .unwrap();
+            for n in 0..PER_KEY {
+                for k in 0..KEYS {
+                    let v = value(way, k, n);
+                    producer
+                        .send(Message::new(v.clone()).with_key(key(k)))
+                        .await
+                        .unwrap();
+                    acked.push(v);
+                }
+                if n % 10 == 9 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            producer.shutdown().await.unwrap();
+        }
+        "batching" => {
+            let mut batching = topic
+                .batching()
+                .batch_length(16)
+                .linger(Duration::from_millis(3))
+                .build()
+                .await
+                .unwrap();
+            for n in 0..PER_KEY {
+                for k in 0..KEYS {
+                    let v = value(way, k, n);
+                    batching
+                        .send(Message::new(v.clone()).with_key(key(k)))
+                        .await
+                        .unwrap();
+                    acked.push(v);
+                }
+            }
+            batching.close().await.unwrap();
+        }
+        _ => {
+            for n in (0..PER_KEY).step_by(3) {
+                let batch: Vec<Message> = (n..n + 3)
+                    .flat_map(|n| (0..KEYS).map(move |k| (n, k)))
+                    .map(|(n, k)| Message::new(value(way, k, n)).with_key(key(k)))
+                    .collect();
+                let values: Vec<String> = batch
+                    .iter()
+                    .map(|m| String::from_utf8(m.value.to_vec()).unwrap())
+                    .collect();
+                topic.publish_batch(batch).await.unwrap();
+                acked.extend(values);
+            }
+        }
+    }
+    acked
+}
+
+/// Reads with `reader` until it has caught up; the values read, in order.
+async fn read_all(reader: &mut rill_client::Reader<bytes::Bytes>) -> Vec<(Position, String)> {
+    let mut out = Vec::new();
+    while let Some(r) = reader.next().await {
+        let r = r.unwrap();
+        out.push((r.position(), String::from_utf8(r.value.to_vec()).unwrap()));
+    }
+    out
+}
+
+/// Checks that `read` holds each of `acked` exactly once and each key's records in
+/// their order.
+fn check_read(read: &[(Position, String)], acked: &[String], what: &str) {
+    let mut count: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut last: BTreeMap<(String, String), (u32, Position)> = BTreeMap::new();
+    for (i, (p, v)) in read.iter().enumerate() {
+        *count.entry(v).or_default() += 1;
+        let mut parts = v.split('/');
+        let (way, key, n) = (
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+        );
+        let n: u32 = n.parse().unwrap();
+        if let Some((before, in_range)) = last.insert((way.to_owned(), key.to_owned()), (n, *p)) {
+            assert!(
+                before < n,
+                "{what}: {way}/{key}: {n} (at {p:?}, read {i}) after {before} (at {in_range:?})"
+            );
+        }
+    }
+    for v in acked {
+        assert_eq!(count.get(v.as_str()), Some(&1), "{what}: {v}");
+    }
+    assert_eq!(
+        count.len(),
+        acked.len(),
+        "{what}: records never acknowledged"
+    );
+}
+
+async fn producers_and_readers_keep_each_keys_order_across_splits(client: &Client) {
+    let topic = client.stream("s").topic("order");
+    let config = topic
+        .create_with(
+            &rill_client::TopicOptions {
+                partitions: Some(2),
+                elastic: true,
+                durability: Some(rill_client::Durability::Never),
+                ..Default::default()
+            },
+            false,
+        )
         .await
-        .unwrap_err();
-    assert_eq!(e.code(), Some(ErrorCode::InvalidRequest), "{e}");
+        .unwrap();
+    assert!(config.elastic);
+    // A reader that follows along while ranges split, and its position halfway.
+    // Small fetches, so the reader goes round its ranges many times and would reach a
+    // child before its parent's end if it did not hold the child back.
+    let mut live = topic.records("live").max_bytes(256);
+    let producers: Vec<_> = ["direct", "background", "batching", "publish"]
+        .into_iter()
+        .map(|way| tokio::spawn(produce(topic.clone(), way)))
+        .collect();
+    let admin = topic.clone();
+    let changes = tokio::spawn(async move {
+        let mut made = Vec::new();
+        for step in 0..8 {
+            tokio::time::sleep(Duration::from_millis(15)).await;
+            let d = admin.describe().await.unwrap();
+            let open: Vec<&rill_client::RangeInfo> =
+                d.ranges.iter().filter(|r| r.sealed_at.is_none()).collect();
+            let change = if step % 3 == 2 && open.len() >= 2 {
+                // Neighbours: open ranges by their first hash.
+                let mut open = open.clone();
+                open.sort_by_key(|r| r.lo);
+                admin.merge_ranges(open[0].id, open[1].id).await.unwrap()
+            } else {
+                admin.split_range(None, None).await.unwrap()
+            };
+            made.push(change);
+        }
+        made
+    });
+    let mut read_live = Vec::new();
+    let mut token = None;
+    let mut acked = Vec::new();
+    let mut producers = producers.into_iter().peekable();
+    while producers.peek().is_some() {
+        read_live.extend(read_all(&mut live).await);
+        if token.is_none() && read_live.len() > 200 {
+            token = Some((read_live.len(), live.offsets()));
+        }
+        if producers.peek().is_some_and(|p| p.is_finished()) {
+            acked.extend(producers.next().unwrap().await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let made = changes.await.unwrap();
+    assert_eq!(made.len(), 8);
+    read_live.extend(read_all(&mut live).await);
+    assert_eq!(acked.len() as u32, 4 * KEYS * PER_KEY);
+    // Every sealed range ends at its seal, and no record came after one.
+    let d = topic.describe().await.unwrap();
+    assert_eq!(d.range_epoch, 8);
+    // Shown when a check below fails.
+    eprintln!("ranges: {:?}", d.ranges);
+    for r in &d.ranges {
+        if let Some(end) = r.sealed_at {
+            assert_eq!(
+                d.partitions[r.id as usize].next_offset, end,
+                "range {}",
+                r.id
+            );
+        }
+    }
+    check_read(&read_live, &acked, "a reader following along");
+
+    // A fresh reader from the beginning, and one resumed from the saved position.
+    let mut fresh = topic.records("fresh").max_bytes(256);
+    check_read(&read_all(&mut fresh).await, &acked, "a fresh reader");
+    let (already, offsets) = token.expect("the live reader saved a position");
+    let mut resumed = topic
+        .records("resumed")
+        .max_bytes(256)
+        .from_offsets(offsets);
+    let mut read = read_live[..already].to_vec();
+    read.extend(read_all(&mut resumed).await);
+    check_read(&read, &acked, "a reader resumed halfway");
+
+    // Records were spread over more than the initial ranges.
+    assert!(read_live.iter().any(|(p, _)| p.partition >= 2));
 }

@@ -88,6 +88,7 @@ impl BatchingBuilder {
             linger: self.linger,
             open: BTreeMap::new(),
             balanced: None,
+            epoch: None,
         })
     }
 }
@@ -115,6 +116,9 @@ pub struct Batching {
     open: BTreeMap<u32, Open>,
     /// The partition balanced messages fill, until its batch is sent.
     balanced: Option<u32>,
+    /// On an elastic topic: the epoch of the range map the buffered messages were
+    /// routed by.
+    epoch: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -130,36 +134,35 @@ impl Batching {
     /// filled it, and every one whose linger has passed) and returns their first error.
     pub async fn send(&mut self, message: Message) -> Result<(), ClientError> {
         crate::routing::check(&message, &self.routing)?;
-        let partition = match (&message.key, &self.routing) {
+        // With the partition, the epoch of the range map a keyed message was routed by.
+        let (partition, epoch) = match (&message.key, &self.routing) {
             (None, Routing::Balanced) => match self.balanced {
-                Some(p) => p,
+                Some(p) => (p, None),
                 None => {
-                    let p = self.producer.partition_of(&message, &self.routing).await?;
-                    *self.balanced.insert(p)
+                    let (p, _) = self.producer.partition_of(&message, &self.routing).await?;
+                    (*self.balanced.insert(p), None)
                 }
             },
             _ => self.producer.partition_of(&message, &self.routing).await?,
         };
-        let now = Instant::now();
         let mut due = Vec::new();
-        let len = message.approx_len();
-        if self
-            .open
-            .get(&partition)
-            .is_some_and(|o| o.bytes + len > self.max_batch_bytes)
-        {
-            due.extend(self.take(partition));
+        // On an elastic topic, a message routed by a newer range map than the buffered
+        // ones goes after them: they are sent first (and routed again if a sealed range
+        // refuses them), so no key's records change order.
+        let mut older = Ok(());
+        if let Some(current) = epoch {
+            if self.epoch.is_some_and(|before| before != current) {
+                let partitions: Vec<u32> = self.open.keys().copied().collect();
+                let buffered: Vec<_> = partitions
+                    .into_iter()
+                    .filter_map(|p| self.take(p))
+                    .collect();
+                older = self.send_due(buffered).await;
+            }
+            self.epoch = Some(current);
         }
-        let open = self.open.entry(partition).or_insert_with(|| Open {
-            messages: Vec::new(),
-            bytes: 0,
-            since: now,
-        });
-        open.messages.push(message);
-        open.bytes += len;
-        if open.messages.len() >= self.batch_length || open.bytes >= self.max_batch_bytes {
-            due.extend(self.take(partition));
-        }
+        let now = Instant::now();
+        due.extend(self.add(partition, message, now));
         let lingered: Vec<u32> = self
             .open
             .iter()
@@ -169,7 +172,8 @@ impl Batching {
         for p in lingered {
             due.extend(self.take(p));
         }
-        self.send_due(due).await
+        let sent = self.send_due(due).await;
+        older.and(sent)
     }
 
     /// Sends everything buffered and waits for it; returns the first error.
@@ -192,6 +196,32 @@ impl Batching {
         self.open.values().map(|o| o.messages.len()).sum()
     }
 
+    /// Buffers `message` for `partition`; returns the batches it made due (the
+    /// partition's open batch, if the message does not fit in it, and the message's
+    /// own if it filled it).
+    fn add(&mut self, partition: u32, message: Message, now: Instant) -> Vec<(u32, Vec<Message>)> {
+        let mut due = Vec::new();
+        let len = message.approx_len();
+        if self
+            .open
+            .get(&partition)
+            .is_some_and(|o| o.bytes + len > self.max_batch_bytes)
+        {
+            due.extend(self.take(partition));
+        }
+        let open = self.open.entry(partition).or_insert_with(|| Open {
+            messages: Vec::new(),
+            bytes: 0,
+            since: now,
+        });
+        open.messages.push(message);
+        open.bytes += len;
+        if open.messages.len() >= self.batch_length || open.bytes >= self.max_batch_bytes {
+            due.extend(self.take(partition));
+        }
+        due
+    }
+
     fn take(&mut self, partition: u32) -> Option<(u32, Vec<Message>)> {
         let open = self.open.remove(&partition)?;
         if self.balanced == Some(partition) {
@@ -203,9 +233,11 @@ impl Batching {
     /// Sends each partition's batch at once; every send runs to its end (one cancelled
     /// half-way could be stored without the caller hearing of it).
     async fn send_due(&self, due: Vec<(u32, Vec<Message>)>) -> Result<(), ClientError> {
+        // A partition the caller named is not routed again if it is a sealed range.
+        let named = matches!(self.routing, Routing::Partition(_));
         let sends = due
             .into_iter()
-            .map(|(p, messages)| self.producer.send_now(p, messages));
+            .map(|(p, messages)| self.producer.send_now(p, messages, !named));
         futures::future::join_all(sends)
             .await
             .into_iter()

@@ -24,6 +24,9 @@ use crate::{ClientError, Topic};
 pub const DEFAULT_URL: &str = "rill://127.0.0.1:7171";
 
 /// Whether a request may be sent again after a connection broke mid-call.
+/// A topic's partition count and, for an elastic topic, its range map.
+pub(crate) type Shape = (u32, Option<Arc<RangeMap>>);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Retry {
     /// Reads, admin calls and idempotent produces: repeating them is harmless.
@@ -73,12 +76,10 @@ pub(crate) struct Inner {
     transport: Box<dyn Transport>,
     pub(crate) default_stream: String,
     retry: RetryPolicy,
-    /// Partition counts by (stream, topic), for routing. A non-poisoning lock: a cache
-    /// entry is inserted or removed whole.
-    partitions: Mutex<HashMap<(String, String), u32>>,
-    /// The range maps of the elastic topics among them (docs/RANGES.md §4): present
-    /// exactly for the cached topics that are elastic.
-    ranges: Mutex<HashMap<(String, String), Arc<RangeMap>>>,
+    /// Partition counts by (stream, topic), for routing, each with its range map if the
+    /// topic is elastic (docs/RANGES.md §4). One entry holds both, so they are read and
+    /// replaced together. A non-poisoning lock: an entry is inserted or removed whole.
+    shapes: Mutex<HashMap<(String, String), Shape>>,
     embedded: bool,
     /// Set by `close`: every call fails with `ClientError::Closed` from then on.
     closed: AtomicBool,
@@ -251,8 +252,7 @@ impl ClientBuilder {
                 transport,
                 default_stream: self.default_stream,
                 retry: self.retry,
-                partitions: Mutex::new(HashMap::new()),
-                ranges: Mutex::new(HashMap::new()),
+                shapes: Mutex::new(HashMap::new()),
                 embedded,
                 closed: AtomicBool::new(false),
                 #[cfg(feature = "test-seams")]
@@ -631,45 +631,32 @@ impl Client {
 
     /// Partition count of a topic, cached.
     pub(crate) async fn partitions(&self, stream: &str, topic: &str) -> Result<u32, ClientError> {
-        let key = (stream.to_owned(), topic.to_owned());
-        if let Some(&n) = self.inner.partitions.lock().get(&key) {
-            return Ok(n);
-        }
-        Ok(self.describe_topic(stream, topic).await?.config.partitions)
+        Ok(self.shape(stream, topic).await?.0)
     }
 
     pub(crate) fn forget_partitions(&self, stream: &str, topic: &str) {
         let key = (stream.to_owned(), topic.to_owned());
-        self.inner.partitions.lock().remove(&key);
-        self.inner.ranges.lock().remove(&key);
+        self.inner.shapes.lock().remove(&key);
     }
 
-    /// An elastic topic's cached range map (`None` for other topics, or when nothing is
-    /// cached).
-    pub(crate) fn cached_ranges(&self, stream: &str, topic: &str) -> Option<Arc<RangeMap>> {
-        self.inner
-            .ranges
-            .lock()
-            .get(&(stream.to_owned(), topic.to_owned()))
-            .cloned()
-    }
-
-    /// Caches a topic's partition count; its range map, if it is elastic, only
-    /// [`Client::describe_topic`] caches.
+    /// Caches a plain topic's partition count (an elastic topic's shape only
+    /// [`Client::describe_topic`] caches, with its range map).
     pub(crate) fn remember_partitions(&self, stream: &str, topic: &str, n: u32) {
         let key = (stream.to_owned(), topic.to_owned());
-        self.inner.ranges.lock().remove(&key);
-        self.inner.partitions.lock().insert(key, n);
+        self.inner.shapes.lock().insert(key, (n, None));
     }
 
-    /// A topic's partition count and, for an elastic topic, its range map; cached.
-    pub(crate) async fn shape(
-        &self,
-        stream: &str,
-        topic: &str,
-    ) -> Result<(u32, Option<Arc<RangeMap>>), ClientError> {
-        let n = self.partitions(stream, topic).await?;
-        Ok((n, self.cached_ranges(stream, topic)))
+    /// A topic's partition count and, for an elastic topic, its range map; cached. Both
+    /// come from one answer and are cached and read together, so a caller never sees
+    /// an elastic topic's count without its map (which would route keys as a plain
+    /// topic's).
+    pub(crate) async fn shape(&self, stream: &str, topic: &str) -> Result<Shape, ClientError> {
+        let key = (stream.to_owned(), topic.to_owned());
+        if let Some(shape) = self.inner.shapes.lock().get(&key) {
+            return Ok(shape.clone());
+        }
+        let d = self.describe_topic(stream, topic).await?;
+        Ok((d.config.partitions, d.range_map))
     }
 
     // ---- admin -------------------------------------------------------------------------
@@ -782,13 +769,10 @@ impl Client {
         {
             ResponseBody::DescribeTopic(r) => {
                 let d = crate::TopicDescription::try_from(r)?;
-                self.remember_partitions(stream, topic, d.config.partitions);
-                if let Some(map) = &d.range_map {
-                    self.inner
-                        .ranges
-                        .lock()
-                        .insert((stream.to_owned(), topic.to_owned()), Arc::clone(map));
-                }
+                self.inner.shapes.lock().insert(
+                    (stream.to_owned(), topic.to_owned()),
+                    (d.config.partitions, d.range_map.clone()),
+                );
                 Ok(d)
             }
             other => Err(unexpected(&other)),

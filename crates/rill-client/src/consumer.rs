@@ -145,6 +145,7 @@ impl ConsumerBuilder {
             ));
         }
         self.commit_policy.validate()?;
+        crate::reader::refuse_elastic(&self.topic, "named consumers").await?;
         let mut consumer = Consumer {
             topic: self.topic,
             name: self.name,

@@ -247,6 +247,7 @@ impl GroupConsumerBuilder {
             ));
         }
         self.commit_policy.validate()?;
+        crate::reader::refuse_elastic(&self.topic, "consumer groups").await?;
         let inner = Arc::new(Inner {
             topic: self.topic,
             group: self.group,

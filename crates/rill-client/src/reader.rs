@@ -1,8 +1,10 @@
 //! Cursor readers: the caller keeps the position (per-partition next offsets).
 
 use std::collections::{BTreeMap, VecDeque};
-
+use std::sync::Arc;
 use std::time::Duration;
+
+use rill_proto::ranges::RangeMap;
 
 use crate::ErrorCode;
 use bytes::Bytes;
@@ -16,7 +18,7 @@ use crate::{ClientError, Record, Topic};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Offsets(pub BTreeMap<u32, u64>);
 
-pub(crate) type Decode<V> = std::sync::Arc<dyn Fn(Bytes) -> Result<V, String> + Send + Sync>;
+pub(crate) type Decode<V> = Arc<dyn Fn(Bytes) -> Result<V, String> + Send + Sync>;
 
 /// Reads every partition of a topic from a position the caller keeps.
 ///
@@ -30,6 +32,13 @@ pub(crate) type Decode<V> = std::sync::Arc<dyn Fn(Bytes) -> Result<V, String> + 
 /// as read in [`Reader::offsets`]). A loss whose end is not known yet (damage at the end
 /// of a partition) is reported once; the partition then counts as caught up at its start
 /// until the end is known.
+///
+/// On an elastic topic (docs/RANGES.md) the reader reads a range only once it has handed
+/// out every record of its parents below their seals, so each key's records come in
+/// the order they were appended across any number of splits and merges. It reads the
+/// topic's ranges when it starts and again whenever it has caught up, so it follows
+/// splits made meanwhile. Its [`Offsets`] are keyed by range and are best kept as an
+/// opaque token: ranges missing from them start at their beginning.
 pub struct Reader<V> {
     topic: Topic,
     name: String,
@@ -50,6 +59,8 @@ pub struct Reader<V> {
     /// The fetch the reader will make next, already under way while the caller takes
     /// the records of the one before (at most one: one more `max_bytes` in memory).
     ahead: Option<Ahead>,
+    /// An elastic topic's ranges, as last read: which ranges are ready is read from them.
+    ranges: Option<Arc<RangeMap>>,
 }
 
 impl<V> std::fmt::Debug for Reader<V> {
@@ -78,6 +89,7 @@ impl<V> Reader<V> {
             initialized: false,
             max_bytes: 1 << 20,
             ahead: None,
+            ranges: None,
         }
     }
 
@@ -117,18 +129,84 @@ impl<V> Reader<V> {
     }
 
     async fn init(&mut self) -> Result<(), ClientError> {
-        let partitions = self.topic.partitions().await? as usize;
-        let start = self.start.clone().unwrap_or_default();
-        self.fetch_at = (0..partitions)
-            .map(|p| start.0.get(&(p as u32)).copied().unwrap_or(0))
-            .collect();
-        self.handed = self.fetch_at.clone();
-        self.ends = vec![None; partitions];
-        self.reported = vec![None; partitions];
+        let d = self.topic.describe().await?;
+        self.ranges = d.range_map.clone();
+        self.fetch_at.clear();
+        self.handed.clear();
+        self.ends.clear();
+        self.reported.clear();
+        self.grow(d.config.partitions as usize);
         self.buffered.clear();
         self.ahead = None;
         self.initialized = true;
         Ok(())
+    }
+
+    /// Tracks partitions (ranges) up to `partitions`, each new one from its offset in
+    /// the saved position, or its beginning.
+    fn grow(&mut self, partitions: usize) {
+        let start = self.start.as_ref();
+        for p in self.fetch_at.len()..partitions {
+            let at = start
+                .and_then(|s| s.0.get(&(p as u32)).copied())
+                .unwrap_or(0);
+            self.fetch_at.push(at);
+            self.handed.push(at);
+            self.ends.push(None);
+            self.reported.push(None);
+        }
+    }
+
+    /// Reads an elastic topic's ranges again; whether they changed (new ranges, or
+    /// ranges sealed since), so the reader has more to look at.
+    async fn refresh_ranges(&mut self) -> Result<bool, ClientError> {
+        let Some(before) = self.ranges.as_ref().map(|m| m.epoch()) else {
+            return Ok(false);
+        };
+        let d = self.topic.describe().await?;
+        let Some(map) = d.range_map else {
+            return Err(ClientError::Protocol(format!(
+                "{}/{} is no longer an elastic topic",
+                self.topic.stream, self.topic.name
+            )));
+        };
+        if map.epoch() < before || map.ranges().len() < self.fetch_at.len() {
+            // Another topic of the same name (deleted and created again), or a stale
+            // answer: nothing the reader can follow.
+            return Err(ClientError::Protocol(format!(
+                "the ranges of {}/{} went back from epoch {before} to {}",
+                self.topic.stream,
+                self.topic.name,
+                map.epoch()
+            )));
+        }
+        let changed = map.epoch() != before;
+        self.grow(map.ranges().len());
+        self.ranges = Some(map);
+        Ok(changed)
+    }
+
+    /// Per range of an elastic topic, whether it is ready: every parent is finished,
+    /// that is ready itself, sealed, and handed out to its seal. Parents have smaller
+    /// ids than their children, so one pass in id order settles all. `None` for a
+    /// plain topic (every partition is ready).
+    fn readiness(&self) -> Option<Vec<bool>> {
+        let map = self.ranges.as_ref()?;
+        let n = self.fetch_at.len();
+        let mut ready = vec![false; n];
+        let mut finished = vec![false; n];
+        for r in map.ranges() {
+            let id = r.id as usize;
+            if id >= n {
+                continue;
+            }
+            ready[id] = r
+                .parents
+                .iter()
+                .all(|&p| finished.get(p as usize).copied().unwrap_or(false));
+            finished[id] = ready[id] && r.sealed.is_some_and(|end| self.handed[id] >= end);
+        }
+        Some(ready)
     }
 
     /// The next record, `None` once caught up.
@@ -143,7 +221,18 @@ impl<V> Reader<V> {
                 return Some(self.hand_out(record));
             }
             let Some(p) = self.pending() else {
-                // Caught up with the tails seen. A later call looks at the tails again.
+                // Caught up with the tails seen. An elastic topic may have split
+                // meanwhile: its new ranges, or a parent's seal, are read first.
+                match self.refresh_ranges().await {
+                    Ok(true) => {
+                        self.ends.iter_mut().for_each(|e| *e = None);
+                        self.ahead = None;
+                        continue;
+                    }
+                    Ok(false) => {}
+                    Err(e) => return Some(Err(e)),
+                }
+                // A later call looks at the tails again.
                 self.ends.iter_mut().for_each(|e| *e = None);
                 self.ahead = None;
                 return None;
@@ -201,8 +290,10 @@ impl<V> Reader<V> {
     /// turn, that has not caught up with the tail its last fetch saw.
     fn pending(&self) -> Option<usize> {
         let partitions = self.fetch_at.len();
+        let ready = self.readiness();
         (0..partitions)
             .map(|i| (self.next_partition + i) % partitions)
+            .filter(|&p| ready.as_ref().is_none_or(|r| r[p]))
             .find(|&p| self.ends[p].is_none_or(|end| self.fetch_at[p] < end))
     }
 
@@ -270,4 +361,22 @@ impl<V> Reader<V> {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Refuses `what` on an elastic topic: only a [`Reader`] reads one in lineage order yet
+/// (docs/RANGES.md §6), and reading its ranges one by one would hand a key's records
+/// out of order across a split.
+pub(crate) async fn refuse_elastic(topic: &Topic, what: &str) -> Result<(), ClientError> {
+    // A topic that cannot be looked up now is the consumer's to wait for or report,
+    // as before elastic topics.
+    let Ok((_, ranges)) = topic.client.shape(&topic.stream, &topic.name).await else {
+        return Ok(());
+    };
+    if ranges.is_some() {
+        return Err(ClientError::InvalidArgument(format!(
+            "{}/{} is an elastic topic: {what} of elastic topics are not built yet (docs/RANGES.md §6); read it with a Reader (topic.records), which keeps each key's order across splits",
+            topic.stream, topic.name
+        )));
+    }
+    Ok(())
 }

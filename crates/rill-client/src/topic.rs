@@ -155,8 +155,13 @@ impl Topic {
         match self.client.call(body, Bytes::new(), Retry::Safe).await?.0 {
             ResponseBody::CreateTopic(r) => {
                 let config = crate::info::topic_config(r.options)?;
-                self.client
-                    .remember_partitions(&self.stream, &self.name, config.partitions);
+                if config.elastic {
+                    // Routing needs the range map, which only a description carries.
+                    self.client.forget_partitions(&self.stream, &self.name);
+                } else {
+                    self.client
+                        .remember_partitions(&self.stream, &self.name, config.partitions);
+                }
                 if options.elastic && !config.elastic {
                     // A server from before elastic topics ignores the option and creates
                     // a plain topic (docs/RANGES.md §5).
@@ -187,7 +192,10 @@ impl Topic {
             at,
         });
         // Not resent on a lost answer: a second split would split a child.
-        let answer = self.client.call(body, Bytes::new(), Retry::UnsafeAfterSend).await;
+        let answer = self
+            .client
+            .call(body, Bytes::new(), Retry::UnsafeAfterSend)
+            .await;
         self.client.forget_partitions(&self.stream, &self.name);
         match answer?.0 {
             ResponseBody::SplitRange(r) => crate::info::range_change(r.change),
@@ -210,7 +218,10 @@ impl Topic {
         });
         // A lost answer is not resent: the ranges are sealed by then and a second merge
         // would fail naming them, hiding the first's result.
-        let answer = self.client.call(body, Bytes::new(), Retry::UnsafeAfterSend).await;
+        let answer = self
+            .client
+            .call(body, Bytes::new(), Retry::UnsafeAfterSend)
+            .await;
         self.client.forget_partitions(&self.stream, &self.name);
         match answer?.0 {
             ResponseBody::MergeRanges(r) => crate::info::range_change(r.change),
@@ -437,6 +448,7 @@ impl Topic {
         let mut rounds = 0;
         while !pending.is_empty() {
             let shape = self.client.shape(&self.stream, &self.name).await?;
+            let ranged = shape.1.is_some();
             let unkeyed = self.balanced_in(&shape);
             let mut groups: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
             for &i in &pending {
@@ -449,7 +461,7 @@ impl Topic {
             let sends = groups.iter().map(|(&p, idx)| {
                 let batch: Vec<Message> = idx.iter().map(|&i| messages[i].clone()).collect();
                 async move {
-                    self.produce(p, &batch, None, Retry::UnsafeAfterSend)
+                    self.produce(p, &batch, None, Retry::UnsafeAfterSend, ranged)
                         .await
                         .map(|r| (p, r))
                 }
@@ -505,7 +517,7 @@ impl Topic {
 
     /// The next partition for unkeyed records: round-robin over the partitions, or over
     /// an elastic topic's open ranges.
-    fn balanced_in(&self, shape: &(u32, Option<Arc<RangeMap>>)) -> u32 {
+    pub(crate) fn balanced_in(&self, shape: &(u32, Option<Arc<RangeMap>>)) -> u32 {
         match &shape.1 {
             None => self.next_balanced(shape.0),
             Some(map) => {
@@ -528,35 +540,23 @@ impl Topic {
         })
     }
 
-    /// Sends one batch of messages to a partition.
+    /// Sends one batch of messages to a partition; `ranged` when they were routed by an
+    /// elastic topic's ranges (the shape they were routed by says so: the client's cache
+    /// may be forgotten meanwhile by another task).
     pub(crate) async fn produce(
         &self,
         partition: u32,
         messages: &[Message],
         producer: Option<ProducerInfo>,
         retry: Retry,
+        ranged: bool,
     ) -> Result<ProduceResponse, ClientError> {
         let batch = build_batch(messages, producer)?;
-        self.produce_batch(partition, batch, retry).await
-    }
-
-    pub(crate) async fn produce_batch(
-        &self,
-        partition: u32,
-        batch: Bytes,
-        retry: Retry,
-    ) -> Result<ProduceResponse, ClientError> {
         let body = RequestBody::Produce(ProduceRequest {
             stream: self.stream.to_string(),
             topic: self.name.to_string(),
             partition,
-            // Routed by the topic's ranges when it is elastic (`publish`, `publish_batch`;
-            // the `Producer` does not route by range yet, and the broker refuses its
-            // produces to an elastic topic).
-            ranged: self
-                .client
-                .cached_ranges(&self.stream, &self.name)
-                .is_some(),
+            ranged,
         });
         match self.client.call(body, batch, retry).await {
             Ok((ResponseBody::Produce(r), _)) => Ok(r),
@@ -801,7 +801,14 @@ impl Publish {
                 .client
                 .shape(&self.topic.stream, &self.topic.name)
                 .await?;
-            let partition = self.topic.route(&self.routing).await?;
+            let partition = match &self.routing {
+                Routing::Partition(p) => *p,
+                Routing::Key(k) => keyed_in(&shape, k),
+                Routing::Balanced => match &self.message.key {
+                    Some(k) => keyed_in(&shape, k),
+                    None => self.topic.balanced_in(&shape),
+                },
+            };
             match self
                 .topic
                 .produce(
@@ -809,6 +816,7 @@ impl Publish {
                     std::slice::from_ref(&self.message),
                     None,
                     Retry::UnsafeAfterSend,
+                    shape.1.is_some(),
                 )
                 .await
             {
@@ -830,7 +838,7 @@ impl Publish {
 
 /// The partition of a key: its plain topic's `% partitions`, or the open range of an
 /// elastic topic covering its hash.
-fn keyed_in(shape: &(u32, Option<Arc<RangeMap>>), key: &[u8]) -> u32 {
+pub(crate) fn keyed_in(shape: &(u32, Option<Arc<RangeMap>>), key: &[u8]) -> u32 {
     match &shape.1 {
         None => partition_for_key(key, shape.0),
         Some(map) => map.route(crate::routing::key_hash(key)),

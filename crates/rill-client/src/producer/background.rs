@@ -11,8 +11,22 @@ use super::{Background, Backpressure, Core, Sharding};
 use crate::{ClientError, Message};
 
 enum ShardMsg {
-    Send(u32, Message),
+    Send(Target, Message),
     Flush(oneshot::Sender<()>),
+}
+
+/// Where a buffered message goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Target {
+    /// The partition the caller named: a sealed range's refusal is the caller's error.
+    Named(u32),
+    /// The partition the producer's routing chose when the message was buffered.
+    Chosen(u32),
+    /// A keyed message of an elastic topic: routed by the ranges when its shard sends
+    /// it. All of one key's messages go through one shard (by key hash), and a shard
+    /// routes all it sends at once by one map, so a message routed by an older map is
+    /// sent (and routed again if refused) before one routed by a newer map.
+    ByRange,
 }
 
 /// The shards of a background producer. Its locks do not poison: the first failure
@@ -29,7 +43,7 @@ pub(super) struct Shards {
 impl std::fmt::Debug for ShardMsg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Send(p, _) => write!(f, "Send({p})"),
+            Self::Send(t, _) => write!(f, "Send({t:?})"),
             Self::Flush(_) => f.write_str("Flush"),
         }
     }
@@ -67,16 +81,21 @@ impl Shards {
         }
     }
 
-    pub(super) async fn push(&self, partition: u32, message: Message) -> Result<(), ClientError> {
+    pub(super) async fn push(&self, target: Target, message: Message) -> Result<(), ClientError> {
         self.take_failure()?;
-        let shard = match self.config.sharding {
-            Sharding::Ordered => partition as usize % self.senders.len(),
-            Sharding::Balanced => {
-                self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.senders.len()
+        let n = self.senders.len();
+        let shard = match (self.config.sharding, target) {
+            (_, Target::ByRange) => {
+                let key = message.key.as_deref().unwrap_or_default();
+                (crate::routing::key_hash(key) % n as u64) as usize
+            }
+            (Sharding::Ordered, Target::Named(p) | Target::Chosen(p)) => p as usize % n,
+            (Sharding::Balanced, _) => {
+                self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % n
             }
         };
         let tx = &self.senders[shard];
-        let msg = ShardMsg::Send(partition, message);
+        let msg = ShardMsg::Send(target, message);
         match self.config.backpressure {
             Backpressure::Block => tx.send(msg).await.map_err(|_| ClientError::Shutdown),
             Backpressure::BlockFor(d) => match tokio::time::timeout(d, tx.send(msg)).await {
@@ -114,7 +133,10 @@ async fn shard(
     linger: Duration,
     failure: Arc<Mutex<Option<String>>>,
 ) {
-    let mut pending: BTreeMap<u32, Vec<Message>> = BTreeMap::new();
+    // Per partition and whether the caller named it, the messages to send.
+    let mut pending: BTreeMap<(u32, bool), Vec<Message>> = BTreeMap::new();
+    // Keyed messages of an elastic topic, in arrival order, routed when sent.
+    let mut by_range: Vec<Message> = Vec::new();
     let mut count = 0usize;
     let mut flushes = Vec::new();
     while let Some(first) = rx.recv().await {
@@ -122,8 +144,12 @@ async fn shard(
         let deadline = tokio::time::Instant::now() + linger;
         loop {
             match next.take() {
-                Some(ShardMsg::Send(p, m)) => {
-                    pending.entry(p).or_default().push(m);
+                Some(ShardMsg::Send(target, m)) => {
+                    match target {
+                        Target::Named(p) => pending.entry((p, true)).or_default().push(m),
+                        Target::Chosen(p) => pending.entry((p, false)).or_default().push(m),
+                        Target::ByRange => by_range.push(m),
+                    }
                     count += 1;
                 }
                 Some(ShardMsg::Flush(ack)) => {
@@ -144,11 +170,32 @@ async fn shard(
                 },
             };
         }
-        let batches = std::mem::take(&mut pending);
         count = 0;
-        let sends = batches.into_iter().map(|(p, msgs)| {
+        if !by_range.is_empty() {
+            match core
+                .topic
+                .client
+                .shape(&core.topic.stream, &core.topic.name)
+                .await
+            {
+                Ok(shape) => {
+                    for m in by_range.drain(..) {
+                        let key = m.key.as_deref().unwrap_or_default();
+                        let p = crate::topic::keyed_in(&shape, key);
+                        pending.entry((p, false)).or_default().push(m);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, records = by_range.len(), "background send failed: cannot read the topic's ranges");
+                    failure.lock().get_or_insert_with(|| e.to_string());
+                    by_range.clear();
+                }
+            }
+        }
+        let batches = std::mem::take(&mut pending);
+        let sends = batches.into_iter().map(|((p, named), msgs)| {
             let core = Arc::clone(&core);
-            async move { core.send_partition(p, msgs).await }
+            async move { core.send_partition(p, msgs, !named, 0).await }
         });
         for result in futures::future::join_all(sends).await {
             if let Err(e) = result {

@@ -29,11 +29,24 @@ impl Core {
     ) -> Result<Position, ClientError> {
         let partition = match (&message.key, routing) {
             (None, Routing::Balanced) => {
-                let partitions = self.topic.partitions().await?;
+                let shape = self
+                    .topic
+                    .client
+                    .shape(&self.topic.stream, &self.topic.name)
+                    .await?;
                 *self
                     .sticky
                     .lock()
-                    .get_or_insert_with(|| self.topic.next_balanced(partitions))
+                    .get_or_insert_with(|| self.topic.balanced_in(&shape))
+            }
+            (_, Routing::Partition(p)) if self.elastic => {
+                // A range the caller named is not routed again if it is sealed (its
+                // refusal is the caller's), so it does not share batches with records
+                // that are.
+                let mut placed = self.send_partition(*p, vec![message], false, 0).await?;
+                return placed
+                    .pop()
+                    .ok_or_else(|| ClientError::Protocol("a produce answered no position".into()));
             }
             _ => self.route(&message, routing).await?,
         };
@@ -171,7 +184,16 @@ async fn drive(core: Arc<Core>, lane: Arc<Lane>) {
                     let result = core
                         .transmit(lane.partition, &lane, admitted, &batch.messages)
                         .await;
-                    answer(lane.partition, batch, result);
+                    match result {
+                        Err(e) if core.resealed(&e) => {
+                            // A sealed range refused the batch (an elastic topic's):
+                            // it is certainly not stored; its records go to the ranges
+                            // now covering them, in order.
+                            let moved = core.reroute(batch.messages.clone(), 0).await;
+                            answer_each(batch, moved);
+                        }
+                        result => answer(lane.partition, batch, result),
+                    }
                     drop(owed);
                 });
             }
@@ -212,6 +234,22 @@ fn answer(partition: u32, batch: Pending, result: Result<u64, ClientError>) {
                     }
                 };
                 let _ = tx.send(Err(e));
+            }
+        }
+    }
+}
+
+/// Gives every caller of a batch whose records were routed again its own position.
+fn answer_each(batch: Pending, result: Result<Vec<Position>, ClientError>) {
+    match result {
+        Ok(positions) => {
+            for (tx, position) in batch.answers.into_iter().zip(positions) {
+                let _ = tx.send(Ok(position));
+            }
+        }
+        Err(e) => {
+            for tx in batch.answers {
+                let _ = tx.send(Err(duplicate(&e)));
             }
         }
     }

@@ -10,6 +10,8 @@ mod sequence;
 mod tests;
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +26,7 @@ use self::background::Shards;
 use self::sequence::{Refusal, Sequencer, Ticket};
 use crate::client::{Attempt, Retry, RetryPolicy, unexpected};
 use crate::message::build_batch;
-use crate::{ClientError, ErrorCode, Message, Position, Routing, Topic, partition_for_key};
+use crate::{ClientError, ErrorCode, Message, Position, Routing, Topic};
 
 /// Batches per partition an idempotent producer keeps in flight when the broker does
 /// not say how many it remembers (an older broker: its `RECENT_BATCHES`, 5).
@@ -225,6 +227,15 @@ impl ProducerBuilder {
         } else {
             (None, 1)
         };
+        // An elastic topic's records are routed by its ranges, and records a range
+        // sealed under them refused are routed again (docs/RANGES.md §4).
+        let elastic = self
+            .topic
+            .client
+            .shape(&self.topic.stream, &self.topic.name)
+            .await?
+            .1
+            .is_some();
         let core = Arc::new(Core {
             topic: self.topic,
             batch_length: self.batch_length,
@@ -239,6 +250,7 @@ impl ProducerBuilder {
             in_flight: Arc::new(Semaphore::new(self.max_in_flight)),
             producer_id: identity,
             per_partition,
+            elastic,
             lanes: parking_lot::Mutex::new(HashMap::new()),
             sticky: parking_lot::Mutex::new(None),
         });
@@ -331,6 +343,9 @@ struct Core {
     producer_id: Option<u64>,
     /// Batches in flight per partition.
     per_partition: usize,
+    /// An elastic topic: produces are marked `ranged`, and a sealed range's refusal
+    /// (`NOT_OWNER`) routes the refused records again.
+    elastic: bool,
     /// One lane per partition sent to. A non-poisoning lock: a lane is inserted whole.
     lanes: parking_lot::Mutex<HashMap<u32, Arc<Lane>>>,
     /// The partition balanced direct-mode sends join, until its batch closes or is
@@ -342,9 +357,29 @@ impl Core {
     async fn route(&self, message: &Message, routing: &Routing) -> Result<u32, ClientError> {
         match (&message.key, routing) {
             (_, Routing::Partition(p)) => Ok(*p),
-            (Some(k), _) => Ok(partition_for_key(k, self.topic.partitions().await?)),
+            (Some(k), _) => {
+                let shape = self
+                    .topic
+                    .client
+                    .shape(&self.topic.stream, &self.topic.name)
+                    .await?;
+                Ok(crate::topic::keyed_in(&shape, k))
+            }
             (None, r) => self.topic.route(r).await,
         }
+    }
+
+    /// Where a background send buffers `message`.
+    async fn target(
+        &self,
+        message: &Message,
+        routing: &Routing,
+    ) -> Result<background::Target, ClientError> {
+        Ok(match (&message.key, routing) {
+            (_, Routing::Partition(p)) => background::Target::Named(*p),
+            (Some(_), _) if self.elastic => background::Target::ByRange,
+            _ => background::Target::Chosen(self.route(message, routing).await?),
+        })
     }
 
     fn lane(&self, partition: u32) -> Arc<Lane> {
@@ -378,11 +413,19 @@ impl Core {
     /// the partition's in-flight bound at once. With idempotence their sequence numbers
     /// are assigned in order, and the broker appends them in sequence order whatever
     /// order they arrive in, so pipelining keeps the partition's order.
+    ///
+    /// On an elastic topic, the batches a sealed range refused (`NOT_OWNER`: certainly
+    /// not stored there, as the broker checks for retries first) are routed again by
+    /// the ranges read anew, in their order, unless the caller named the partition
+    /// (`reroute` false: that refusal is the caller's error). `rounds` counts how often
+    /// these records were routed again already.
     async fn send_partition(
         &self,
         partition: u32,
         messages: Vec<Message>,
-    ) -> Result<Vec<u64>, ClientError> {
+        reroute: bool,
+        rounds: u32,
+    ) -> Result<Vec<Position>, ClientError> {
         let mut chunks = Vec::new();
         let mut start = 0;
         while start < messages.len() {
@@ -407,15 +450,81 @@ impl Core {
         // Every send runs to its end, even when one fails: a send cancelled half-way
         // could be stored without this producer knowing (its epoch would end, but the
         // caller would be told nothing of the stored records).
-        let bases = futures::future::join_all(sends)
-            .await
-            .into_iter()
-            .collect::<Result<Vec<u64>, ClientError>>()?;
-        let mut offsets = Vec::with_capacity(messages.len());
-        for (chunk, base) in chunks.iter().zip(bases) {
-            offsets.extend((0..chunk.len() as u64).map(|i| base + i));
+        let results = futures::future::join_all(sends).await;
+        let mut positions = Vec::with_capacity(messages.len());
+        // Where each refused chunk's positions go, and its records in order.
+        let mut refused: Vec<(usize, Message)> = Vec::new();
+        let mut failure = None;
+        for (chunk, result) in chunks.iter().zip(results) {
+            match result {
+                Ok(base) => positions.extend((0..chunk.len() as u64).map(|i| Position {
+                    partition,
+                    offset: base + i,
+                })),
+                Err(e) if reroute && self.resealed(&e) => {
+                    refused.extend(chunk.iter().cloned().map(|m| (positions.len(), m)));
+                    positions.extend(chunk.iter().map(|_| Position {
+                        partition,
+                        offset: 0,
+                    }));
+                }
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
         }
-        Ok(offsets)
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if !refused.is_empty() {
+            let (slots, again): (Vec<usize>, Vec<Message>) = refused.into_iter().unzip();
+            let moved = self.reroute(again, rounds).await?;
+            for (slot, position) in slots.into_iter().zip(moved) {
+                positions[slot] = position;
+            }
+        }
+        Ok(positions)
+    }
+
+    /// Whether a batch refused with `e` was refused by a sealed range of an elastic
+    /// topic (`NOT_OWNER`), so it is certainly not stored and goes to the range now
+    /// covering its keys.
+    fn resealed(&self, e: &ClientError) -> bool {
+        self.elastic && e.code() == Some(ErrorCode::NotOwner)
+    }
+
+    /// Sends records a sealed range refused again, routed by the topic's ranges read
+    /// anew, in their order: keyed ones to the open range covering their key, unkeyed
+    /// ones to one open range. More rounds than the retry budget is an error.
+    fn reroute(
+        &self,
+        messages: Vec<Message>,
+        rounds: u32,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<Position>, ClientError>> + Send + '_>> {
+        Box::pin(async move {
+            if rounds >= self.policy.retries.max(1) {
+                return Err(ClientError::Server {
+                    code: ErrorCode::NotOwner,
+                    message: format!(
+                        "the ranges of {}/{} were sealed under these records {} times in a row",
+                        self.topic.stream,
+                        self.topic.name,
+                        rounds + 1
+                    ),
+                    offset: None,
+                });
+            }
+            tracing::debug!(
+                records = messages.len(),
+                rounds,
+                "routing records a sealed range refused again"
+            );
+            self.topic
+                .client
+                .forget_partitions(&self.topic.stream, &self.topic.name);
+            self.send_routed_all(messages, &Routing::Balanced, rounds + 1)
+                .await
+        })
     }
 
     /// Sends one batch, retrying within the producer's budget: a lost connection or a
@@ -492,9 +601,7 @@ impl Core {
             stream: self.topic.stream.to_string(),
             topic: self.topic.name.to_string(),
             partition,
-            // Routing by an elastic topic's ranges is not built in this SDK yet
-            // (docs/RANGES.md §11): the broker refuses its produces to one.
-            ranged: false,
+            ranged: self.elastic,
         });
         let client = &self.topic.client;
         let mut sent = None;
@@ -538,7 +645,8 @@ impl Core {
                         }
                         Refusal::Resend(_) | Refusal::Fail => {}
                     }
-                    if !e.is_transient() {
+                    // A sealed range's refusal is final: the caller routes the records again.
+                    if !e.is_transient() || self.resealed(&e) {
                         return Err(e);
                     }
                     if code == ErrorCode::ShuttingDown
@@ -578,6 +686,16 @@ impl Core {
         messages: Vec<Message>,
         routing: &Routing,
     ) -> Result<Vec<Position>, ClientError> {
+        self.send_routed_all(messages, routing, 0).await
+    }
+
+    async fn send_routed_all(
+        &self,
+        messages: Vec<Message>,
+        routing: &Routing,
+        rounds: u32,
+    ) -> Result<Vec<Position>, ClientError> {
+        let reroute = !matches!(routing, Routing::Partition(_));
         let n = messages.len();
         let mut groups: BTreeMap<u32, (Vec<usize>, Vec<Message>)> = BTreeMap::new();
         // Unkeyed messages of one call share one partition when balanced.
@@ -593,29 +711,27 @@ impl Core {
             _ => None,
         };
         if let Some(p) = single {
-            let offsets = self.send_partition(p, messages).await?;
-            return Ok(offsets
-                .into_iter()
-                .map(|offset| Position {
-                    partition: p,
-                    offset,
-                })
-                .collect());
+            return self.send_partition(p, messages, reroute, rounds).await;
         }
-        // Keyed messages need the partition count: look it up once per call, not once
+        // Keyed messages need the topic's shape: look it up once per call, not once
         // per message (the lookup locks the client's shared metadata).
-        let partitions = if !matches!(routing, Routing::Partition(_))
+        let shape = if !matches!(routing, Routing::Partition(_))
             && messages.iter().any(|m| m.key.is_some())
         {
-            Some(self.topic.partitions().await?)
+            Some(
+                self.topic
+                    .client
+                    .shape(&self.topic.stream, &self.topic.name)
+                    .await?,
+            )
         } else {
             None
         };
         for (i, m) in messages.into_iter().enumerate() {
             let p = match (balanced, &m.key, routing) {
                 (_, _, Routing::Partition(p)) => *p,
-                (_, Some(k), _) => match partitions {
-                    Some(n) => partition_for_key(k, n),
+                (_, Some(k), _) => match &shape {
+                    Some(shape) => crate::topic::keyed_in(shape, k),
                     None => self.route(&m, routing).await?,
                 },
                 (None, None, _) => self.route(&m, routing).await?,
@@ -626,8 +742,8 @@ impl Core {
             entry.1.push(m);
         }
         let sends = groups.into_iter().map(|(p, (idx, msgs))| async move {
-            let offsets = self.send_partition(p, msgs).await?;
-            Ok::<_, ClientError>((p, idx, offsets))
+            let placed = self.send_partition(p, msgs, reroute, rounds).await?;
+            Ok::<_, ClientError>((idx, placed))
         });
         let mut positions = vec![
             Position {
@@ -636,12 +752,9 @@ impl Core {
             };
             n
         ];
-        for (p, idx, offsets) in futures::future::try_join_all(sends).await? {
-            for (i, offset) in idx.into_iter().zip(offsets) {
-                positions[i] = Position {
-                    partition: p,
-                    offset,
-                };
+        for (idx, placed) in futures::future::try_join_all(sends).await? {
+            for (i, position) in idx.into_iter().zip(placed) {
+                positions[i] = position;
             }
         }
         Ok(positions)
@@ -712,8 +825,8 @@ impl Producer {
         crate::routing::check(&message, routing)?;
         match &self.background {
             Some(shards) => {
-                let p = self.core.route(&message, routing).await?;
-                shards.push(p, message).await?;
+                let target = self.core.target(&message, routing).await?;
+                shards.push(target, message).await?;
                 Ok(None)
             }
             None => self.core.send_one(message, routing).await.map(Some),
@@ -731,8 +844,8 @@ impl Producer {
         match &self.background {
             Some(shards) => {
                 for m in messages {
-                    let p = self.core.route(&m, &self.core.routing).await?;
-                    shards.push(p, m).await?;
+                    let target = self.core.target(&m, &self.core.routing).await?;
+                    shards.push(target, m).await?;
                 }
                 Ok(Vec::new())
             }
@@ -756,12 +869,26 @@ impl Producer {
 
     /// The partition `message` goes to with `routing` (balanced: the next one
     /// round-robin). For [`crate::Batching`], which batches in its caller's task.
+    ///
+    /// With the partition, the epoch of the range map it was routed by (an elastic
+    /// topic's, when the map was read for it).
     pub(crate) async fn partition_of(
         &self,
         message: &Message,
         routing: &Routing,
-    ) -> Result<u32, ClientError> {
-        self.core.route(message, routing).await
+    ) -> Result<(u32, Option<u64>), ClientError> {
+        let topic = &self.core.topic;
+        let key = match (&message.key, routing) {
+            (_, Routing::Partition(p)) => return Ok((*p, None)),
+            (Some(k), _) | (None, Routing::Key(k)) => Some(k),
+            (None, Routing::Balanced) => None,
+        };
+        let shape = topic.client.shape(&topic.stream, &topic.name).await?;
+        let partition = match key {
+            Some(k) => crate::topic::keyed_in(&shape, k),
+            None => topic.balanced_in(&shape),
+        };
+        Ok((partition, shape.1.map(|m| m.epoch())))
     }
 
     /// Sends `messages` to `partition` now, in batches within the limits, and returns
@@ -770,8 +897,11 @@ impl Producer {
         &self,
         partition: u32,
         messages: Vec<Message>,
-    ) -> Result<Vec<u64>, ClientError> {
-        self.core.send_partition(partition, messages).await
+        reroute: bool,
+    ) -> Result<Vec<Position>, ClientError> {
+        self.core
+            .send_partition(partition, messages, reroute, 0)
+            .await
     }
 
     /// Flushes everything buffered, then stops the background shards.
