@@ -681,10 +681,27 @@ fn elastic_topics_are_created_split_and_merged_from_the_cli() {
             let err = fails(t, args);
             assert!(err.contains(says), "{args:?}: {err}");
         }
+        // Produce and consume go by the ranges: keyed lines land in the open ranges
+        // covering their keys, a split without --range takes the busiest, and a reader
+        // reads every record once.
+        let lines: String = (0..40).map(|i| format!("k{}:v{i}\n", i % 7)).collect();
+        ok(t, &["produce", "s/e", "--key-sep", ":"], &lines);
+        let split = ok(t, &["topic", "split", "s/e"], "");
+        assert!(split.starts_with("sealed\t"), "{split}");
+        assert!(split.contains("opened\t8\nopened\t9\n"), "{split}");
+        ok(t, &["produce", "s/e", "--key-sep", ":"], &lines);
+        let read = ok(t, &["consume", "s/e"], "");
+        let mut values: Vec<&str> = read.lines().collect();
+        values.sort_unstable();
+        let mut expected: Vec<String> = (0..40)
+            .flat_map(|i| [format!("v{i}"), format!("v{i}")])
+            .collect();
+        expected.sort_unstable();
+        assert_eq!(values, expected);
         ok(t, &["topic", "create", "s/plain"], "");
         let err = fails(t, &["topic", "split", "s/plain"]);
         assert!(err.contains("not an elastic topic"), "{err}");
-        assert_eq!(range_lines(t, "s/e").len(), 8);
+        assert_eq!(range_lines(t, "s/e").len(), 10);
         // Usage errors: a hash that is not one, one range to merge, --ranges alone.
         for args in [
             &["topic", "split", "s/e", "--at", "0xg"][..],

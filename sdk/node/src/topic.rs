@@ -102,6 +102,8 @@ impl NativeTopic {
             durability,
             max_record_bytes: options.max_record_bytes,
             replicas: options.replicas,
+            // Elastic topics are the Rust SDK's and the CLI's for now (docs/RANGES.md).
+            elastic: false,
         };
         let if_missing = options.if_missing.unwrap_or(false);
         let topic = self.topic.clone();

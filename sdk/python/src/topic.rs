@@ -88,6 +88,8 @@ impl PyTopic {
             durability,
             max_record_bytes,
             replicas,
+            // Elastic topics are the Rust SDK's and the CLI's for now (docs/RANGES.md).
+            elastic: false,
         };
         let topic = self.topic.clone();
         spawn(py, async move {
