@@ -23,7 +23,9 @@ use std::sync::Arc;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use rill_broker::{Broker, BrokerConfig, StoredRange, StoredRanges, TopicConfig, validate_name};
+use rill_broker::{
+    AutoSplit, Broker, BrokerConfig, StoredRange, StoredRanges, TopicConfig, validate_name,
+};
 use rill_proto::ranges::RangeMap;
 use rill_format::{BatchBuilder, Durability, NewRecord};
 use rill_storage::{LogConfig, ManualClock, PartitionLog, StdIo};
@@ -82,6 +84,9 @@ struct TopicIn<'a> {
     interval_ms: u64,
     max_record_bytes: Option<u32>,
     ranges: Option<RangesIn>,
+    /// The automatic policy as stored: threshold, window, cooldown (any values: the
+    /// catalog is checked at open).
+    auto_split: Option<(u64, u64, u64)>,
 }
 
 /// An elastic topic's ranges: splits and merges of its initial ranges (a sound map,
@@ -146,6 +151,13 @@ impl TopicIn<'_> {
             },
             max_record_bytes: self.max_record_bytes.unwrap_or(1 << 20),
             ranges,
+            auto_split: self
+                .auto_split
+                .map(|(bytes_per_s, window_ms, cooldown_ms)| AutoSplit {
+                    bytes_per_s,
+                    window_ms,
+                    cooldown_ms,
+                }),
         }
     }
 }

@@ -36,6 +36,8 @@ pub(crate) struct TopicChanges {
     pub(crate) durability: Option<Durability>,
     /// The new partition count (only ever more).
     pub(crate) partitions: Option<u32>,
+    /// An elastic topic's new policy threshold (`Some(None)`: off).
+    pub(crate) auto_split: Option<Option<u64>>,
 }
 
 impl TopicChanges {
@@ -69,6 +71,7 @@ impl TopicChanges {
             retention_bytes: r.retention_bytes.map(|c| c.value),
             durability,
             partitions: r.partitions,
+            auto_split: r.auto_split.map(|c| c.value),
         })
     }
 
@@ -106,6 +109,20 @@ impl TopicChanges {
         }
         if let Some(d) = self.durability {
             new.durability = d;
+        }
+        match self.auto_split {
+            None => {}
+            Some(None) => new.auto_split = None,
+            // A new threshold keeps the window and cooldown the policy had.
+            Some(Some(rate)) => {
+                new.auto_split = Some(match config.auto_split {
+                    Some(a) => crate::catalog::AutoSplit {
+                        bytes_per_s: rate,
+                        ..a
+                    },
+                    None => crate::catalog::AutoSplit::new(rate, None, None),
+                });
+            }
         }
         new.validate()?;
         Ok(new)

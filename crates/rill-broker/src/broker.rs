@@ -206,6 +206,8 @@ pub struct Broker {
     pub(crate) auth: crate::auth::Auth,
     /// The users' byte-rate buckets on this node (docs/SECURITY.md §7).
     pub(crate) quotas: crate::quota::Quotas,
+    /// The elastic topics' automatic policy's samples (docs/RANGES.md §7).
+    pub(crate) range_policy: crate::policy::RangePolicy,
 }
 
 impl Broker {
@@ -314,6 +316,7 @@ impl Broker {
             cluster_offsets: RwLock::new(Arc::new(BTreeMap::new())),
             auth,
             quotas: crate::quota::Quotas::new(rill_auth::store::USERS_MAX),
+            range_policy: crate::policy::RangePolicy::default(),
         })
     }
 
@@ -535,6 +538,19 @@ impl Broker {
     // ---- upkeep --------------------------------------------------------------------
 
     /// Every open partition, of every topic, with its name.
+    /// Every topic, with its stream's and its own name.
+    pub(crate) fn all_topics(&self) -> Vec<(String, String, Arc<Topic>)> {
+        self.read_streams()
+            .iter()
+            .flat_map(|(s, stream)| {
+                stream
+                    .topics
+                    .iter()
+                    .map(move |(t, topic)| (s.clone(), t.clone(), Arc::clone(topic)))
+            })
+            .collect()
+    }
+
     pub(crate) fn all_partitions(&self) -> Vec<(String, String, u32, Arc<Partition>)> {
         self.read_streams()
             .iter()

@@ -76,6 +76,42 @@ pub struct TopicConfig {
     /// for other topics. Absent from catalogs written before elastic topics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ranges: Option<StoredRanges>,
+    /// An elastic topic's automatic policy (docs/RANGES.md §7); `None`: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_split: Option<AutoSplit>,
+}
+
+/// An elastic topic's automatic split and merge policy (docs/RANGES.md §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AutoSplit {
+    /// Split an open range whose write rate stays above this for a whole window.
+    pub bytes_per_s: u64,
+    /// The window, in ms.
+    pub window_ms: u64,
+    /// No range younger than this is touched, in ms (at least two windows).
+    pub cooldown_ms: u64,
+}
+
+/// The policy's default window.
+pub(crate) const AUTO_SPLIT_WINDOW_MS_DEFAULT: u64 = 60_000;
+/// The policy's default cooldown (raised to two windows when they are longer).
+pub(crate) const AUTO_SPLIT_COOLDOWN_MS_DEFAULT: u64 = 300_000;
+/// The policy's window bounds: a second to a day.
+const AUTO_SPLIT_WINDOW_MS: std::ops::RangeInclusive<u64> = 1_000..=86_400_000;
+/// The longest cooldown: a week.
+const AUTO_SPLIT_COOLDOWN_MS_MAX: u64 = 7 * 86_400_000;
+
+impl AutoSplit {
+    /// The policy at `bytes_per_s` with a window and cooldown, each defaulted if absent.
+    pub fn new(bytes_per_s: u64, window_ms: Option<u64>, cooldown_ms: Option<u64>) -> Self {
+        let window_ms = window_ms.unwrap_or(AUTO_SPLIT_WINDOW_MS_DEFAULT);
+        Self {
+            bytes_per_s,
+            window_ms,
+            cooldown_ms: cooldown_ms
+                .unwrap_or_else(|| AUTO_SPLIT_COOLDOWN_MS_DEFAULT.max(window_ms.saturating_mul(2))),
+        }
+    }
 }
 
 /// An elastic topic's range map as the catalog stores it.
@@ -152,6 +188,7 @@ impl TopicConfig {
             durability,
             max_record_bytes: RECORD_BYTES_DEFAULT,
             ranges: None,
+            auto_split: None,
         }
     }
 
@@ -190,6 +227,19 @@ impl TopicConfig {
         } else {
             None
         };
+        let auto_split = match o.auto_split {
+            Some(rate) => Some(AutoSplit::new(
+                rate,
+                o.auto_split_window_ms,
+                o.auto_split_cooldown_ms,
+            )),
+            None if o.auto_split_window_ms.is_some() || o.auto_split_cooldown_ms.is_some() => {
+                return Err(BrokerError::InvalidConfig(
+                    "auto_split_window_ms and auto_split_cooldown_ms go with auto_split".into(),
+                ));
+            }
+            None => None,
+        };
         let config = Self {
             partitions,
             retention_ms: o.retention_ms,
@@ -198,6 +248,7 @@ impl TopicConfig {
             durability,
             max_record_bytes: o.max_record_bytes.unwrap_or(RECORD_BYTES_DEFAULT),
             ranges,
+            auto_split,
         };
         config.validate()?;
         Ok(config)
@@ -220,6 +271,9 @@ impl TopicConfig {
             max_record_bytes: Some(self.max_record_bytes),
             replicas: None,
             elastic: self.ranges.is_some(),
+            auto_split: self.auto_split.map(|a| a.bytes_per_s),
+            auto_split_window_ms: self.auto_split.map(|a| a.window_ms),
+            auto_split_cooldown_ms: self.auto_split.map(|a| a.cooldown_ms),
         }
     }
 
@@ -253,6 +307,32 @@ impl TopicConfig {
                     "an elastic topic of {} partitions has {} ranges",
                     self.partitions,
                     map.ranges().len()
+                ));
+            }
+        }
+        if let Some(a) = &self.auto_split {
+            if self.ranges.is_none() {
+                return bad("auto_split needs an elastic topic (its ranges split)".into());
+            }
+            if a.bytes_per_s == 0 {
+                return bad("auto_split must be positive (bytes per second)".into());
+            }
+            if !AUTO_SPLIT_WINDOW_MS.contains(&a.window_ms) {
+                return bad(format!(
+                    "auto_split_window_ms must be {}..={}, not {}",
+                    AUTO_SPLIT_WINDOW_MS.start(),
+                    AUTO_SPLIT_WINDOW_MS.end(),
+                    a.window_ms
+                ));
+            }
+            if a.cooldown_ms < a.window_ms.saturating_mul(2)
+                || a.cooldown_ms > AUTO_SPLIT_COOLDOWN_MS_MAX
+            {
+                return bad(format!(
+                    "auto_split_cooldown_ms must be at least two windows ({}) and at most \
+                     {AUTO_SPLIT_COOLDOWN_MS_MAX}, not {}",
+                    a.window_ms.saturating_mul(2),
+                    a.cooldown_ms
                 ));
             }
         }
@@ -335,6 +415,25 @@ impl TopicConfig {
             "max_record_bytes",
             requested.max_record_bytes.map(u64::from),
             Some(u64::from(self.max_record_bytes)),
+            &mut out,
+        );
+        let auto = self.auto_split;
+        differs(
+            "auto_split",
+            requested.auto_split,
+            auto.map(|a| a.bytes_per_s),
+            &mut out,
+        );
+        differs(
+            "auto_split_window_ms",
+            requested.auto_split_window_ms,
+            auto.map(|a| a.window_ms),
+            &mut out,
+        );
+        differs(
+            "auto_split_cooldown_ms",
+            requested.auto_split_cooldown_ms,
+            auto.map(|a| a.cooldown_ms),
             &mut out,
         );
         if requested.durability != pb::Durability::Unspecified as i32

@@ -8,7 +8,7 @@ use rill_storage::LogRead;
 
 use crate::names::validate_name;
 use crate::offsets::OffsetKey;
-use crate::partition::Produced;
+use crate::partition::{Partition, Produced};
 use crate::{Broker, BrokerError, Fetch};
 
 impl Broker {
@@ -60,16 +60,26 @@ impl Broker {
         // A batch that waits for nothing is a write into the page cache: append it here
         // rather than paying a hop to the blocking pool and back, unless it needs a
         // segment roll (files and syncs), which goes to the pool like everything else.
+        let bytes = batch.len() as u64;
+        let count = |p: &Partition, produced: &Produced| {
+            if !produced.duplicate {
+                p.count_written(bytes);
+            }
+        };
         if !p.append_may_block(&header)
             && let Some(produced) = p.try_append_inline(&batch)?
         {
+            count(&p, &produced);
             return Ok(produced);
         }
         // The log stamps a copy of the header and writes the records from this shared
         // buffer as they are: no copy of the batch, whoever else holds it.
-        tokio::task::spawn_blocking(move || p.append_blocking(&batch, &header))
+        let counted = Arc::clone(&p);
+        let produced = tokio::task::spawn_blocking(move || p.append_blocking(&batch, &header))
             .await
-            .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))?
+            .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))??;
+        count(&counted, &produced);
+        Ok(produced)
     }
 
     /// Reads from `fetch.offset`, waiting up to `fetch.max_wait` (capped) for

@@ -25,6 +25,7 @@ mod handler;
 mod names;
 mod offsets;
 mod partition;
+mod policy;
 mod producer;
 mod purge;
 mod quota;
@@ -35,7 +36,7 @@ mod upkeep;
 // crate-private (the coordinator, the producer table, the offset store, the limits).
 pub use auth::{HttpCredential, Principal, TOKEN_MECHANISM, password_verifiers};
 pub use broker::{Broker, BrokerConfig, FailedPartition, Fetch, PartitionState};
-pub use catalog::{StoredRange, StoredRanges, TopicConfig};
+pub use catalog::{AutoSplit, StoredRange, StoredRanges, TopicConfig};
 pub use elastic::{OPEN_RANGES_MAX, RangeChange};
 pub use error::BrokerError;
 pub use group::GroupError;

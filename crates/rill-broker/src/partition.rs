@@ -116,6 +116,9 @@ pub(crate) struct Partition {
     closed: std::sync::atomic::AtomicBool,
     /// An elastic topic's range: open, being sealed, or sealed.
     seal: RwLock<Seal>,
+    /// Bytes of the batches appended since the partition was opened (duplicates not
+    /// counted), for the range policy's write rates (docs/RANGES.md §7).
+    written: std::sync::atomic::AtomicU64,
     /// When the next automatic reopen may be tried, and the back-off after it.
     heal: parking_lot::Mutex<(Instant, Duration)>,
     /// A replica's producer table (for this leadership term) and the signal that a
@@ -181,6 +184,7 @@ impl Partition {
             appended,
             closed: std::sync::atomic::AtomicBool::new(false),
             seal: RwLock::new(Seal::Open),
+            written: std::sync::atomic::AtomicU64::new(0),
             heal: parking_lot::Mutex::new((Instant::now() + HEAL_BACKOFF, HEAL_BACKOFF)),
             replicated: tokio::sync::Mutex::new(replicated),
             proposed: tokio::sync::Notify::new(),
@@ -307,6 +311,17 @@ impl Partition {
     pub(crate) fn append_may_block(&self, header: &BatchHeader) -> bool {
         self.options.read().log.durability == rill_storage::Durability::Always
             || header.producer.is_some()
+    }
+
+    /// Counts `bytes` of a batch appended (not a duplicate's).
+    pub(crate) fn count_written(&self, bytes: u64) {
+        self.written
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Bytes appended since the partition was opened.
+    pub(crate) fn bytes_written(&self) -> u64 {
+        self.written.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The range's state (an elastic topic's; `Open` otherwise).

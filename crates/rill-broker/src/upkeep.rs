@@ -164,8 +164,8 @@ impl Broker {
     }
 
     /// Runs retention every `retention_interval` (first after one interval), expires
-    /// group sessions every second and reopens failed partitions, until the broker
-    /// shuts down.
+    /// group sessions every second, reopens failed partitions and runs the elastic
+    /// topics' range policy, until the broker shuts down.
     pub async fn run_upkeep(self: Arc<Self>) {
         let period = self.config().retention_interval;
         let mut retention = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
@@ -176,6 +176,9 @@ impl Broker {
         sessions.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut heal = tokio::time::interval(HEAL_TICK);
         heal.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Elastic topics' automatic policy (docs/RANGES.md §7).
+        let mut ranges = tokio::time::interval(crate::policy::POLICY_TICK);
+        ranges.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let job: fn(&Broker) = tokio::select! {
                 _ = retention.tick() => {
@@ -192,6 +195,9 @@ impl Broker {
                 }
                 _ = heal.tick() => |b| {
                     b.heal();
+                },
+                _ = ranges.tick() => |b| {
+                    b.range_policy_tick(Instant::now());
                 },
             };
             if self.is_shutting_down() {

@@ -566,3 +566,171 @@ async fn splits_and_merges_over_the_wire() {
     }
     assert_eq!(describe(&broker).await.range_epoch, 2);
 }
+
+/// The automatic policy (docs/RANGES.md §7), ticked by hand at chosen instants with real
+/// appends between them: a range written above the threshold for a whole window splits
+/// at its middle (once per window, not while its children are young); a dip in one
+/// interval holds it off; ranges cold for a window merge back to the initial count and
+/// no further; turning the policy off stops it.
+#[tokio::test]
+async fn the_automatic_policy_splits_a_hot_range_and_merges_cold_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Arc::new(Broker::open(BrokerConfig::new(dir.path())).unwrap());
+    broker
+        .create_topic(
+            "s",
+            "t",
+            &pb::TopicOptions {
+                partitions: 2,
+                elastic: true,
+                durability: pb::Durability::Never as i32,
+                auto_split: Some(2_000),
+                auto_split_window_ms: Some(3_000),
+                auto_split_cooldown_ms: Some(6_000),
+                ..Default::default()
+            },
+            false,
+            true,
+        )
+        .unwrap();
+    let options = describe(&broker).await.options.unwrap();
+    assert_eq!(
+        (
+            options.auto_split,
+            options.auto_split_window_ms,
+            options.auto_split_cooldown_ms
+        ),
+        (Some(2_000), Some(3_000), Some(6_000))
+    );
+    let value = "x".repeat(1_000);
+    // About 3 KB a second into `range` (three records of 1 KB and the batch framing).
+    let write = |range: u32| {
+        let broker = Arc::clone(&broker);
+        let value = value.clone();
+        async move {
+            produce(&broker, range, true, batch(&[&value, &value, &value]))
+                .await
+                .unwrap();
+        }
+    };
+    let t0 = std::time::Instant::now();
+    let at = |s: u64| t0 + std::time::Duration::from_secs(s);
+    let epoch = |d: &pb::DescribeTopicResponse| d.range_epoch;
+    // Range 0 hot for 3 s but for a dip at the second interval: no split.
+    assert!(broker.range_policy_tick(at(0)).is_empty());
+    write(0).await;
+    assert!(broker.range_policy_tick(at(1)).is_empty());
+    assert!(broker.range_policy_tick(at(2)).is_empty());
+    write(0).await;
+    assert!(broker.range_policy_tick(at(3)).is_empty());
+    // Hot over the whole window from t=2 (the dip was before it): split at its middle.
+    write(0).await;
+    assert!(broker.range_policy_tick(at(4)).is_empty());
+    write(0).await;
+    let made = broker.range_policy_tick(at(5));
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(made[0].2.sealed.len(), 1);
+    assert_eq!(made[0].2.sealed[0].0, 0);
+    assert_eq!(made[0].2.opened, vec![2, 3]);
+    // The children stay hot, but are young (a 6 s cooldown): nothing before t=11, then
+    // one of them splits.
+    let mut s = 6;
+    let made = loop {
+        write(2).await;
+        write(3).await;
+        let made = broker.range_policy_tick(at(s));
+        if !made.is_empty() {
+            break made;
+        }
+        s += 1;
+        assert!(s < 20, "no second split");
+    };
+    assert!(s >= 11, "a child split at {s}, younger than the cooldown");
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert!([2, 3].contains(&made[0].2.sealed[0].0), "{made:?}");
+    assert_eq!(epoch(&describe(&broker).await), 2);
+    let open =
+        |d: &pb::DescribeTopicResponse| d.ranges.iter().filter(|r| r.sealed_at.is_none()).count();
+    assert_eq!(open(&describe(&broker).await), 4);
+    // All cold from now on: merges, one per window once ranges are old, back to the
+    // initial two ranges and no further.
+    let mut s = s + 1;
+    while open(&describe(&broker).await) > 2 {
+        broker.range_policy_tick(at(s));
+        s += 1;
+        assert!(
+            s < 60,
+            "still {} open ranges",
+            open(&describe(&broker).await)
+        );
+    }
+    for later in s..s + 20 {
+        assert!(broker.range_policy_tick(at(later)).is_empty());
+    }
+    let d = describe(&broker).await;
+    assert_eq!(open(&d), 2);
+    assert!(d.range_epoch >= 4, "{}", d.range_epoch);
+
+    // Off: a hot range stays as it is. A plain topic refuses the policy.
+    let alter = |auto_split: Option<u64>, topic: &str| pb::AlterTopicRequest {
+        stream: "s".into(),
+        topic: topic.into(),
+        auto_split: Some(pb::LimitChange { value: auto_split }),
+        ..Default::default()
+    };
+    call(
+        &broker,
+        RequestBody::AlterTopic(alter(None, "t")),
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    let before = describe(&broker).await.range_epoch;
+    let hot = describe(&broker)
+        .await
+        .ranges
+        .iter()
+        .find(|r| r.sealed_at.is_none())
+        .unwrap()
+        .id;
+    for later in s + 20..s + 30 {
+        write(hot).await;
+        broker.range_policy_tick(at(later));
+    }
+    assert_eq!(describe(&broker).await.range_epoch, before);
+    broker
+        .create_topic("s", "plain", &pb::TopicOptions::default(), false, true)
+        .unwrap();
+    let e = call(
+        &broker,
+        RequestBody::AlterTopic(alter(Some(1_000), "plain")),
+        Bytes::new(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(code(&e), ErrorCode::InvalidConfig, "{e:?}");
+    assert!(e.message.contains("elastic"), "{e:?}");
+    for (rate, window, cooldown) in [
+        (Some(0), None, None),
+        (Some(1), Some(10), None),
+        (Some(1), Some(5_000), Some(6_000)),
+        (None, Some(5_000), None),
+    ] {
+        let e = broker
+            .create_topic(
+                "s",
+                "bad",
+                &pb::TopicOptions {
+                    elastic: true,
+                    auto_split: rate,
+                    auto_split_window_ms: window,
+                    auto_split_cooldown_ms: cooldown,
+                    ..Default::default()
+                },
+                false,
+                true,
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("auto_split"), "{e}");
+    }
+}

@@ -89,6 +89,18 @@ pub(crate) enum TopicCommand {
         #[arg(long, requires = "elastic", conflicts_with = "partitions",
               value_parser = clap::value_parser!(u32).range(1..))]
         ranges: Option<u32>,
+        /// With --elastic: split an open range whose writes stay above this many bytes
+        /// per second for a whole window, and merge cold neighbours (docs/RANGES.md §7).
+        #[arg(long, requires = "elastic", value_name = "BYTES_PER_S",
+              value_parser = clap::value_parser!(u64).range(1..))]
+        auto_split: Option<u64>,
+        /// With --auto-split: the window a range's rate is judged over (default 60s).
+        #[arg(long, requires = "auto_split", value_parser = parse_duration, value_name = "DURATION")]
+        auto_split_window: Option<Duration>,
+        /// With --auto-split: how old a range must be before it is split or merged
+        /// (default 5m, at least two windows).
+        #[arg(long, requires = "auto_split", value_parser = parse_duration, value_name = "DURATION")]
+        auto_split_cooldown: Option<Duration>,
     },
     /// Split an open range of an elastic topic in two: it is sealed where it ends and
     /// two new ranges take its keys from then on.
@@ -137,6 +149,10 @@ pub(crate) enum TopicCommand {
         /// keys go to another partition from then on.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         partitions: Option<u32>,
+        /// An elastic topic's automatic policy: split ranges whose writes stay above this
+        /// many bytes per second for a window, or none (off).
+        #[arg(long, value_parser = parse_limit_bytes, value_name = "BYTES_PER_S|none")]
+        auto_split: Option<Limit<u64>>,
     },
     /// Delete the records before a point, exactly: readers start after it (default:
     /// every record, each partition then starts at its end).
@@ -360,8 +376,21 @@ pub(crate) async fn topic(args: TopicArgs, target: &Target) -> anyhow::Result<()
             replicas,
             elastic,
             ranges,
+            auto_split,
+            auto_split_window,
+            auto_split_cooldown,
         } => {
             let handle = target::topic(&client, &topic)?;
+            let auto_split = auto_split.map(|rate| {
+                let mut a = rill_client::AutoSplit::new(rate);
+                if let Some(w) = auto_split_window {
+                    a = a.window(w);
+                }
+                if let Some(c) = auto_split_cooldown {
+                    a = a.cooldown(c);
+                }
+                a
+            });
             let options = TopicOptions {
                 partitions: Some(ranges.unwrap_or(partitions)),
                 retention,
@@ -371,6 +400,7 @@ pub(crate) async fn topic(args: TopicArgs, target: &Target) -> anyhow::Result<()
                 max_record_bytes,
                 replicas,
                 elastic,
+                auto_split,
             };
             let o = handle
                 .create_with(&options, true)
@@ -455,6 +485,17 @@ pub(crate) async fn topic(args: TopicArgs, target: &Target) -> anyhow::Result<()
             if d.elastic {
                 println!("elastic\ttrue");
                 println!("range_epoch\t{}", d.range_epoch);
+                match &o.auto_split {
+                    Some(a) => {
+                        println!("auto_split\t{}", a.bytes_per_s);
+                        for (name, d) in [("window", a.window), ("cooldown", a.cooldown)] {
+                            let d =
+                                d.map_or("-".into(), |d| humantime::format_duration(d).to_string());
+                            println!("auto_split_{name}\t{d}");
+                        }
+                    }
+                    None => println!("auto_split\tnone"),
+                }
             }
             print_partitions(&d.partitions);
             print_ranges(&d.ranges);
@@ -465,8 +506,12 @@ pub(crate) async fn topic(args: TopicArgs, target: &Target) -> anyhow::Result<()
             retention_bytes,
             durability,
             partitions,
+            auto_split,
         } => {
             let mut changes = TopicChanges::new();
+            if let Some(Limit(rate)) = auto_split {
+                changes = changes.auto_split(rate);
+            }
             if let Some(Limit(age)) = retention {
                 changes = changes.retention(age);
             }
@@ -478,7 +523,7 @@ pub(crate) async fn topic(args: TopicArgs, target: &Target) -> anyhow::Result<()
             }
             if changes == TopicChanges::new() && partitions.is_none() {
                 anyhow::bail!(
-                    "nothing to change: pass --retention, --retention-bytes, --durability and/or --partitions"
+                    "nothing to change: pass --retention, --retention-bytes, --durability, --partitions and/or --auto-split"
                 );
             }
             let handle = target::topic(&client, &topic)?;

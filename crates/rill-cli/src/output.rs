@@ -67,6 +67,14 @@ pub(crate) fn topic_config(o: &TopicConfig) -> Value {
     });
     if o.elastic {
         v["elastic"] = json!(true);
+        v["auto_split"] = match &o.auto_split {
+            Some(a) => json!({
+                "bytes_per_s": a.bytes_per_s,
+                "window_ms": a.window.map(|d| d.as_millis() as u64),
+                "cooldown_ms": a.cooldown.map(|d| d.as_millis() as u64),
+            }),
+            None => Value::Null,
+        };
     }
     v
 }

@@ -698,7 +698,48 @@ fn elastic_topics_are_created_split_and_merged_from_the_cli() {
             .collect();
         expected.sort_unstable();
         assert_eq!(values, expected);
+        // The automatic policy: shown with its window and cooldown, turned off by alter.
+        ok(
+            t,
+            &[
+                "topic",
+                "create",
+                "s/auto",
+                "--elastic",
+                "--auto-split",
+                "1000",
+                "--auto-split-window",
+                "2s",
+            ],
+            "",
+        );
+        let lines = |topic: &str| -> Vec<String> {
+            ok(t, &["topic", "describe", topic], "")
+                .lines()
+                .filter(|l| l.starts_with("auto_split"))
+                .map(str::to_owned)
+                .collect()
+        };
+        assert_eq!(
+            lines("s/auto"),
+            [
+                "auto_split\t1000",
+                "auto_split_window\t2s",
+                "auto_split_cooldown\t5m"
+            ]
+        );
+        let d = t.json(&["topic", "describe", "s/auto", "--output", "json"]);
+        assert_eq!(
+            d["options"]["auto_split"],
+            serde_json::json!({"bytes_per_s": 1000, "window_ms": 2000, "cooldown_ms": 300000})
+        );
+        ok(t, &["topic", "alter", "s/auto", "--auto-split", "none"], "");
+        assert_eq!(lines("s/auto"), ["auto_split\tnone"]);
+        ok(t, &["topic", "alter", "s/auto", "--auto-split", "5000"], "");
+        assert_eq!(lines("s/auto")[0], "auto_split\t5000");
         ok(t, &["topic", "create", "s/plain"], "");
+        let err = fails(t, &["topic", "alter", "s/plain", "--auto-split", "5000"]);
+        assert!(err.contains("elastic"), "{err}");
         let err = fails(t, &["topic", "split", "s/plain"]);
         assert!(err.contains("not an elastic topic"), "{err}");
         assert_eq!(range_lines(t, "s/e").len(), 10);
@@ -708,6 +749,16 @@ fn elastic_topics_are_created_split_and_merged_from_the_cli() {
             &["topic", "merge", "s/e", "--ranges", "2"][..],
             &["topic", "merge", "s/e", "--ranges", "2,2"][..],
             &["topic", "create", "s/x", "--ranges", "2"][..],
+            &["topic", "create", "s/x", "--auto-split", "10"][..],
+            &[
+                "topic",
+                "create",
+                "s/x",
+                "--elastic",
+                "--auto-split-window",
+                "2s",
+            ][..],
+            &["topic", "create", "s/x", "--elastic", "--auto-split", "0"][..],
             &[
                 "topic",
                 "create",

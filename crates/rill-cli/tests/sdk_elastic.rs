@@ -22,7 +22,8 @@ use rill_proto::{RequestBody, ResponseBody};
 
 over_both_transports!(
     publishes_follow_the_ranges_across_splits,
-    producers_and_readers_keep_each_keys_order_across_splits
+    producers_and_readers_keep_each_keys_order_across_splits,
+    the_automatic_policy_splits_a_hot_range_under_a_producer
 );
 
 async fn create_elastic(client: &Client, topic: &str, ranges: u32) -> Topic {
@@ -427,4 +428,73 @@ async fn producers_and_readers_keep_each_keys_order_across_splits(client: &Clien
 
     // Records were spread over more than the initial ranges.
     assert!(read_live.iter().any(|(p, _)| p.partition >= 2));
+}
+
+/// The broker's policy (docs/RANGES.md §7) splits a range a producer keeps hot: a 1 s
+/// window and a 2 s cooldown, 10 KB/s, and a producer writing one key's records as
+/// fast as it can until the topic has split twice (the second time a child, once it
+/// was old enough). Every record acknowledged is read once, in order.
+async fn the_automatic_policy_splits_a_hot_range_under_a_producer(client: &Client) {
+    let topic = client.stream("s").topic("auto");
+    let config = topic
+        .create_with(
+            &rill_client::TopicOptions {
+                partitions: Some(1),
+                elastic: true,
+                durability: Some(rill_client::Durability::Never),
+                auto_split: Some(
+                    rill_client::AutoSplit::new(10_000)
+                        .window(Duration::from_secs(1))
+                        .cooldown(Duration::from_secs(2)),
+                ),
+                ..Default::default()
+            },
+            false,
+        )
+        .await
+        .unwrap();
+    let auto = config.auto_split.expect("the policy is on");
+    assert_eq!(auto.bytes_per_s, 10_000);
+    assert_eq!(auto.window, Some(Duration::from_secs(1)));
+    assert_eq!(auto.cooldown, Some(Duration::from_secs(2)));
+    let producer = topic
+        .producer()
+        .retries(20, Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut sent = 0u32;
+    let payload = "v".repeat(500);
+    loop {
+        let batch: Vec<Message> = (0..20)
+            .map(|i| {
+                let n = sent + i;
+                Message::new(format!("{n}/{payload}")).with_key(format!("k{}", n % 8))
+            })
+            .collect();
+        producer.send_batch(batch).await.unwrap();
+        sent += 20;
+        if topic.describe().await.unwrap().range_epoch >= 2 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no automatic split after {sent} records"
+        );
+    }
+    let d = topic.describe().await.unwrap();
+    assert!(d.ranges[0].sealed_at.is_some(), "{:?}", d.ranges);
+    let mut reader = topic.records("check").max_bytes(4096);
+    let mut seen = BTreeMap::new();
+    while let Some(r) = reader.next().await {
+        let r = r.unwrap();
+        let v = String::from_utf8(r.value.to_vec()).unwrap();
+        let n: u32 = v.split_once('/').unwrap().0.parse().unwrap();
+        let key = r.key.clone().unwrap();
+        if let Some(before) = seen.insert(key, n) {
+            assert!(before < n, "{n} after {before}");
+        }
+    }
+    assert_eq!(seen.len(), 8);
 }

@@ -39,6 +39,49 @@ pub struct TopicConfig {
     /// Whether it is an elastic topic (docs/RANGES.md): its partitions are key ranges,
     /// `partitions` counts every range, sealed or open.
     pub elastic: bool,
+    /// An elastic topic's automatic policy, its window and cooldown filled in; `None`:
+    /// off.
+    pub auto_split: Option<AutoSplit>,
+}
+
+/// An elastic topic's automatic split and merge policy (docs/RANGES.md §7): the broker
+/// splits, at its middle, an open range whose write rate stayed above `bytes_per_s`
+/// for a whole `window`, and merges two neighbouring open ranges that both stayed
+/// below a quarter of it (together below half), never touching a range younger than
+/// `cooldown`, at most one change per window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AutoSplit {
+    /// The write rate, in bytes per second, above which a range splits.
+    pub bytes_per_s: u64,
+    /// The window (default 60 s; 1 s ..= 1 day). Filled in by the broker.
+    pub window: Option<Duration>,
+    /// How old a range must be to be split or merged (default 5 minutes, at least two
+    /// windows). Filled in by the broker.
+    pub cooldown: Option<Duration>,
+}
+
+impl AutoSplit {
+    /// The policy at `bytes_per_s`, with the default window and cooldown.
+    pub fn new(bytes_per_s: u64) -> Self {
+        Self {
+            bytes_per_s,
+            window: None,
+            cooldown: None,
+        }
+    }
+
+    /// The window over which a range's rate is judged.
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = Some(window);
+        self
+    }
+
+    /// How old a range must be before the policy touches it.
+    pub fn cooldown(mut self, cooldown: Duration) -> Self {
+        self.cooldown = Some(cooldown);
+        self
+    }
 }
 
 /// What a split or a merge of an elastic topic's ranges did; see
@@ -223,6 +266,11 @@ impl TryFrom<pb::TopicOptions> for TopicConfig {
             durability,
             max_record_bytes: o.max_record_bytes.unwrap_or_default(),
             elastic: o.elastic,
+            auto_split: o.auto_split.map(|bytes_per_s| AutoSplit {
+                bytes_per_s,
+                window: o.auto_split_window_ms.map(Duration::from_millis),
+                cooldown: o.auto_split_cooldown_ms.map(Duration::from_millis),
+            }),
         })
     }
 }

@@ -80,9 +80,9 @@ pub use group::{
     RebalanceCallback,
 };
 pub use info::{
-    ClusterNodeInfo, ClusterPartitionInfo, ClusterStatus, DamagedRange, GroupDescription,
-    GroupMember, GroupPartition, PartitionInfo, RangeChange, RangeInfo, StreamInfo, TopicConfig,
-    TopicDescription, TopicInfo,
+    AutoSplit, ClusterNodeInfo, ClusterPartitionInfo, ClusterStatus, DamagedRange,
+    GroupDescription, GroupMember, GroupPartition, PartitionInfo, RangeChange, RangeInfo,
+    StreamInfo, TopicConfig, TopicDescription, TopicInfo,
 };
 pub use message::{Message, Position, Record, Value};
 pub use producer::{Background, Backpressure, Producer, ProducerBuilder, Sharding};

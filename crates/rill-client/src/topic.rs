@@ -47,6 +47,8 @@ pub struct TopicOptions {
     /// the idempotent [`Producer`](crate::Producer) refuse elastic topics until they
     /// keep lineage order (docs/RANGES.md §4, §6).
     pub elastic: bool,
+    /// An elastic topic's automatic policy (docs/RANGES.md §7); `None`: off.
+    pub auto_split: Option<crate::AutoSplit>,
 }
 
 impl TopicOptions {
@@ -75,6 +77,15 @@ impl TopicOptions {
             max_record_bytes: self.max_record_bytes,
             replicas: self.replicas,
             elastic: self.elastic,
+            auto_split: self.auto_split.map(|a| a.bytes_per_s),
+            auto_split_window_ms: self
+                .auto_split
+                .and_then(|a| a.window)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            auto_split_cooldown_ms: self
+                .auto_split
+                .and_then(|a| a.cooldown)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         }
     }
 }

@@ -136,6 +136,7 @@ pub struct TopicChanges {
     retention_bytes: Option<Option<u64>>,
     durability: Option<Durability>,
     partitions: Option<u32>,
+    auto_split: Option<Option<u64>>,
 }
 
 impl TopicChanges {
@@ -174,6 +175,15 @@ impl TopicChanges {
         self
     }
 
+    /// An elastic topic's automatic policy (docs/RANGES.md §7): split an open range
+    /// whose writes stay above `bytes_per_s` for a whole window, merge cold neighbours;
+    /// `None` turns it off. The window and cooldown stay as they were (the defaults if
+    /// the policy was off). A plain topic refuses it (`INVALID_CONFIG`).
+    pub fn auto_split(mut self, bytes_per_s: Option<u64>) -> Self {
+        self.auto_split = Some(bytes_per_s);
+        self
+    }
+
     fn to_wire(self, stream: &str, topic: &str) -> Result<pb::AlterTopicRequest, ClientError> {
         let retention_ms = match self.retention {
             Some(Some(age)) if age < Duration::from_millis(1) => {
@@ -197,6 +207,7 @@ impl TopicChanges {
             topic: topic.to_owned(),
             retention_ms,
             retention_bytes: self.retention_bytes.map(|value| pb::LimitChange { value }),
+            auto_split: self.auto_split.map(|value| pb::LimitChange { value }),
             durability: durability as i32,
             durability_interval_ms: interval,
             partitions: self.partitions,

@@ -102,8 +102,9 @@ impl NativeTopic {
             durability,
             max_record_bytes: options.max_record_bytes,
             replicas: options.replicas,
-            // Elastic topics are the Rust SDK's and the CLI's for now (docs/RANGES.md).
-            elastic: false,
+            // Elastic topics (and their policy) are the Rust SDK's and the CLI's for now
+            // (docs/RANGES.md).
+            ..TopicOptions::default()
         };
         let if_missing = options.if_missing.unwrap_or(false);
         let topic = self.topic.clone();

@@ -88,8 +88,9 @@ impl PyTopic {
             durability,
             max_record_bytes,
             replicas,
-            // Elastic topics are the Rust SDK's and the CLI's for now (docs/RANGES.md).
-            elastic: false,
+            // Elastic topics (and their policy) are the Rust SDK's and the CLI's for now
+            // (docs/RANGES.md).
+            ..TopicOptions::default()
         };
         let topic = self.topic.clone();
         spawn(py, async move {

@@ -334,8 +334,11 @@ impl CreateTopicJson {
             durability_interval_ms,
             max_record_bytes: self.max_record_bytes,
             replicas: self.replicas,
-            // Not offered over HTTP until elastic topics are served (docs/RANGES.md §11).
+            // Not offered over HTTP yet (docs/RANGES.md §11).
             elastic: false,
+            auto_split: None,
+            auto_split_window_ms: None,
+            auto_split_cooldown_ms: None,
         })
     }
 }
@@ -437,6 +440,7 @@ pub(crate) async fn alter(
             durability: durability as i32,
             durability_interval_ms,
             partitions: body.partitions,
+            auto_split: None,
         })
     );
     Ok(Json(

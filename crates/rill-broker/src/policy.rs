@@ -1,0 +1,321 @@
+//! The automatic split and merge policy of elastic topics (docs/RANGES.md §7).
+//!
+//! Once a second ([`POLICY_TICK`], from upkeep) the broker samples how many bytes each
+//! open range of every elastic topic with a policy has taken, keeps the samples of the
+//! last window, and asks [`decide`] — a pure function of those rates — for at most one
+//! change per topic per window:
+//!
+//! - split, at its middle, the hottest open range whose rate stayed above the threshold
+//!   over every interval of the whole window;
+//! - else merge the coldest pair of neighbouring open ranges that both stayed below a
+//!   quarter of the threshold over the whole window and together averaged below half.
+//!
+//! Neither touches a range younger than the cooldown (ranges present when the broker
+//! opened count as old), passes the open-range bound, or merges below the topic's
+//! initial range count. The gap between the thresholds is the hysteresis: a range that
+//! split had a rate above `T`, so its two children together average above `T`, never
+//! below `T / 2`, and they are not merged back while the load holds; and a merged range
+//! averages below `T / 2`, so it is not split again.
+//!
+//! Bounds: samples per open range at most one window's worth at the tick (plus one),
+//! for at most [`OPEN_RANGES_MAX`](crate::OPEN_RANGES_MAX) open ranges per topic; a
+//! topic's state goes when it or its policy does.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::Broker;
+
+/// How often the policy samples and decides.
+pub(crate) const POLICY_TICK: Duration = Duration::from_secs(1);
+
+/// A change the policy asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// Split this open range at its middle.
+    Split(u32),
+    /// Merge these two neighbouring open ranges.
+    Merge(u32, u32),
+}
+
+/// An open range as the policy sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RangeView {
+    pub(crate) id: u32,
+    /// Its first hash: the views are in hash order, so neighbours are adjacent.
+    pub(crate) lo: u64,
+    /// Its write rate (bytes per second) over each interval of the last window, oldest
+    /// first; `None` while it has not been watched for a whole window.
+    pub(crate) rates: Option<Vec<f64>>,
+    /// Younger than the cooldown: not to be touched.
+    pub(crate) young: bool,
+}
+
+impl RangeView {
+    fn mean(&self) -> Option<f64> {
+        let rates = self.rates.as_ref()?;
+        (!rates.is_empty()).then(|| rates.iter().sum::<f64>() / rates.len() as f64)
+    }
+
+    fn all(&self, pred: impl Fn(f64) -> bool) -> bool {
+        self.rates
+            .as_ref()
+            .is_some_and(|r| !r.is_empty() && r.iter().all(|&x| pred(x)))
+    }
+}
+
+/// The policy's decision over a topic's open ranges (`open`, in hash order) with
+/// threshold `threshold` bytes per second, `initial` ranges at creation and at most
+/// `max_open` open ranges.
+pub(crate) fn decide(
+    open: &[RangeView],
+    threshold: u64,
+    initial: usize,
+    max_open: usize,
+) -> Option<Decision> {
+    let t = threshold as f64;
+    if open.len() < max_open {
+        let hottest = open
+            .iter()
+            .filter(|r| !r.young && r.all(|x| x > t))
+            .max_by(|a, b| {
+                a.mean()
+                    .partial_cmp(&b.mean())
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            });
+        if let Some(r) = hottest {
+            return Some(Decision::Split(r.id));
+        }
+    }
+    if open.len() <= initial {
+        return None;
+    }
+    open.windows(2)
+        .filter(|pair| {
+            pair.iter().all(|r| !r.young && r.all(|x| x < t / 4.0))
+                && pair.iter().filter_map(RangeView::mean).sum::<f64>() < t / 2.0
+        })
+        .min_by(|a, b| {
+            let sum = |p: &[RangeView]| p.iter().filter_map(RangeView::mean).sum::<f64>();
+            sum(a)
+                .partial_cmp(&sum(b))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        })
+        .map(|pair| Decision::Merge(pair[0].id, pair[1].id))
+}
+
+/// What the policy remembers of one topic.
+#[derive(Debug, Default)]
+struct TopicState {
+    /// Per open range: (when, bytes it had taken by then), oldest first.
+    samples: HashMap<u32, VecDeque<(Instant, u64)>>,
+    /// When each range was first seen, for ranges that appeared while the broker ran
+    /// (the others count as old).
+    born: HashMap<u32, Instant>,
+    /// Whether the topic was seen by an earlier tick (its ranges then are old).
+    seen: bool,
+    /// When the policy last changed the topic.
+    last_change: Option<Instant>,
+}
+
+/// The policy's memory, per topic.
+#[derive(Debug, Default)]
+pub(crate) struct RangePolicy {
+    topics: Mutex<HashMap<(String, String), TopicState>>,
+}
+
+impl Broker {
+    /// One tick of the policy at `now` (blocking: a change fsyncs). Returns the changes
+    /// it made, for tests.
+    pub fn range_policy_tick(&self, now: Instant) -> Vec<(String, String, crate::RangeChange)> {
+        if self.check_running().is_err() || self.is_clustered() {
+            return Vec::new();
+        }
+        let mut wanted = Vec::new();
+        {
+            let mut states = self.range_policy.topics.lock();
+            let mut live = std::collections::HashSet::new();
+            for (stream, name, topic) in self.all_topics() {
+                let (Some(auto), Some(map)) = (topic.config.auto_split, topic.config.range_map())
+                else {
+                    continue;
+                };
+                let key = (stream.clone(), name.clone());
+                live.insert(key.clone());
+                let state = states.entry(key).or_default();
+                let window = Duration::from_millis(auto.window_ms);
+                let cooldown = Duration::from_millis(auto.cooldown_ms);
+                let first = !state.seen;
+                state.seen = true;
+                let mut open: Vec<RangeView> = Vec::new();
+                let open_ids: std::collections::HashSet<u32> = map.open().map(|r| r.id).collect();
+                state.samples.retain(|id, _| open_ids.contains(id));
+                state.born.retain(|id, _| open_ids.contains(id));
+                for r in map.open() {
+                    let Some(p) = topic.partitions.get(r.id as usize) else {
+                        continue;
+                    };
+                    // A range first seen after the topic's first tick is new.
+                    if !first && !state.samples.contains_key(&r.id) {
+                        state.born.insert(r.id, now);
+                    }
+                    let samples = state.samples.entry(r.id).or_default();
+                    samples.push_back((now, p.bytes_written()));
+                    // Keep one sample at or before the window's start, none older.
+                    while samples.len() > 2
+                        && samples[1].0 <= now.checked_sub(window).unwrap_or(now)
+                    {
+                        samples.pop_front();
+                    }
+                    let full = samples
+                        .front()
+                        .is_some_and(|&(t, _)| now.duration_since(t) >= window);
+                    let rates = full.then(|| {
+                        samples
+                            .iter()
+                            .zip(samples.iter().skip(1))
+                            .map(|(&(t0, b0), &(t1, b1))| {
+                                let secs = t1.duration_since(t0).as_secs_f64().max(1e-3);
+                                b1.saturating_sub(b0) as f64 / secs
+                            })
+                            .collect()
+                    });
+                    let young = state
+                        .born
+                        .get(&r.id)
+                        .is_some_and(|&b| now.duration_since(b) < cooldown);
+                    open.push(RangeView {
+                        id: r.id,
+                        lo: r.lo,
+                        rates,
+                        young,
+                    });
+                }
+                if state
+                    .last_change
+                    .is_some_and(|t| now.duration_since(t) < window)
+                {
+                    continue;
+                }
+                let initial = map.ranges().iter().filter(|r| r.parents.is_empty()).count();
+                if let Some(d) = decide(&open, auto.bytes_per_s, initial, crate::OPEN_RANGES_MAX) {
+                    wanted.push((stream, name, d));
+                }
+            }
+            states.retain(|k, _| live.contains(k));
+        }
+        let mut made = Vec::new();
+        for (stream, topic, decision) in wanted {
+            let result = match decision {
+                Decision::Split(id) => self.split_range(&stream, &topic, Some(id), None),
+                Decision::Merge(a, b) => self.merge_ranges(&stream, &topic, a, b),
+            };
+            match result {
+                Ok(change) => {
+                    tracing::info!(
+                        stream,
+                        topic,
+                        ?decision,
+                        epoch = change.epoch,
+                        "the range policy changed the topic's ranges"
+                    );
+                    if let Some(state) = self
+                        .range_policy
+                        .topics
+                        .lock()
+                        .get_mut(&(stream.clone(), topic.clone()))
+                    {
+                        state.last_change = Some(now);
+                    }
+                    made.push((stream, topic, change));
+                }
+                // Another change came first (the plan is checked against the map as it
+                // is), or the disk failed: the next tick looks again.
+                Err(e) => {
+                    tracing::warn!(stream, topic, ?decision, error = %e, "the range policy's change failed");
+                }
+            }
+        }
+        made
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(id: u32, lo: u64, rates: &[f64]) -> RangeView {
+        RangeView {
+            id,
+            lo,
+            rates: Some(rates.to_vec()),
+            young: false,
+        }
+    }
+
+    #[test]
+    fn a_range_hot_over_the_whole_window_splits_the_hottest_first() {
+        let open = [
+            view(0, 0, &[150.0, 120.0, 110.0]),
+            view(1, 10, &[500.0, 400.0, 300.0]),
+            view(2, 20, &[500.0, 90.0, 900.0]),
+        ];
+        assert_eq!(decide(&open, 100, 3, 256), Some(Decision::Split(1)));
+        // A dip below the threshold in one interval: not hot.
+        let open = [view(0, 0, &[150.0, 99.0, 150.0])];
+        assert_eq!(decide(&open, 100, 1, 256), None);
+        // Not watched for a whole window yet, young, or at the bound: none.
+        let mut unwatched = view(0, 0, &[500.0]);
+        unwatched.rates = None;
+        assert_eq!(decide(&[unwatched], 100, 1, 256), None);
+        let mut young = view(0, 0, &[500.0, 500.0]);
+        young.young = true;
+        assert_eq!(decide(&[young], 100, 1, 256), None);
+        assert_eq!(decide(&[view(0, 0, &[500.0])], 100, 1, 1), None);
+    }
+
+    #[test]
+    fn cold_neighbours_merge_the_coldest_pair_never_below_the_initial_count() {
+        let open = [
+            view(3, 0, &[10.0, 20.0]),
+            view(4, 10, &[5.0, 5.0]),
+            view(5, 20, &[1.0, 1.0]),
+            view(6, 30, &[90.0, 90.0]),
+        ];
+        assert_eq!(decide(&open, 100, 2, 256), Some(Decision::Merge(4, 5)));
+        assert_eq!(decide(&open, 100, 4, 256), None);
+        // Below a quarter over every interval, or not merged.
+        let open = [view(0, 0, &[24.0, 24.0]), view(1, 10, &[24.0, 24.9])];
+        assert_eq!(decide(&open, 100, 1, 256), Some(Decision::Merge(0, 1)));
+        let open = [view(0, 0, &[24.0, 24.0]), view(1, 10, &[1.0, 26.0])];
+        assert_eq!(decide(&open, 100, 1, 256), None);
+        // A young range is not merged.
+        let mut young = view(1, 10, &[1.0, 1.0]);
+        young.young = true;
+        assert_eq!(decide(&[view(0, 0, &[1.0, 1.0]), young], 100, 1, 256), None);
+    }
+
+    #[test]
+    fn the_policy_does_not_flap() {
+        // A range split at rate r > T: its children share r, so the pair averages above
+        // T and is never merged back while the load holds, however it divides.
+        for r in [101.0, 150.0, 400.0, 10_000.0] {
+            for share in [0.0, 0.1, 0.5, 0.9, 1.0] {
+                let open = [
+                    view(1, 0, &[r * share, r * share]),
+                    view(2, 10, &[r * (1.0 - share), r * (1.0 - share)]),
+                ];
+                assert_ne!(
+                    decide(&open, 100, 1, 256).map(|d| matches!(d, Decision::Merge(..))),
+                    Some(true),
+                    "rate {r}, share {share}"
+                );
+            }
+        }
+        // A merged pair averaged below T/2: its child is not split while that holds.
+        let open = [view(3, 0, &[49.0, 49.0])];
+        assert_eq!(decide(&open, 100, 1, 256), None);
+    }
+}
