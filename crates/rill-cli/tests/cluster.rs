@@ -624,7 +624,7 @@ async fn retention_runs_on_every_replica_of_a_cluster_and_readers_go_on_from_the
     // Replicas cut where the group's retention entry says, each when it applies it: the
     // leader gets there too, within a few passes.
     let group_start = reset[0].1;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(10);
     let leader_start = loop {
         let now = match topic
             .fetch(Position::new(0, 0), 1 << 20, Duration::ZERO)
@@ -637,7 +637,7 @@ async fn retention_runs_on_every_replica_of_a_cluster_and_readers_go_on_from_the
             }) => log_start,
             other => panic!("a fetch below the log start: {other:?}"),
         };
-        if now >= group_start || std::time::Instant::now() > deadline {
+        if now >= group_start || Instant::now() > deadline {
             break now;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
