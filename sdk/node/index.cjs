@@ -141,6 +141,15 @@ function callSync(f) {
   }
 }
 
+/** A topic's description with an elastic topic's hash bounds as BigInts. */
+function description(d) {
+  for (const r of d.ranges) {
+    r.lo = BigInt(r.lo)
+    r.hi = BigInt(r.hi)
+  }
+  return d
+}
+
 // ---- input checks -------------------------------------------------------------------
 
 function checkU32(what, v) {
@@ -479,7 +488,7 @@ class Rill {
     return JSON.parse(await call(() => this.#native.listTopics(optional(checkString, 'a stream name', stream))))
   }
   async describeTopic(stream, topic) {
-    return JSON.parse(await call(() => this.#native.describeTopic(checkString('a stream name', stream), checkString('a topic name', topic))))
+    return description(JSON.parse(await call(() => this.#native.describeTopic(checkString('a stream name', stream), checkString('a topic name', topic)))))
   }
   /** Closes the connection or the embedded broker; later calls fail with ClosedError. */
   async close() { return call(() => this.#native.close()) }
@@ -580,16 +589,39 @@ class Topic {
   }
   async create(options) {
     const o = checkOptions('topic', options, ['partitions', 'retentionMs', 'retentionBytes', 'segmentBytes',
-      'durability', 'maxRecordBytes', 'replicas', 'ifMissing'])
+      'durability', 'maxRecordBytes', 'replicas', 'ifMissing', 'elastic', 'autoSplit'])
     const n = {}
     for (const k of ['partitions', 'maxRecordBytes', 'replicas']) if (o[k] != null) n[k] = checkU32(k, o[k])
     for (const k of ['retentionMs', 'retentionBytes', 'segmentBytes']) if (o[k] != null) n[k] = checkOffset(k, o[k])
     if (o.durability != null) n.durability = checkString('durability', o.durability)
     if (o.ifMissing != null) n.ifMissing = checkBool('ifMissing', o.ifMissing)
+    if (o.elastic != null) n.elastic = checkBool('elastic', o.elastic)
+    if (o.autoSplit != null) {
+      const a = checkOptions('autoSplit', o.autoSplit, ['bytesPerS', 'windowMs', 'cooldownMs'])
+      n.autoSplit = checkOffset('autoSplit.bytesPerS', a.bytesPerS)
+      if (a.windowMs != null) n.autoSplitWindowMs = checkOffset('autoSplit.windowMs', a.windowMs)
+      if (a.cooldownMs != null) n.autoSplitCooldownMs = checkOffset('autoSplit.cooldownMs', a.cooldownMs)
+    }
     return JSON.parse(await call(() => this.#native.create(n)))
   }
   async delete() { return call(() => this.#native.delete()) }
-  async describe() { return JSON.parse(await call(() => this.#native.describe())) }
+  async describe() { return description(JSON.parse(await call(() => this.#native.describe()))) }
+  /** Splits an open range of an elastic topic: `range` (default: the busiest) at routing
+   * hash `at` (a bigint or a safe integer; default: its middle). */
+  async splitRange({ range, at } = {}) {
+    let hash
+    if (at != null) {
+      if (typeof at === 'bigint' && at >= 0n && at < 2n ** 64n) hash = at.toString()
+      else if (Number.isSafeInteger(at) && at >= 0) hash = String(at)
+      else throw invalid(`at must be a 64-bit hash (a bigint or a safe integer), not ${describe(at)}`)
+    }
+    const r = range == null ? undefined : checkU32('range', range)
+    return JSON.parse(await call(() => this.#native.splitRange(r, hash)))
+  }
+  /** Merges two neighbouring open ranges of an elastic topic into one. */
+  async mergeRanges(first, second) {
+    return JSON.parse(await call(() => this.#native.mergeRanges(checkU32('first', first), checkU32('second', second))))
+  }
   async partitions() { return call(() => this.#native.partitions()) }
   async firstOffset(partition) { return call(() => this.#native.firstOffset(checkU32('partition', partition))) }
   async endOffset(partition) { return call(() => this.#native.endOffset(checkU32('partition', partition))) }

@@ -78,7 +78,16 @@ export interface TopicConfig {
   segmentBytes: number
   durability: string
   maxRecordBytes: number
+  /** An elastic topic (docs/RANGES.md): its partitions are key ranges. */
+  elastic: boolean
+  /** An elastic topic's automatic policy, or null when off. */
+  autoSplit: AutoSplit | null
 }
+export interface AutoSplit { bytesPerS: number; windowMs?: number | null; cooldownMs?: number | null }
+/** A key range of an elastic topic: its partition number and the routing hashes it covers. */
+export interface RangeInfo { id: number; lo: bigint; hi: bigint; parents: number[]; sealedAt: number | null }
+/** What a split or merge did: [range, seal offset] pairs, the ranges opened, the epoch. */
+export interface RangeChange { sealed: Array<[number, number]>; opened: number[]; rangeEpoch: number }
 
 export declare class Rill {
   static connect(url: string, options?: ClientOptions): Promise<Rill>
@@ -114,6 +123,12 @@ export interface CreateTopicOptions {
   maxRecordBytes?: number
   replicas?: number
   ifMissing?: boolean
+  /** Partitions are key ranges that split and merge online without breaking any key's
+   * order; publishes and producers route by range, readers read parents first. Named
+   * consumers and groups refuse it for now. */
+  elastic?: boolean
+  /** With `elastic`: the broker's automatic split and merge policy. */
+  autoSplit?: AutoSplit
 }
 export interface MessageOptions { key?: BytesLike; headers?: Headers }
 export interface SendOptions extends MessageOptions { partition?: number }
@@ -175,6 +190,10 @@ export declare class Topic<T = Uint8Array> {
   create(options?: CreateTopicOptions): Promise<TopicConfig>
   delete(): Promise<void>
   describe(): Promise<any>
+  /** Splits an open range of an elastic topic (docs/RANGES.md). */
+  splitRange(options?: { range?: number; at?: bigint | number }): Promise<RangeChange>
+  /** Merges two neighbouring open ranges of an elastic topic. */
+  mergeRanges(first: number, second: number): Promise<RangeChange>
   partitions(): Promise<number>
   firstOffset(partition: number): Promise<number>
   endOffset(partition: number): Promise<number>

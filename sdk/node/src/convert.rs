@@ -375,7 +375,18 @@ pub(crate) fn config_json(c: &TopicConfig) -> Json {
         "segmentBytes": c.segment_bytes,
         "durability": c.durability.to_string(),
         "maxRecordBytes": c.max_record_bytes,
+        "elastic": c.elastic,
+        "autoSplit": c.auto_split.map(|a| json!({
+            "bytesPerS": a.bytes_per_s,
+            "windowMs": a.window.map(millis),
+            "cooldownMs": a.cooldown.map(millis),
+        })),
     })
+}
+
+/// What a split or merge did, as JSON.
+pub(crate) fn range_change_json(c: &rill_client::RangeChange) -> Json {
+    json!({ "sealed": c.sealed, "opened": c.opened, "rangeEpoch": c.epoch })
 }
 
 /// A topic's description as JSON.
@@ -410,6 +421,12 @@ pub(crate) fn description_json(t: &TopicDescription) -> Json {
         "name": t.name,
         "config": config_json(&t.config),
         "partitions": partitions,
+        // Hash bounds are 64-bit: decimal strings, which the JS layer makes BigInts.
+        "ranges": t.ranges.iter().map(|r| json!({
+            "id": r.id, "lo": r.lo.to_string(), "hi": r.hi.to_string(),
+            "parents": r.parents, "sealedAt": r.sealed_at,
+        })).collect::<Vec<Json>>(),
+        "rangeEpoch": t.range_epoch,
     })
 }
 

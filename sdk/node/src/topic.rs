@@ -12,6 +12,7 @@ use crate::consumer::{ConsumerOptions, NativeConsumer};
 use crate::convert::{
     Header, MessageIn, PackedPositions, PositionOut, config_json, description_json, group_json,
     headers_in, messages_in, offset_in, offset_out, packed_in, packed_positions, position_out,
+    range_change_json,
 };
 use crate::error::{invalid_napi, to_napi};
 use crate::group::{GroupOptions, NativeGroupConsumer};
@@ -31,6 +32,12 @@ pub struct CreateOptions {
     pub max_record_bytes: Option<u32>,
     pub replicas: Option<u32>,
     pub if_missing: Option<bool>,
+    /// An elastic topic (docs/RANGES.md).
+    pub elastic: Option<bool>,
+    /// An elastic topic's automatic policy threshold, bytes per second.
+    pub auto_split: Option<i64>,
+    pub auto_split_window_ms: Option<i64>,
+    pub auto_split_cooldown_ms: Option<i64>,
 }
 
 /// A topic of a stream (`rill_client::Topic`), its values raw bytes; the JS layer adds
@@ -94,6 +101,26 @@ impl NativeTopic {
             return Err(invalid_napi("a topic needs at least one partition"));
         }
         let retention = non_negative("retentionMs", options.retention_ms)?;
+        let window = non_negative("autoSplit.windowMs", options.auto_split_window_ms)?;
+        let cooldown = non_negative("autoSplit.cooldownMs", options.auto_split_cooldown_ms)?;
+        let auto_split = match non_negative("autoSplit.bytesPerS", options.auto_split)? {
+            Some(rate) => {
+                let mut a = rill_client::AutoSplit::new(rate);
+                if let Some(ms) = window {
+                    a = a.window(Duration::from_millis(ms));
+                }
+                if let Some(ms) = cooldown {
+                    a = a.cooldown(Duration::from_millis(ms));
+                }
+                Some(a)
+            }
+            None if window.is_some() || cooldown.is_some() => {
+                return Err(invalid_napi(
+                    "autoSplit.windowMs and autoSplit.cooldownMs go with autoSplit.bytesPerS",
+                ));
+            }
+            None => None,
+        };
         let topic_options = TopicOptions {
             partitions: options.partitions,
             retention: retention.map(Duration::from_millis),
@@ -102,15 +129,49 @@ impl NativeTopic {
             durability,
             max_record_bytes: options.max_record_bytes,
             replicas: options.replicas,
-            // Elastic topics (and their policy) are the Rust SDK's and the CLI's for now
-            // (docs/RANGES.md).
-            ..TopicOptions::default()
+            elastic: options.elastic.unwrap_or(false),
+            auto_split,
         };
         let if_missing = options.if_missing.unwrap_or(false);
         let topic = self.topic.clone();
         spawn(env, async move {
             let config = topic.create_with(&topic_options, if_missing).await?;
             Ok(config_json(&config).to_string())
+        })
+    }
+
+    /// Splits an open range of an elastic topic (absent: the busiest) at routing hash
+    /// `at` (a decimal string, for all 64 bits; absent: its middle); what it did as JSON.
+    #[napi]
+    pub fn split_range<'env>(
+        &self,
+        env: &'env Env,
+        range: Option<u32>,
+        at: Option<String>,
+    ) -> napi::Result<PromiseRaw<'env, String>> {
+        let at = at
+            .map(|s| {
+                s.parse::<u64>()
+                    .map_err(|_| invalid_napi(format!("at must be a 64-bit hash, not {s:?}")))
+            })
+            .transpose()?;
+        let topic = self.topic.clone();
+        spawn(env, async move {
+            Ok(range_change_json(&topic.split_range(range, at).await?).to_string())
+        })
+    }
+
+    /// Merges two neighbouring open ranges of an elastic topic; what it did as JSON.
+    #[napi]
+    pub fn merge_ranges<'env>(
+        &self,
+        env: &'env Env,
+        first: u32,
+        second: u32,
+    ) -> napi::Result<PromiseRaw<'env, String>> {
+        let topic = self.topic.clone();
+        spawn(env, async move {
+            Ok(range_change_json(&topic.merge_ranges(first, second).await?).to_string())
         })
     }
 

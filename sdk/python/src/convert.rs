@@ -392,6 +392,36 @@ impl<'py> IntoPyObject<'py> for PyTopicConfig {
         d.set_item("segment_bytes", c.segment_bytes)?;
         d.set_item("durability", c.durability.to_string())?;
         d.set_item("max_record_bytes", c.max_record_bytes)?;
+        d.set_item("elastic", c.elastic)?;
+        match c.auto_split {
+            Some(a) => {
+                let ad = PyDict::new(py);
+                ad.set_item("bytes_per_s", a.bytes_per_s)?;
+                ad.set_item("window_ms", a.window.map(millis))?;
+                ad.set_item("cooldown_ms", a.cooldown.map(millis))?;
+                d.set_item("auto_split", ad)?;
+            }
+            None => d.set_item("auto_split", py.None())?,
+        }
+        Ok(d)
+    }
+}
+
+/// What a split or merge of an elastic topic's ranges did, as a dict.
+#[derive(Debug)]
+pub(crate) struct PyRangeChange(pub(crate) rill_client::RangeChange);
+
+impl<'py> IntoPyObject<'py> for PyRangeChange {
+    type Target = PyDict;
+    type Output = Bound<'py, PyDict>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Self::Output> {
+        let c = self.0;
+        let d = PyDict::new(py);
+        d.set_item("sealed", c.sealed)?;
+        d.set_item("opened", c.opened)?;
+        d.set_item("range_epoch", c.epoch)?;
         Ok(d)
     }
 }
@@ -439,6 +469,18 @@ impl<'py> IntoPyObject<'py> for PyTopicDescription {
             partitions.append(pd)?;
         }
         d.set_item("partitions", partitions)?;
+        let ranges = PyList::empty(py);
+        for r in t.ranges {
+            let rd = PyDict::new(py);
+            rd.set_item("id", r.id)?;
+            rd.set_item("lo", r.lo)?;
+            rd.set_item("hi", r.hi)?;
+            rd.set_item("parents", r.parents)?;
+            rd.set_item("sealed_at", r.sealed_at)?;
+            ranges.append(rd)?;
+        }
+        d.set_item("ranges", ranges)?;
+        d.set_item("range_epoch", t.range_epoch)?;
         Ok(d)
     }
 }

@@ -8,8 +8,8 @@ use rill_client::{Durability, Offsets, Position, Topic, TopicOptions};
 
 use crate::consumer::{ConsumerOptions, PyConsumer};
 use crate::convert::{
-    PackedPositions, PyRecord, PyTopicConfig, PyTopicDescription, headers_of, message_of,
-    messages_of, position_out,
+    PackedPositions, PyRangeChange, PyRecord, PyTopicConfig, PyTopicDescription, headers_of,
+    message_of, messages_of, position_out,
 };
 use crate::error::{invalid, to_py};
 use crate::group::{GroupOptions, PyGroupConsumer};
@@ -59,6 +59,8 @@ impl PyTopic {
     #[pyo3(signature = (
         *, partitions=None, retention_ms=None, retention_bytes=None, segment_bytes=None,
         durability=None, max_record_bytes=None, replicas=None, if_missing=false,
+        elastic=false, auto_split=None, auto_split_window_ms=None,
+        auto_split_cooldown_ms=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn create<'py>(
@@ -72,6 +74,10 @@ impl PyTopic {
         max_record_bytes: Option<u32>,
         replicas: Option<u32>,
         if_missing: bool,
+        elastic: bool,
+        auto_split: Option<u64>,
+        auto_split_window_ms: Option<u64>,
+        auto_split_cooldown_ms: Option<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let durability = durability
             .map(|d| d.parse::<Durability>())
@@ -80,6 +86,24 @@ impl PyTopic {
         if partitions == Some(0) {
             return Err(to_py(py, invalid("a topic needs at least one partition")));
         }
+        if auto_split.is_none()
+            && (auto_split_window_ms.is_some() || auto_split_cooldown_ms.is_some())
+        {
+            return Err(to_py(
+                py,
+                invalid("auto_split_window_ms and auto_split_cooldown_ms go with auto_split"),
+            ));
+        }
+        let auto_split = auto_split.map(|rate| {
+            let mut a = rill_client::AutoSplit::new(rate);
+            if let Some(ms) = auto_split_window_ms {
+                a = a.window(Duration::from_millis(ms));
+            }
+            if let Some(ms) = auto_split_cooldown_ms {
+                a = a.cooldown(Duration::from_millis(ms));
+            }
+            a
+        });
         let options = TopicOptions {
             partitions,
             retention: retention_ms.map(Duration::from_millis),
@@ -88,9 +112,8 @@ impl PyTopic {
             durability,
             max_record_bytes,
             replicas,
-            // Elastic topics (and their policy) are the Rust SDK's and the CLI's for now
-            // (docs/RANGES.md).
-            ..TopicOptions::default()
+            elastic,
+            auto_split,
         };
         let topic = self.topic.clone();
         spawn(py, async move {
@@ -104,6 +127,34 @@ impl PyTopic {
     fn delete<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let topic = self.topic.clone();
         spawn(py, async move { topic.delete().await })
+    }
+
+    /// Splits an open range of an elastic topic (`None`: the busiest) at `at` (`None`:
+    /// its middle).
+    #[pyo3(signature = (range=None, at=None))]
+    fn split_range<'py>(
+        &self,
+        py: Python<'py>,
+        range: Option<u32>,
+        at: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let topic = self.topic.clone();
+        spawn(py, async move {
+            Ok(PyRangeChange(topic.split_range(range, at).await?))
+        })
+    }
+
+    /// Merges two neighbouring open ranges of an elastic topic.
+    fn merge_ranges<'py>(
+        &self,
+        py: Python<'py>,
+        first: u32,
+        second: u32,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let topic = self.topic.clone();
+        spawn(py, async move {
+            Ok(PyRangeChange(topic.merge_ranges(first, second).await?))
+        })
     }
 
     /// Options and per-partition offsets.

@@ -28,6 +28,7 @@ from ._consume import Consumer, GroupConsumer, Reader
 from ._produce import Producer
 from ._types import (
     HEADER_TYPES,
+    AutoSplit,
     DamagedRange,
     Fetched,
     GroupDescription,
@@ -39,6 +40,8 @@ from ._types import (
     PartitionInfo,
     Position,
     Positions,
+    RangeChange,
+    RangeInfo,
     Record,
     StreamInfo,
     TopicConfig,
@@ -103,6 +106,9 @@ __all__ = [
     "Fetched",
     "TopicConfig",
     "TopicDescription",
+    "AutoSplit",
+    "RangeInfo",
+    "RangeChange",
     "PartitionInfo",
     "DamagedRange",
     "StreamInfo",

@@ -10,7 +10,9 @@ from ._codec import Codec, RawCodec, codec_for, decode_record
 from ._consume import Consumer, GroupConsumer, Reader
 from ._produce import Producer, _message_triple
 from ._types import (
+    AutoSplit,
     Fetched,
+    RangeChange,
     Headers,
     Message,
     Position,
@@ -23,6 +25,7 @@ from ._types import (
     _config,
     _description,
     _group,
+    _range_change,
     _opt,
     _i64,
     _str,
@@ -268,10 +271,20 @@ class Topic(Generic[T]):
         max_record_bytes: Optional[int] = None,
         replicas: Optional[int] = None,
         if_missing: bool = False,
+        elastic: bool = False,
+        auto_split: Optional[AutoSplit] = None,
     ) -> TopicConfig:
         """Creates the topic (and its stream) with options; unset ones take the broker's
         defaults. ``durability`` is ``"always"``, ``"interval:MS"`` or ``"never"``.
-        With ``if_missing`` an existing topic whose options agree is fine."""
+        With ``if_missing`` an existing topic whose options agree is fine.
+
+        ``elastic`` makes its partitions key ranges (``partitions`` of them at first)
+        that split and merge online without moving a key out of order (docs/RANGES.md);
+        publishes and producers route by range, and a reader reads a range only after
+        its parents. Named consumers and consumer groups refuse elastic topics for now.
+        ``auto_split`` turns on the broker's automatic policy (elastic topics only)."""
+        if auto_split is not None and not isinstance(auto_split, AutoSplit):
+            raise InvalidArgumentError(f"auto_split must be a rill.AutoSplit, not {type(auto_split).__name__}")
         return _config(
             await self._native.create(
                 partitions=_opt(_u32, "partitions", partitions),
@@ -282,8 +295,26 @@ class Topic(Generic[T]):
                 max_record_bytes=_opt(_u32, "max_record_bytes", max_record_bytes),
                 replicas=_opt(_u32, "replicas", replicas),
                 if_missing=bool(if_missing),
+                elastic=bool(elastic),
+                auto_split=_u64("auto_split.bytes_per_s", auto_split.bytes_per_s) if auto_split else None,
+                auto_split_window_ms=_opt(_u64, "auto_split.window_ms", auto_split.window_ms) if auto_split else None,
+                auto_split_cooldown_ms=(
+                    _opt(_u64, "auto_split.cooldown_ms", auto_split.cooldown_ms) if auto_split else None
+                ),
             )
         )
+
+    async def split_range(self, range: Optional[int] = None, at: Optional[int] = None) -> RangeChange:
+        """Splits an open range of an elastic topic in two: ``range`` (``None``: the
+        busiest) is sealed where it ends, and two ranges take its keys below and from
+        routing hash ``at`` (``None``: its middle)."""
+        return _range_change(
+            await self._native.split_range(_opt(_u32, "range", range), _opt(_u64, "at", at))
+        )
+
+    async def merge_ranges(self, first: int, second: int) -> RangeChange:
+        """Merges two neighbouring open ranges of an elastic topic into one."""
+        return _range_change(await self._native.merge_ranges(_u32("first", first), _u32("second", second)))
 
     async def delete(self) -> None:
         """Deletes the topic, its data and its stored offsets."""

@@ -216,6 +216,17 @@ class Record(Generic[T]):
 
 
 @dataclasses.dataclass(frozen=True)
+class AutoSplit:
+    """An elastic topic's automatic policy (docs/RANGES.md §7): the broker splits an
+    open range written faster than ``bytes_per_s`` over a whole window and merges cold
+    neighbours, never touching a range younger than the cooldown."""
+
+    bytes_per_s: int
+    window_ms: Optional[int] = None
+    cooldown_ms: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class TopicConfig:
     """A topic's options as the broker keeps them."""
 
@@ -228,6 +239,34 @@ class TopicConfig:
     #: ``"always"``, ``"interval:MS"`` or ``"never"``.
     durability: str
     max_record_bytes: int
+    #: An elastic topic (docs/RANGES.md): its partitions are key ranges that split and
+    #: merge; ``partitions`` counts every range, sealed or open.
+    elastic: bool = False
+    #: An elastic topic's automatic policy, or ``None`` when off.
+    auto_split: Optional[AutoSplit] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeInfo:
+    """A key range of an elastic topic: its partition number, the routing hashes it
+    covers (``lo`` to ``hi``, inclusive), the ranges it came from, and where it was
+    sealed (``None`` while it is open)."""
+
+    id: int
+    lo: int
+    hi: int
+    parents: List[int]
+    sealed_at: Optional[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeChange:
+    """What a split or a merge did: each range sealed with its seal offset, the ranges
+    opened, and the topic's range epoch afterwards."""
+
+    sealed: List[Tuple[int, int]]
+    opened: List[int]
+    range_epoch: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,6 +303,10 @@ class TopicDescription:
     name: str
     config: TopicConfig
     partitions: List[PartitionInfo]
+    #: An elastic topic's ranges by id (empty for a plain topic).
+    ranges: List[RangeInfo] = dataclasses.field(default_factory=list)
+    #: How many splits and merges made them.
+    range_epoch: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -328,7 +371,12 @@ class Fetched(Generic[T]):
 
 
 def _config(d: Dict[str, Any]) -> TopicConfig:
-    return TopicConfig(**d)
+    auto = d.get("auto_split")
+    return TopicConfig(**{**d, "auto_split": AutoSplit(**auto) if auto else None})
+
+
+def _range_change(d: Dict[str, Any]) -> RangeChange:
+    return RangeChange([tuple(s) for s in d["sealed"]], list(d["opened"]), d["range_epoch"])
 
 
 def _description(d: Dict[str, Any]) -> TopicDescription:
@@ -336,7 +384,10 @@ def _description(d: Dict[str, Any]) -> TopicDescription:
         PartitionInfo(**{**p, "damaged": [DamagedRange(**r) for r in p["damaged"]]})
         for p in d["partitions"]
     ]
-    return TopicDescription(d["stream"], d["name"], _config(d["config"]), partitions)
+    ranges = [RangeInfo(**r) for r in d.get("ranges", [])]
+    return TopicDescription(
+        d["stream"], d["name"], _config(d["config"]), partitions, ranges, d.get("range_epoch", 0)
+    )
 
 
 def _group(d: Dict[str, Any]) -> GroupDescription:
