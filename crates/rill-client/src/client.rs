@@ -37,6 +37,11 @@ pub(crate) enum Retry {
 
 /// What one attempt at a request came to.
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "an attempt lives on the stack for one call and is matched at once: boxing \
+              every answer would cost an allocation per request"
+)]
 pub(crate) enum Attempt {
     /// The broker answered with success.
     Answered(ResponseBody, Bytes),
