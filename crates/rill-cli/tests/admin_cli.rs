@@ -690,6 +690,8 @@ fn elastic_topics_are_created_split_and_merged_from_the_cli() {
         assert!(split.starts_with("sealed\t"), "{split}");
         assert!(split.contains("opened\t8\nopened\t9\n"), "{split}");
         ok(t, &["produce", "s/e", "--key-sep", ":"], &lines);
+        let err = fails(t, &["consume", "s/e", "--name", "n"]);
+        assert!(err.contains("elastic"), "{err}");
         let read = ok(t, &["consume", "s/e"], "");
         let mut values: Vec<&str> = read.lines().collect();
         values.sort_unstable();

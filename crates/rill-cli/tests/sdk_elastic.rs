@@ -170,11 +170,19 @@ async fn publishes_follow_the_ranges_across_splits(client: &Client) {
     assert_eq!(seen.len(), 40 + 40 + 8 + 6);
     assert!(seen.values().all(|&n| n == 1), "{seen:?}");
 
-    // Named consumers and groups refuse an elastic topic until they keep lineage order.
+    // Groups refuse an elastic topic until they keep lineage order; a named consumer
+    // names no range.
     for e in [
-        topic.consumer("c", 0).build().await.map(drop).unwrap_err(),
         topic
             .consumer_group("g")
+            .build()
+            .await
+            .map(drop)
+            .unwrap_err(),
+        topic.consumer("c", 1).build().await.map(drop).unwrap_err(),
+        topic
+            .consumer("c", 0)
+            .start_at(rill_client::StartAt::Offset(3))
             .build()
             .await
             .map(drop)
@@ -296,6 +304,24 @@ async fn produce(topic: Topic, way: &'static str) -> Vec<String> {
     acked
 }
 
+/// Takes records from a named consumer until `want` have come (or none came for
+/// `quiet`, which is then a failure unless `want` is `None`); positions and values.
+async fn consume(
+    consumer: &mut rill_client::Consumer,
+    want: Option<usize>,
+    quiet: Duration,
+) -> Vec<(Position, String)> {
+    let mut out = Vec::new();
+    while want.is_none_or(|w| out.len() < w) {
+        match consumer.next_within(quiet).await {
+            Ok(r) => out.push((r.position(), String::from_utf8(r.value.to_vec()).unwrap())),
+            Err(rill_client::ClientError::Timeout(_)) if want.is_none() => break,
+            Err(e) => panic!("after {} records: {e}", out.len()),
+        }
+    }
+    out
+}
+
 /// Reads with `reader` until it has caught up; the values read, in order.
 async fn read_all(reader: &mut rill_client::Reader<bytes::Bytes>) -> Vec<(Position, String)> {
     let mut out = Vec::new();
@@ -356,6 +382,15 @@ async fn producers_and_readers_keep_each_keys_order_across_splits(client: &Clien
     // Small fetches, so the reader goes round its ranges many times and would reach a
     // child before its parent's end if it did not hold the child back.
     let mut live = topic.records("live").max_bytes(256);
+    // A named consumer following along too (it reads every range, parents first), and
+    // one that stops halfway and is built again.
+    let mut named = topic
+        .consumer("named", 0)
+        .max_bytes(256)
+        .build()
+        .await
+        .unwrap();
+    let mut read_named = Vec::new();
     let producers: Vec<_> = ["direct", "background", "batching", "publish"]
         .into_iter()
         .map(|way| tokio::spawn(produce(topic.clone(), way)))
@@ -386,6 +421,7 @@ async fn producers_and_readers_keep_each_keys_order_across_splits(client: &Clien
     let mut producers = producers.into_iter().peekable();
     while producers.peek().is_some() {
         read_live.extend(read_all(&mut live).await);
+        read_named.extend(consume(&mut named, None, Duration::from_millis(5)).await);
         if token.is_none() && read_live.len() > 200 {
             token = Some((read_live.len(), live.offsets()));
         }
@@ -413,6 +449,37 @@ async fn producers_and_readers_keep_each_keys_order_across_splits(client: &Clien
         }
     }
     check_read(&read_live, &acked, "a reader following along");
+    let left = acked.len() - read_named.len();
+    read_named.extend(consume(&mut named, Some(left), Duration::from_secs(5)).await);
+    check_read(&read_named, &acked, "a named consumer following along");
+    named.shutdown().await.unwrap();
+    // From its stored offsets: nothing more.
+    let mut again = topic.consumer("named", 0).build().await.unwrap();
+    let more = consume(&mut again, None, Duration::from_millis(1500)).await;
+    assert!(
+        more.is_empty(),
+        "{} records again, first {:?}",
+        more.len(),
+        more.first()
+    );
+    // A named consumer stopped halfway and built again reads the rest, in order.
+    let mut first = topic
+        .consumer("halves", 0)
+        .max_bytes(256)
+        .build()
+        .await
+        .unwrap();
+    let mut halves = consume(&mut first, Some(acked.len() / 2), Duration::from_secs(5)).await;
+    first.shutdown().await.unwrap();
+    let mut second = topic
+        .consumer("halves", 0)
+        .max_bytes(256)
+        .build()
+        .await
+        .unwrap();
+    let rest = acked.len() - halves.len();
+    halves.extend(consume(&mut second, Some(rest), Duration::from_secs(5)).await);
+    check_read(&halves, &acked, "a named consumer built again halfway");
 
     // A fresh reader from the beginning, and one resumed from the saved position.
     let mut fresh = topic.records("fresh").max_bytes(256);

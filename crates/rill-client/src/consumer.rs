@@ -122,6 +122,24 @@ impl ConsumerBuilder {
         self
     }
 
+    /// The same options for range `id` of an elastic topic.
+    pub(crate) fn for_range(&self, id: u32) -> Self {
+        Self {
+            partition: id,
+            ..self.clone()
+        }
+    }
+
+    /// The partition asked for, where it starts, and its long-poll wait.
+    pub(crate) fn shape(&self) -> (u32, StartAt, Duration) {
+        (self.partition, self.start_at, self.max_wait)
+    }
+
+    /// The topic and the consumer's name.
+    pub(crate) fn names(&self) -> (&Topic, &str) {
+        (&self.topic, &self.name)
+    }
+
     /// Validates the options, resolves the start and returns the consumer.
     pub async fn build(self) -> Result<Consumer, ClientError> {
         if self.batch_length == 0 {
@@ -145,7 +163,23 @@ impl ConsumerBuilder {
             ));
         }
         self.commit_policy.validate()?;
-        crate::reader::refuse_elastic(&self.topic, "named consumers").await?;
+        // An elastic topic's named consumer reads every range in lineage order
+        // (docs/RANGES.md §6.2). A topic that cannot be looked up now is the consumer's to
+        // report when it reads, as before elastic topics.
+        if let Ok((_, Some(map))) = self
+            .topic
+            .client
+            .shape(&self.topic.stream, &self.topic.name)
+            .await
+        {
+            return crate::ranged::Ranged::start(self, map).await;
+        }
+        self.build_one().await
+    }
+
+    /// The consumer of the one partition named (of an elastic topic: of one range, for
+    /// [`crate::ranged::Ranged`]).
+    pub(crate) async fn build_one(self) -> Result<Consumer, ClientError> {
         let mut consumer = Consumer {
             topic: self.topic,
             name: self.name,
@@ -165,6 +199,7 @@ impl ConsumerBuilder {
             ahead: None,
             sub: None,
             push: true,
+            ranges: None,
         };
         let stored = consumer.fetch_stored().await?;
         consumer.committer = Committer::new(self.commit_policy, stored, Instant::now());
@@ -221,6 +256,9 @@ pub struct Consumer {
     /// Whether to read by push: cleared for good once the transport or the server
     /// says it does not serve it (polls then fetch, with a fetch ahead).
     push: bool,
+    /// An elastic topic's consumer: the consumers of its ranges, which every method
+    /// goes to (docs/RANGES.md §6.2); the fields above then go unused.
+    ranges: Option<Box<crate::ranged::Ranged>>,
 }
 
 impl Consumer {
@@ -229,9 +267,45 @@ impl Consumer {
         &self.name
     }
 
-    /// The partition it reads.
+    /// The partition it reads (0 for an elastic topic's, which reads every range).
     pub fn partition(&self) -> u32 {
         self.partition
+    }
+
+    /// A consumer of every range of an elastic topic, reading through `ranges`.
+    pub(crate) fn of_ranges(template: &ConsumerBuilder, ranges: crate::ranged::Ranged) -> Self {
+        Self {
+            topic: template.topic.clone(),
+            name: template.name.clone(),
+            partition: 0,
+            batch_length: template.batch_length as usize,
+            poll_interval: template.poll_interval,
+            max_wait: template.max_wait,
+            max_bytes: template.max_bytes,
+            position: 0,
+            buffered: VecDeque::new(),
+            poll_left: 0,
+            committer: Committer::new(template.commit_policy, None, Instant::now()),
+            closed: false,
+            reported: None,
+            polling_retry_interval: template.polling_retry_interval,
+            retry_at: None,
+            ahead: None,
+            sub: None,
+            push: false,
+            ranges: Some(Box::new(ranges)),
+        }
+    }
+
+    /// Whether records are fetched and not handed out yet.
+    pub(crate) fn has_buffered(&self) -> bool {
+        !self.buffered.is_empty()
+    }
+
+    /// The offset of the next record it hands out: every record below it was handed
+    /// out (or skipped: deleted, lost).
+    pub(crate) fn next_to_hand(&self) -> u64 {
+        self.buffered.front().map_or(self.position, |r| r.offset)
     }
 
     /// The next record, waiting for one to arrive. `None` after [`Consumer::shutdown`].
@@ -241,6 +315,14 @@ impl Consumer {
     /// retried by the next store). Cancel-safe: dropping the future (as
     /// [`Consumer::next_within`] does on a timeout) loses no record.
     pub async fn next(&mut self) -> Option<Result<Record, ClientError>> {
+        match self.ranges.as_mut() {
+            Some(ranges) => ranges.next().await,
+            None => self.next_one().await,
+        }
+    }
+
+    /// [`Consumer::next`] of a single partition's consumer.
+    pub(crate) async fn next_one(&mut self) -> Option<Result<Record, ClientError>> {
         if self.closed {
             return None;
         }
@@ -290,6 +372,9 @@ impl Consumer {
     /// the SDKs for other languages hand out a fetched batch without an `await` per
     /// record; mixing the two keeps the order.
     pub fn try_next(&mut self) -> Option<Record> {
+        if let Some(ranges) = self.ranges.as_mut() {
+            return ranges.try_next();
+        }
         if self.closed || self.buffered.is_empty() {
             return None;
         }
@@ -465,6 +550,14 @@ impl Consumer {
     /// Stores the record at `consumed` as consumed (a restart resumes after it). The
     /// record handed out last counts as handled from then on.
     pub async fn store_offset(&mut self, consumed: Position) -> Result<(), ClientError> {
+        match self.ranges.as_mut() {
+            Some(ranges) => ranges.store_offset(consumed).await,
+            None => self.store_offset_one(consumed).await,
+        }
+    }
+
+    /// [`Consumer::store_offset`] of a single partition's consumer.
+    pub(crate) async fn store_offset_one(&mut self, consumed: Position) -> Result<(), ClientError> {
         self.check_partition(consumed.partition)?;
         self.committer.finish_pending();
         self.store(consumed.offset).await
@@ -472,6 +565,14 @@ impl Consumer {
 
     /// Deletes the stored offset of `partition`.
     pub async fn delete_offset(&mut self, partition: u32) -> Result<(), ClientError> {
+        match self.ranges.as_mut() {
+            Some(ranges) => ranges.delete_offset(partition).await,
+            None => self.delete_offset_one(partition).await,
+        }
+    }
+
+    /// [`Consumer::delete_offset`] of a single partition's consumer.
+    pub(crate) async fn delete_offset_one(&mut self, partition: u32) -> Result<(), ClientError> {
         self.check_partition(partition)?;
         let body = RequestBody::DeleteOffset(DeleteOffsetRequest {
             stream: self.topic.stream.to_string(),
@@ -489,6 +590,9 @@ impl Consumer {
 
     /// The offset of the last record handed out of `partition`.
     pub fn last_consumed_offset(&self, partition: u32) -> Option<u64> {
+        if let Some(ranges) = &self.ranges {
+            return ranges.consumer(partition)?.last_consumed_offset(partition);
+        }
         (partition == self.partition)
             .then(|| self.committer.last_handed())
             .flatten()
@@ -496,6 +600,9 @@ impl Consumer {
 
     /// The last offset of `partition` stored as consumed, as this consumer knows it.
     pub fn last_stored_offset(&self, partition: u32) -> Option<u64> {
+        if let Some(ranges) = &self.ranges {
+            return ranges.consumer(partition)?.last_stored_offset(partition);
+        }
         (partition == self.partition)
             .then(|| self.committer.last_stored())
             .flatten()
@@ -504,6 +611,14 @@ impl Consumer {
     /// Stops: the record handed out last counts as handled, and the final offset is
     /// stored as the policy says; `next` then returns `None`.
     pub async fn shutdown(&mut self) -> Result<(), ClientError> {
+        match self.ranges.as_mut() {
+            Some(ranges) => ranges.shutdown().await,
+            None => self.shutdown_one().await,
+        }
+    }
+
+    /// [`Consumer::shutdown`] of a single partition's consumer.
+    pub(crate) async fn shutdown_one(&mut self) -> Result<(), ClientError> {
         if self.closed {
             return Ok(());
         }

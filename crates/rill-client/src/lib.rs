@@ -50,6 +50,7 @@ mod group;
 mod info;
 mod message;
 mod producer;
+mod ranged;
 pub mod raw;
 mod reader;
 mod routed;

@@ -363,9 +363,9 @@ impl<V> Reader<V> {
     }
 }
 
-/// Refuses `what` on an elastic topic: only a [`Reader`] reads one in lineage order yet
-/// (docs/RANGES.md §6), and reading its ranges one by one would hand a key's records
-/// out of order across a split.
+/// Refuses `what` on an elastic topic: consumer groups do not assign ranges in lineage
+/// order yet (docs/RANGES.md §6.3), and reading its ranges one by one would hand a key's
+/// records out of order across a split.
 pub(crate) async fn refuse_elastic(topic: &Topic, what: &str) -> Result<(), ClientError> {
     // A topic that cannot be looked up now is the consumer's to wait for or report,
     // as before elastic topics.
@@ -374,7 +374,7 @@ pub(crate) async fn refuse_elastic(topic: &Topic, what: &str) -> Result<(), Clie
     };
     if ranges.is_some() {
         return Err(ClientError::InvalidArgument(format!(
-            "{}/{} is an elastic topic: {what} of elastic topics are not built yet (docs/RANGES.md §6); read it with a Reader (topic.records), which keeps each key's order across splits",
+            "{}/{} is an elastic topic: {what} of elastic topics are not built yet (docs/RANGES.md §6); read it with a Reader (topic.records) or a named consumer of partition 0, which keep each key's order across splits",
             topic.stream, topic.name
         )));
     }

@@ -43,9 +43,11 @@ pub struct TopicOptions {
     /// hashes evenly and split and merge online ([`Topic::split_range`],
     /// [`Topic::merge_ranges`]) without moving a key out of order. Publish calls route
     /// by range; a [`Reader`] reads each range only after its parents. A single-node
-    /// server only, for now: a cluster refuses it. Named consumers, consumer groups and
-    /// the idempotent [`Producer`](crate::Producer) refuse elastic topics until they
-    /// keep lineage order (docs/RANGES.md §4, §6).
+    /// server only, for now: a cluster refuses it. Every write path (publishes, the
+    /// [`Producer`](crate::Producer), [`Batching`](crate::Batching)) routes by range, and
+    /// a [`Reader`] and a named consumer (of partition 0: it reads every range) read a
+    /// range only after its parents; consumer groups refuse elastic topics until they
+    /// keep lineage order (docs/RANGES.md §6.3).
     pub elastic: bool,
     /// An elastic topic's automatic policy (docs/RANGES.md §7); `None`: off.
     pub auto_split: Option<crate::AutoSplit>,
