@@ -49,7 +49,7 @@ impl Broker {
         range: Option<u32>,
         at: Option<u64>,
     ) -> Result<RangeChange, BrokerError> {
-        self.change_ranges(stream, topic, |map, t| {
+        self.change_ranges_by(stream, topic, false, |map, t| {
             let id = match range {
                 Some(id) => id,
                 None => busiest(map, t),
@@ -66,7 +66,22 @@ impl Broker {
         a: u32,
         b: u32,
     ) -> Result<RangeChange, BrokerError> {
-        self.change_ranges(stream, topic, |map, _| map.plan_merge(a, b))
+        self.change_ranges_by(stream, topic, false, |map, _| map.plan_merge(a, b))
+    }
+
+    /// Makes the change `plan` plans (asked for by the policy or by hand, counted so),
+    /// as §3 says.
+    pub(crate) fn change_ranges_by(
+        &self,
+        stream: &str,
+        topic: &str,
+        by_policy: bool,
+        plan: impl FnOnce(&RangeMap, &Topic) -> Result<Change, RangeError>,
+    ) -> Result<RangeChange, BrokerError> {
+        let change = self.change_ranges(stream, topic, plan)?;
+        self.range_policy
+            .count(stream, topic, change.sealed.len() == 2, by_policy);
+        Ok(change)
     }
 
     fn change_ranges(

@@ -43,6 +43,7 @@ pub use group::GroupError;
 pub use groups::{MemberReport, Session};
 pub use names::validate_name;
 pub use partition::Produced;
+pub use policy::{RangeChanges, RangeStat};
 pub use quota::{QuotaKind, QuotaUsage, THROTTLE_MAX};
 /// Process-wide fsync latency of the log engine, for metrics.
 pub use rill_storage::{FSYNC_BUCKETS_SECONDS, FsyncStats, fsync_stats};

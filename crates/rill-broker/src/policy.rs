@@ -124,6 +124,94 @@ struct TopicState {
 #[derive(Debug, Default)]
 pub(crate) struct RangePolicy {
     topics: Mutex<HashMap<(String, String), TopicState>>,
+    /// Splits and merges since the broker opened, per elastic topic: split and merge
+    /// asked for by hand, then by the policy. Entries go with their topics (each tick).
+    changes: Mutex<HashMap<(String, String), [u64; 4]>>,
+}
+
+/// An elastic topic's range as `/metrics` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangeStat {
+    /// The stream's name.
+    pub stream: String,
+    /// The topic's name.
+    pub topic: String,
+    /// The range's id (its partition number).
+    pub range: u32,
+    /// Open (takes appends), or sealed.
+    pub open: bool,
+    /// Bytes of batches appended since the broker opened.
+    pub bytes_written: u64,
+}
+
+/// How many splits or merges an elastic topic had, by kind and by whom.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangeChanges {
+    /// The stream's name.
+    pub stream: String,
+    /// The topic's name.
+    pub topic: String,
+    /// `split` or `merge`.
+    pub kind: &'static str,
+    /// `manual` (a request) or `policy`.
+    pub by: &'static str,
+    /// Changes since the broker opened.
+    pub count: u64,
+}
+
+impl RangePolicy {
+    /// Counts a change of `stream/topic`'s ranges.
+    pub(crate) fn count(&self, stream: &str, topic: &str, merge: bool, by_policy: bool) {
+        let i = usize::from(merge) + 2 * usize::from(by_policy);
+        self.changes
+            .lock()
+            .entry((stream.to_owned(), topic.to_owned()))
+            .or_default()[i] += 1;
+    }
+}
+
+impl Broker {
+    /// Every range of every elastic topic, for `/metrics`.
+    pub fn range_stats(&self) -> Vec<RangeStat> {
+        let mut out = Vec::new();
+        for (stream, topic, t) in self.all_topics() {
+            let Some(map) = t.config.range_map() else {
+                continue;
+            };
+            for r in map.ranges() {
+                let Some(p) = t.partitions.get(r.id as usize) else {
+                    continue;
+                };
+                out.push(RangeStat {
+                    stream: stream.clone(),
+                    topic: topic.clone(),
+                    range: r.id,
+                    open: r.is_open(),
+                    bytes_written: p.bytes_written(),
+                });
+            }
+        }
+        out
+    }
+
+    /// The splits and merges each elastic topic had since the broker opened.
+    pub fn range_changes(&self) -> Vec<RangeChanges> {
+        let changes = self.range_policy.changes.lock();
+        let mut out = Vec::new();
+        for ((stream, topic), counts) in changes.iter() {
+            for (i, &count) in counts.iter().enumerate() {
+                out.push(RangeChanges {
+                    stream: stream.clone(),
+                    topic: topic.clone(),
+                    kind: if i % 2 == 0 { "split" } else { "merge" },
+                    by: if i < 2 { "manual" } else { "policy" },
+                    count,
+                });
+            }
+        }
+        out.sort_by(|a, b| (&a.stream, &a.topic).cmp(&(&b.stream, &b.topic)));
+        out
+    }
 }
 
 impl Broker {
@@ -205,12 +293,26 @@ impl Broker {
                 }
             }
             states.retain(|k, _| live.contains(k));
+            let elastic: std::collections::HashSet<(String, String)> = self
+                .all_topics()
+                .into_iter()
+                .filter(|(_, _, t)| t.config.ranges.is_some())
+                .map(|(s, t, _)| (s, t))
+                .collect();
+            self.range_policy
+                .changes
+                .lock()
+                .retain(|k, _| elastic.contains(k));
         }
         let mut made = Vec::new();
         for (stream, topic, decision) in wanted {
             let result = match decision {
-                Decision::Split(id) => self.split_range(&stream, &topic, Some(id), None),
-                Decision::Merge(a, b) => self.merge_ranges(&stream, &topic, a, b),
+                Decision::Split(id) => self.change_ranges_by(&stream, &topic, true, |map, _| {
+                    map.plan_split(id, None, crate::OPEN_RANGES_MAX)
+                }),
+                Decision::Merge(a, b) => {
+                    self.change_ranges_by(&stream, &topic, true, |map, _| map.plan_merge(a, b))
+                }
             };
             match result {
                 Ok(change) => {

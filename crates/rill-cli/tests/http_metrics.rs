@@ -201,3 +201,78 @@ async fn metrics_keep_every_family_with_its_type() {
     );
     drop(member);
 }
+
+/// An elastic topic's ranges on `/metrics` (docs/RANGES.md §8): bytes written per range,
+/// open ranges, and splits and merges by kind and by whom.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_an_elastic_topics_ranges_and_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::serve(&dir.path().join("data"), &[], &[("RILL_LOG", "warn")]);
+    let client = Client::connect(&format!("rill://{}", server.addr))
+        .await
+        .unwrap();
+    let topic = client.stream("shop").topic("orders");
+    topic
+        .create_with(
+            &TopicOptions {
+                partitions: Some(2),
+                elastic: true,
+                ..Default::default()
+            },
+            false,
+        )
+        .await
+        .unwrap();
+    // One record into range 0 (its key's hash is below 2^63), then a split of it and a
+    // merge of its children.
+    let key = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| rill_client::key_hash(k.as_bytes()) < 1 << 63)
+        .unwrap();
+    let at = topic
+        .publish()
+        .key(key.clone())
+        .value("v")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(at.partition, 0);
+    topic.split_range(Some(0), None).await.unwrap();
+    topic.merge_ranges(2, 3).await.unwrap();
+    let text = common::http_get(&server.http, "/metrics");
+    let value = |series: &str| -> f64 {
+        let prefix = format!("{series} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {series} in {text}"))
+            .parse()
+            .unwrap()
+    };
+    let labels = |range: u32| format!("stream=\"shop\",topic=\"orders\",range=\"{range}\"");
+    assert!(value(&format!("rill_range_bytes_written_total{{{}}}", labels(0))) > 0.0);
+    for range in 1..=4 {
+        assert_eq!(
+            value(&format!(
+                "rill_range_bytes_written_total{{{}}}",
+                labels(range)
+            )),
+            0.0
+        );
+    }
+    assert_eq!(
+        value("rill_ranges_open{stream=\"shop\",topic=\"orders\"}"),
+        2.0
+    );
+    let changes = |kind: &str, by: &str| {
+        value(&format!(
+            "rill_range_changes_total{{stream=\"shop\",topic=\"orders\",kind=\"{kind}\",by=\"{by}\"}}"
+        ))
+    };
+    assert_eq!(changes("split", "manual"), 1.0);
+    assert_eq!(changes("merge", "manual"), 1.0);
+    assert_eq!(changes("split", "policy"), 0.0);
+    assert!(
+        text.contains("# TYPE rill_range_bytes_written_total counter"),
+        "{text}"
+    );
+}

@@ -51,6 +51,7 @@ impl Collector for BrokerCollector {
         encode_member_reports(&mut encoder, broker)?;
         encode_quotas(&mut encoder, broker)?;
         encode_partition_health(&mut encoder, broker)?;
+        encode_ranges(&mut encoder, broker)?;
         if let Some(health) = broker.cluster_health() {
             encode_cluster(&mut encoder, &health)?;
         }
@@ -249,6 +250,67 @@ fn encode_partition_health(
         "rill_open_segment_files",
         "Sealed-segment files the broker keeps open (bounded by open_files_max).",
         broker.open_segment_files() as u64,
+    )
+}
+
+/// Elastic topics' ranges (docs/RANGES.md §8): bytes written per range, open ranges per
+/// topic, and splits and merges by kind and by whom.
+fn encode_ranges(
+    encoder: &mut DescriptorEncoder<'_>,
+    broker: &rill_broker::Broker,
+) -> Result<(), std::fmt::Error> {
+    let stats = broker.range_stats();
+    family(
+        encoder,
+        "rill_range_bytes_written",
+        "Bytes of batches appended to each range of an elastic topic since the server started (rate() is the range's write rate, which the automatic policy judges).",
+        MetricType::Counter,
+        stats.iter().map(|r| {
+            (
+                [
+                    ("stream", r.stream.clone()),
+                    ("topic", r.topic.clone()),
+                    ("range", r.range.to_string()),
+                ],
+                ConstCounter::new(r.bytes_written),
+            )
+        }),
+    )?;
+    let mut open: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
+    for r in &stats {
+        *open.entry((&r.stream, &r.topic)).or_default() += u64::from(r.open);
+    }
+    family(
+        encoder,
+        "rill_ranges_open",
+        "Open ranges of each elastic topic.",
+        MetricType::Gauge,
+        open.iter().map(|((stream, topic), &n)| {
+            (
+                [
+                    ("stream", (*stream).to_owned()),
+                    ("topic", (*topic).to_owned()),
+                ],
+                ConstGauge::new(n as i64),
+            )
+        }),
+    )?;
+    family(
+        encoder,
+        "rill_range_changes",
+        "Splits and merges of each elastic topic's ranges since the server started, by kind (split, merge) and by whom (manual, policy).",
+        MetricType::Counter,
+        broker.range_changes().into_iter().map(|c| {
+            (
+                [
+                    ("stream", c.stream),
+                    ("topic", c.topic),
+                    ("kind", c.kind.to_owned()),
+                    ("by", c.by.to_owned()),
+                ],
+                ConstCounter::new(c.count),
+            )
+        }),
     )
 }
 
