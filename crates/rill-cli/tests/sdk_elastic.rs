@@ -480,6 +480,31 @@ async fn producers_and_readers_keep_each_keys_order_across_splits(client: &Clien
     let rest = acked.len() - halves.len();
     halves.extend(consume(&mut second, Some(rest), Duration::from_secs(5)).await);
     check_read(&halves, &acked, "a named consumer built again halfway");
+    // Committed by hand, each record after the next one came (so a finished range's
+    // last record is committed after its consumer is gone): nothing is read again.
+    let mut manual = topic
+        .consumer("manual", 0)
+        .commit_policy(rill_client::CommitPolicy::Disabled)
+        .build()
+        .await
+        .unwrap();
+    let mut previous: Option<rill_client::Record> = None;
+    for _ in 0..acked.len() {
+        let r = manual.next_within(Duration::from_secs(5)).await.unwrap();
+        if let Some(p) = previous.replace(r) {
+            manual.commit(&p).await.unwrap();
+        }
+    }
+    manual.commit(&previous.unwrap()).await.unwrap();
+    manual.shutdown().await.unwrap();
+    let mut again = topic.consumer("manual", 0).build().await.unwrap();
+    let more = consume(&mut again, None, Duration::from_millis(1500)).await;
+    assert!(
+        more.is_empty(),
+        "{} records again, first {:?}",
+        more.len(),
+        more.first()
+    );
 
     // A fresh reader from the beginning, and one resumed from the saved position.
     let mut fresh = topic.records("fresh").max_bytes(256);

@@ -29,7 +29,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::FutureExt;
 use rill_proto::RequestBody;
-use rill_proto::pb::DeleteOffsetRequest;
+use rill_proto::pb::{DeleteOffsetRequest, StoreOffsetRequest};
 use rill_proto::ranges::RangeMap;
 
 use crate::client::Retry;
@@ -237,15 +237,32 @@ impl Ranged {
         self.active.get(&id)
     }
 
-    /// Stores the record at `consumed` as consumed, through its range's consumer.
+    /// Stores the record at `consumed` as consumed, through its range's consumer (or,
+    /// for a range finished meanwhile, whose consumer is gone, directly: a caller that
+    /// commits after asking for the next record commits a finished range's last one).
     pub(crate) async fn store_offset(&mut self, consumed: Position) -> Result<(), ClientError> {
-        match self.active.get_mut(&consumed.partition) {
-            Some(c) => c.store_offset_one(consumed).await,
-            None => Err(ClientError::InvalidArgument(format!(
-                "range {} is not being read by this consumer (finished, or not ready yet)",
-                consumed.partition
-            ))),
+        if let Some(c) = self.active.get_mut(&consumed.partition) {
+            return c.store_offset_one(consumed).await;
         }
+        if self.map.get(consumed.partition).is_none() {
+            return Err(ClientError::InvalidArgument(format!(
+                "this elastic topic has no range {}",
+                consumed.partition
+            )));
+        }
+        let (topic, name) = self.template.names();
+        let body = RequestBody::StoreOffset(StoreOffsetRequest {
+            stream: topic.stream.to_string(),
+            topic: topic.name.to_string(),
+            partition: consumed.partition,
+            consumer: name.to_owned(),
+            offset: consumed.offset + 1,
+        });
+        topic
+            .client
+            .call(body, Bytes::new(), Retry::Safe)
+            .await
+            .map(drop)
     }
 
     /// Deletes the stored offset of range `id`.
