@@ -152,8 +152,13 @@ impl Broker {
                     protocol_version: u32::from(PROTOCOL_VERSION),
                     max_frame_bytes: self.config().max_frame_bytes,
                     max_batch_bytes: self.config().max_batch_bytes,
-                    // The server's connection adds what it serves (push streaming).
-                    features: 0,
+                    // Elastic topics are served on a single node (docs/RANGES.md §9); the
+                    // server's connection adds what it serves (push streaming).
+                    features: if self.is_clustered() {
+                        0
+                    } else {
+                        rill_proto::FEATURE_RANGES
+                    },
                 })
             }
             RequestBody::CreateStream(r) => ResponseBody::CreateStream(CreateStreamResponse {

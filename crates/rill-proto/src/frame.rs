@@ -24,6 +24,10 @@ pub const FLAG_MORE: u8 = 1 << 2;
 const FLAGS_KNOWN: u8 = FLAG_RESPONSE | FLAG_ERROR | FLAG_MORE;
 /// `HelloResponse.features` bit: the server serves `Subscribe`, `Credit`, `Unsubscribe`.
 pub const FEATURE_SUBSCRIBE: u32 = 1 << 0;
+/// `HelloResponse.features` bit: the server serves elastic topics (docs/RANGES.md §5):
+/// it creates them, splits and merges their ranges, and refuses produces not routed by
+/// range.
+pub const FEATURE_RANGES: u32 = 1 << 1;
 
 /// One decoded frame: header fields plus the control and payload bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]

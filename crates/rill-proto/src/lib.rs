@@ -38,8 +38,9 @@ pub mod pb {
 
 pub use error::ProtoError;
 pub use frame::{
-    DEFAULT_MAX_FRAME_BYTES, EncodedFrame, FEATURE_SUBSCRIBE, FLAG_ERROR, FLAG_MORE, FLAG_RESPONSE,
-    FRAME_HEADER_LEN, Frame, FrameDecoder, PROTOCOL_VERSION, encode_frame,
+    DEFAULT_MAX_FRAME_BYTES, EncodedFrame, FEATURE_RANGES, FEATURE_SUBSCRIBE, FLAG_ERROR,
+    FLAG_MORE, FLAG_RESPONSE, FRAME_HEADER_LEN, Frame, FrameDecoder, PROTOCOL_VERSION,
+    encode_frame,
 };
 pub use message::{Kind, Request, RequestBody, Response, ResponseBody};
 pub use names::{NAME_LEN_MAX, name_problem};

@@ -106,6 +106,11 @@ async fn pushes_stay_within_the_window_and_credit_resumes_them_in_order() {
         panic!("{body:?}")
     };
     assert_eq!(hello.features & FEATURE_SUBSCRIBE, FEATURE_SUBSCRIBE);
+    // A single node serves elastic topics (docs/RANGES.md §5).
+    assert_eq!(
+        hello.features & rill_proto::FEATURE_RANGES,
+        rill_proto::FEATURE_RANGES
+    );
 
     setup_topic(&mut client, "shop", "orders").await;
     publish(&mut client, "orders", 0, 50).await;
