@@ -559,17 +559,7 @@ async fn retention_runs_on_every_replica_of_a_cluster_and_readers_go_on_from_the
     }
     // The leader's log starts later now: a reader from 0 is told where it starts, and
     // one from there reads the tail to the end.
-    let start = match topic
-        .fetch(Position::new(0, 0), 1 << 20, Duration::ZERO)
-        .await
-    {
-        Err(rill_client::ClientError::Server {
-            code: rill_client::ErrorCode::OffsetBeforeStart,
-            offset: Some(log_start),
-            ..
-        }) => log_start,
-        other => panic!("a fetch below the log start: {other:?}"),
-    };
+    let start = log_start(&topic).await;
     assert!(start > 0 && start < end, "log start {start} of {end}");
     let mut at = start;
     while at < end {
@@ -626,17 +616,7 @@ async fn retention_runs_on_every_replica_of_a_cluster_and_readers_go_on_from_the
     let group_start = reset[0].1;
     let deadline = Instant::now() + Duration::from_secs(10);
     let leader_start = loop {
-        let now = match topic
-            .fetch(Position::new(0, 0), 1 << 20, Duration::ZERO)
-            .await
-        {
-            Err(rill_client::ClientError::Server {
-                code: rill_client::ErrorCode::OffsetBeforeStart,
-                offset: Some(log_start),
-                ..
-            }) => log_start,
-            other => panic!("a fetch below the log start: {other:?}"),
-        };
+        let now = log_start(&topic).await;
         if now >= group_start || Instant::now() > deadline {
             break now;
         }
@@ -885,4 +865,20 @@ fn users_made_through_any_node_hold_on_every_node_and_survive_a_kill9() {
         }
     }
     assert!(metadata_files >= 3, "every node has a meta.log");
+}
+
+/// Partition 0's log start on its leader, as a fetch from offset 0 is told it (the log
+/// must start later than 0).
+async fn log_start(topic: &rill_client::Topic) -> u64 {
+    match topic
+        .fetch(Position::new(0, 0), 1 << 20, Duration::ZERO)
+        .await
+    {
+        Err(rill_client::ClientError::Server {
+            code: rill_client::ErrorCode::OffsetBeforeStart,
+            offset: Some(log_start),
+            ..
+        }) => log_start,
+        other => panic!("a fetch below the log start: {other:?}"),
+    }
 }

@@ -169,13 +169,7 @@ impl Ranged {
                 return Some(Err(e));
             }
             // A record fetched already, ranges in turn.
-            let buffered = self
-                .active
-                .range(self.turn..)
-                .chain(self.active.range(..self.turn))
-                .find(|(_, c)| c.has_buffered())
-                .map(|(&id, _)| id);
-            if let Some(id) = buffered {
+            if let Some(id) = self.buffered_in_turn() {
                 self.turn = id.wrapping_add(1);
                 let c = self.active.get_mut(&id).expect("an active range");
                 return c.next_one().await;
@@ -221,15 +215,20 @@ impl Ranged {
         if self.closed {
             return None;
         }
-        let id = self
-            .active
-            .range(self.turn..)
-            .chain(self.active.range(..self.turn))
-            .find(|(_, c)| c.has_buffered())
-            .map(|(&id, _)| id)?;
+        let id = self.buffered_in_turn()?;
         let record = self.active.get_mut(&id)?.try_next()?;
         self.turn = id.wrapping_add(1);
         Some(record)
+    }
+
+    /// The first active range from the one in turn on whose consumer has fetched
+    /// records not handed out yet.
+    fn buffered_in_turn(&self) -> Option<u32> {
+        self.active
+            .range(self.turn..)
+            .chain(self.active.range(..self.turn))
+            .find(|(_, c)| c.has_buffered())
+            .map(|(&id, _)| id)
     }
 
     /// The consumer of range `id`, if it is being read.

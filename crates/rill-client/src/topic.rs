@@ -198,22 +198,13 @@ impl Topic {
         range: Option<u32>,
         at: Option<u64>,
     ) -> Result<crate::RangeChange, ClientError> {
-        let body = RequestBody::SplitRange(pb::SplitRangeRequest {
+        self.change_ranges(RequestBody::SplitRange(pb::SplitRangeRequest {
             stream: self.stream.to_string(),
             topic: self.name.to_string(),
             range,
             at,
-        });
-        // Not resent on a lost answer: a second split would split a child.
-        let answer = self
-            .client
-            .call(body, Bytes::new(), Retry::UnsafeAfterSend)
-            .await;
-        self.client.forget_partitions(&self.stream, &self.name);
-        match answer?.0 {
-            ResponseBody::SplitRange(r) => crate::info::range_change(r.change),
-            other => Err(unexpected(&other)),
-        }
+        }))
+        .await
     }
 
     /// Merges two adjacent open ranges of an elastic topic into one (docs/RANGES.md §3):
@@ -223,21 +214,29 @@ impl Topic {
         first: u32,
         second: u32,
     ) -> Result<crate::RangeChange, ClientError> {
-        let body = RequestBody::MergeRanges(pb::MergeRangesRequest {
+        self.change_ranges(RequestBody::MergeRanges(pb::MergeRangesRequest {
             stream: self.stream.to_string(),
             topic: self.name.to_string(),
             first,
             second,
-        });
-        // A lost answer is not resent: the ranges are sealed by then and a second merge
-        // would fail naming them, hiding the first's result.
+        }))
+        .await
+    }
+
+    /// Sends a split or a merge and forgets the cached ranges whatever the answer. A lost
+    /// answer is not resent: a second split would split a child, and a second merge
+    /// would fail naming ranges the first sealed, hiding its result.
+    async fn change_ranges(&self, body: RequestBody) -> Result<crate::RangeChange, ClientError> {
         let answer = self
             .client
             .call(body, Bytes::new(), Retry::UnsafeAfterSend)
             .await;
         self.client.forget_partitions(&self.stream, &self.name);
         match answer?.0 {
-            ResponseBody::MergeRanges(r) => crate::info::range_change(r.change),
+            ResponseBody::SplitRange(pb::SplitRangeResponse { change })
+            | ResponseBody::MergeRanges(pb::MergeRangesResponse { change }) => {
+                crate::info::range_change(change)
+            }
             other => Err(unexpected(&other)),
         }
     }
