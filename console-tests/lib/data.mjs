@@ -1,7 +1,8 @@
 // The data the console is shown, loaded with the `rill` CLI as a user would: topics,
 // records with keys, typed headers and JSON values (and text, binary, a large value,
 // and a key that looks like markup), a consumer group with stored offsets and lag, a
-// named consumer, and a group with a live member.
+// named consumer, a group with a live member, and an elastic topic whose first key
+// range was split.
 
 import { rill, rillJson, spawnRill } from './server.mjs'
 
@@ -68,6 +69,13 @@ export async function load(server) {
   await rill(server, ['produce', 'shop/orders', '--key-sep', '|', '--header', 'source=web'], { input: `${keyed.join('\n')}\n` })
   await rill(server, ['produce', 'shop/payments'], { input: 'paid 1\npaid 2\npaid 3\n' })
   await rill(server, ['produce', 'logs/app'], { input: 'boot\nready\n' })
+
+  // shop/carts: an elastic topic of two key ranges, the first split under keyed records.
+  await rill(server, ['topic', 'create', 'shop/carts', '--elastic', '--ranges', '2'])
+  const carts = (n) => Array.from({ length: 24 }, (_, i) => `cart-${i}|item ${n}`).join('\n') + '\n'
+  await rill(server, ['produce', 'shop/carts', '--key-sep', '|'], { input: carts(1) })
+  await rill(server, ['topic', 'split', 'shop/carts', '--range', '0'])
+  await rill(server, ['produce', 'shop/carts', '--key-sep', '|'], { input: carts(2) })
 
   // A group with stored offsets and lag, a named consumer, and a group with a live member.
   await rill(server, ['consume', 'shop/orders', '--group', 'billing', '--count', String(BILLING_CONSUMED)])

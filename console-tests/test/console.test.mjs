@@ -62,7 +62,7 @@ describe('the console of a read-only server', () => {
     await rows.first().waitFor()
     assert.deepEqual(
       await rows.evaluateAll((trs) => trs.map((tr) => tr.dataset.topic)),
-      ['logs/app', 'shop/events', 'shop/orders', 'shop/payments'])
+      ['logs/app', 'shop/carts', 'shop/events', 'shop/orders', 'shop/payments'])
     for (const name of ['shop/orders', 'shop/events', 'logs/app']) {
       const d = await describeTopic(server, name)
       const records = d.partitions.reduce((sum, p) => sum + p.next_offset - p.first_offset, 0)
@@ -140,6 +140,42 @@ describe('the console of a read-only server', () => {
     ])
     assert.equal(await page.getByRole('button', { name: 'Reset' }).count(), 0)
     await check('topic')
+  })
+
+  test('an elastic topic: its key ranges by lineage, with bounds, state, parents and records', async () => {
+    await visit('#/topics/shop/carts')
+    const d = await (await fetch(`${server.http}/api/v1/streams/shop/topics/carts`)).json()
+    assert.equal(d.elastic, true)
+    assert.equal(d.range_epoch, 1)
+    // Two initial ranges, the first sealed and split into two.
+    assert.deepEqual(d.ranges.map((r) => [r.id, r.parents, r.sealed_at !== null]),
+      [[0, [], true], [1, [], false], [2, [0], false], [3, [0], false]])
+    await page.locator('tr[data-range]').first().waitFor()
+    assert.deepEqual(await page.locator('tr[data-range]').evaluateAll((trs) => trs.map((tr) => [tr.dataset.range, tr.dataset.depth])),
+      [['0', '0'], ['1', '0'], ['2', '1'], ['3', '1']])
+    for (const r of d.ranges) {
+      const [id, hashes, state, from, records, rate] = await cells(page.locator(`tr[data-range="${r.id}"]`))
+      assert.equal(id.replace('└', '').trim(), String(r.id))
+      assert.equal(hashes, `${r.lo}–${r.hi}`)
+      assert.equal(state, r.sealed_at === null ? 'open' : `sealed at ${count(r.sealed_at)}`)
+      assert.equal(from, r.parents.length ? r.parents.join(', ') : '—')
+      const p = d.partitions.find((p) => p.partition === r.id)
+      assert.equal(records, count(p.records), `range ${r.id}`)
+      // A sealed range takes no writes: no rate. An open one's changes with each sample.
+      if (r.sealed_at !== null) assert.equal(rate, '—')
+    }
+    // Children are indented under their parents.
+    const indent = (id) => page.locator(`tr[data-range="${id}"] .range-id`).evaluate((el) => parseFloat(getComputedStyle(el).paddingLeft))
+    assert.equal(await indent(0), 0)
+    assert.ok(await indent(2) > 0, 'a child range is indented')
+    assert.match(d.ranges[0].lo, /^0x[0-9a-f]{16}$/)
+    assert.equal(d.ranges[1].hi, '0xffffffffffffffff')
+    assert.match(await page.locator('section:has(h2:text-is("Key ranges"))').innerText(), /Epoch 1: 3 open of 4/)
+    await check('elastic-topic')
+    // A plain topic has no key ranges.
+    await visit('#/topics/shop/orders')
+    await page.locator('tr[data-partition]').first().waitFor()
+    assert.equal(await page.locator('section:has(h2:text-is("Key ranges"))').isVisible(), false)
   })
 
   test('message browser: JSON, typed headers, text, hex, markup as text, long values, paging', async () => {

@@ -85,7 +85,8 @@ export interface TopicConfig {
 }
 export interface AutoSplit { bytesPerS: number; windowMs?: number | null; cooldownMs?: number | null }
 /** A key range of an elastic topic: its partition number and the routing hashes it covers. */
-export interface RangeInfo { id: number; lo: bigint; hi: bigint; parents: number[]; sealedAt: number | null }
+/** A key range; `bytesPerS` is an open range's write rate over the last 10 s the server watched (null: sealed, or not watched yet). */
+export interface RangeInfo { id: number; lo: bigint; hi: bigint; parents: number[]; sealedAt: number | null; bytesPerS: number | null }
 /** What a split or merge did: [range, seal offset] pairs, the ranges opened, the epoch. */
 export interface RangeChange { sealed: Array<[number, number]>; opened: number[]; rangeEpoch: number }
 

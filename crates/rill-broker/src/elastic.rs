@@ -165,8 +165,8 @@ impl Broker {
         for (p, &end) in parents.iter().zip(&ends) {
             p.finish_seal(end);
         }
-        self.replace_topic(stream, topic, &old, config.clone(), children);
-        self.groups.grow_topic(stream, topic, config.partitions);
+        self.replace_topic(stream, topic, &old, config, children);
+        self.refresh_groups(stream, topic);
         let sealed: Vec<(u32, u64)> = change.parents.iter().copied().zip(ends).collect();
         tracing::info!(
             stream,

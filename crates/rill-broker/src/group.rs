@@ -2,7 +2,10 @@
 //! (join, leave, heartbeat, revocation done, clock), each member's view out. No I/O and
 //! no clock of its own, so it is tested exhaustively without a broker.
 //!
-//! Assignment is balanced — every member gets ⌊P/M⌋ or ⌈P/M⌉ partitions — and sticky:
+//! The group assigns a set of partitions: all of a plain topic's, or the ranges of an
+//! elastic topic that are ready and not finished for the group (docs/RANGES.md §6.3;
+//! the broker works the set out, `groups.rs`). Assignment is balanced — every member
+//! gets ⌊P/M⌋ or ⌈P/M⌉ of the P assignable partitions — and sticky:
 //! a rebalance keeps each member's partitions up to its quota and moves only the rest.
 //! Rebalancing is cooperative: a partition moving from A to B is first revoked from A,
 //! and handed to B only once A says it stopped (or A's session expired), so no two
@@ -71,7 +74,8 @@ struct Member {
 /// One group's membership and assignment.
 #[derive(Debug, Clone)]
 pub(crate) struct Coordinator {
-    partitions: u32,
+    /// The partitions to assign.
+    assignable: BTreeSet<u32>,
     session_timeout: Duration,
     generation: u64,
     members: BTreeMap<String, Member>,
@@ -82,16 +86,20 @@ impl Coordinator {
     /// `session_timeout` without a heartbeat.
     #[cfg(test)]
     pub(crate) fn new(partitions: u32, session_timeout: Duration) -> Self {
-        Self::starting_at(partitions, session_timeout, 0)
+        Self::starting_at((0..partitions).collect(), session_timeout, 0)
     }
 
-    /// Like [`Coordinator::new`], with generations counting from `generation`. A broker
+    /// A group assigning `assignable`, with generations counting from `generation`. A broker
     /// starts each group's generations at its clock (µs), so a generation never repeats
     /// across restarts: a commit sent to a broker that then died is refused by the next
     /// one instead of landing in a new session that started from an older offset.
-    pub(crate) fn starting_at(partitions: u32, session_timeout: Duration, generation: u64) -> Self {
+    pub(crate) fn starting_at(
+        assignable: BTreeSet<u32>,
+        session_timeout: Duration,
+        generation: u64,
+    ) -> Self {
         Self {
-            partitions,
+            assignable,
             session_timeout,
             generation,
             members: BTreeMap::new(),
@@ -113,16 +121,22 @@ impl Coordinator {
         self.members.keys().map(String::as_str)
     }
 
-    /// The topic has `partitions` partitions now (an alter added some; a count never
-    /// shrinks): the added ones are assigned, and no member gives up one it owns, since
-    /// every quota grows or stays. Returns whether the count changed.
-    pub(crate) fn grow(&mut self, partitions: u32) -> bool {
-        if partitions <= self.partitions {
+    /// The partitions to assign are `assignable` now: a plain topic grew (an alter added
+    /// partitions; no member gives up one it owns, since every quota grows or stays), or
+    /// an elastic topic's ready ranges changed (a range the group finished is revoked
+    /// from its owner, its children are handed out). Returns whether the set changed.
+    pub(crate) fn set_assignable(&mut self, assignable: BTreeSet<u32>) -> bool {
+        if assignable == self.assignable {
             return false;
         }
-        self.partitions = partitions;
+        self.assignable = assignable;
         self.rebalance();
         true
+    }
+
+    /// The partitions assigned (or being handed over).
+    pub(crate) fn assignable(&self) -> &BTreeSet<u32> {
+        &self.assignable
     }
 
     /// Adds a member (a rejoin of a known member is a heartbeat) and rebalances.
@@ -278,12 +292,12 @@ impl Coordinator {
         })
     }
 
-    /// Who owns each partition now (`None`: nobody yet).
-    pub(crate) fn owners(&self) -> Vec<Option<&str>> {
-        let mut owners = vec![None; self.partitions as usize];
+    /// Who owns each owned partition now (a partition not in it: nobody).
+    pub(crate) fn owners(&self) -> BTreeMap<u32, &str> {
+        let mut owners = BTreeMap::new();
         for (id, m) in &self.members {
             for &p in &m.owned {
-                owners[p as usize] = Some(id.as_str());
+                owners.insert(p, id.as_str());
             }
         }
         owners
@@ -298,10 +312,11 @@ impl Coordinator {
     /// Recomputes the targets (balanced, sticky), bumps the generation if they changed,
     /// and hands over what is free.
     fn rebalance(&mut self) {
-        let count = self.members.len() as u32;
+        let count = self.members.len();
+        let total = self.assignable.len();
         let before: Vec<BTreeSet<u32>> = self.members.values().map(|m| m.target.clone()).collect();
-        if let Some(base) = self.partitions.checked_div(count) {
-            let extra = (self.partitions % count) as usize;
+        if let Some(base) = total.checked_div(count) {
+            let extra = total % count;
             // The larger quotas go to the members holding the most now (then by id),
             // so fewer partitions move.
             let mut order: Vec<(&String, usize)> = self
@@ -313,7 +328,7 @@ impl Coordinator {
             let quotas: BTreeMap<String, usize> = order
                 .iter()
                 .enumerate()
-                .map(|(i, (id, _))| ((*id).clone(), base as usize + usize::from(i < extra)))
+                .map(|(i, (id, _))| ((*id).clone(), base + usize::from(i < extra)))
                 .collect();
             let mut taken = BTreeSet::new();
             // Keep what each member has, up to its quota (owned partitions first).
@@ -324,7 +339,7 @@ impl Coordinator {
                     .iter()
                     .chain(m.target.iter())
                     .copied()
-                    .filter(|p| *p < self.partitions)
+                    .filter(|p| self.assignable.contains(p))
                     .collect();
                 let mut target = BTreeSet::new();
                 for p in keep {
@@ -336,11 +351,11 @@ impl Coordinator {
                 m.target = target;
             }
             // Give the rest to members below their quota.
-            let mut free = (0..self.partitions).filter(|p| !taken.contains(p));
+            let mut free = self.assignable.iter().filter(|p| !taken.contains(*p));
             for (id, m) in &mut self.members {
                 while m.target.len() < quotas[id] {
                     match free.next() {
-                        Some(p) => {
+                        Some(&p) => {
                             m.target.insert(p);
                         }
                         None => break,
@@ -385,6 +400,14 @@ mod tests {
             let revoke: Vec<u32> = c.view(&m).unwrap().revoke.into_iter().collect();
             c.revoked(&m, &revoke).unwrap();
         }
+    }
+
+    /// Owner of each of partitions `0..n`, by name.
+    fn owner_list(c: &Coordinator, n: u32) -> Vec<Option<String>> {
+        let owners = c.owners();
+        (0..n)
+            .map(|p| owners.get(&p).map(|m| (*m).to_owned()))
+            .collect()
     }
 
     fn sizes(c: &Coordinator) -> Vec<usize> {
@@ -512,7 +535,7 @@ mod tests {
             if let (Some(min), Some(max)) = (s.iter().min(), s.iter().max()) {
                 prop_assert!(max - min <= 1, "unbalanced: {:?}", s);
                 prop_assert_eq!(s.iter().sum::<usize>(), partitions as usize);
-                prop_assert!(c.owners().iter().all(Option::is_some));
+                prop_assert!(owner_list(&c, partitions).iter().all(Option::is_some));
             }
         }
 
@@ -526,12 +549,12 @@ mod tests {
                 settle(&mut c);
             }
             let leaver = format!("m{}", leaver % members);
-            let before: Vec<Option<String>> = c.owners().into_iter().map(|o| o.map(str::to_owned)).collect();
+            let before = owner_list(&c, partitions);
             c.leave(&leaver);
             settle(&mut c);
-            for (b, a) in before.iter().zip(c.owners()) {
+            for (b, a) in before.iter().zip(owner_list(&c, partitions)) {
                 if b.as_deref() != Some(leaver.as_str()) {
-                    prop_assert_eq!(b.as_deref(), a, "a partition not of the leaver moved");
+                    prop_assert_eq!(b, &a, "a partition not of the leaver moved");
                 }
             }
         }
@@ -550,20 +573,19 @@ mod tests {
                 c.join(&format!("m{m}"), now);
                 settle(&mut c);
             }
-            let before: Vec<Option<String>> = c.owners().into_iter().map(|o| o.map(str::to_owned)).collect();
+            let before = owner_list(&c, partitions);
             let generation = c.generation();
-            prop_assert!(c.grow(partitions + added));
-            prop_assert!(!c.grow(partitions), "a partition count never shrinks");
+            prop_assert!(c.set_assignable((0..partitions + added).collect()));
+            prop_assert!(!c.set_assignable((0..partitions + added).collect()), "the same set changes nothing");
             prop_assert!(c.generation() > generation);
             for m in c.members() {
                 prop_assert!(c.view(m).unwrap().revoke.is_empty(), "{} must revoke", m);
             }
             prop_assert!(c.is_settled());
-            let after = c.owners();
-            prop_assert_eq!(after.len(), (partitions + added) as usize);
+            let after = owner_list(&c, partitions + added);
             prop_assert!(after.iter().all(Option::is_some), "an added partition is unassigned");
             for (b, a) in before.iter().zip(&after) {
-                prop_assert_eq!(b.as_deref(), *a, "an owned partition moved");
+                prop_assert_eq!(b, a, "an owned partition moved");
             }
             let s = sizes(&c);
             prop_assert!(s.iter().max().unwrap() - s.iter().min().unwrap() <= 1, "unbalanced: {:?}", s);
@@ -578,13 +600,72 @@ mod tests {
                 c.join(&format!("m{m}"), now);
                 settle(&mut c);
             }
-            let before: Vec<Option<String>> = c.owners().into_iter().map(|o| o.map(str::to_owned)).collect();
+            let before = owner_list(&c, partitions);
             c.join("new", now);
             settle(&mut c);
-            let after = c.owners();
-            let moved = before.iter().zip(&after).filter(|(b, a)| b.as_deref() != **a).count();
+            let after = owner_list(&c, partitions);
+            let moved = before.iter().zip(&after).filter(|(b, a)| b != a).count();
             let newcomer = c.view("new").unwrap().owned.len();
             prop_assert_eq!(moved, newcomer);
+        }
+
+        /// An elastic topic's assignable ranges change under a group (a range finished
+        /// and left the set, its children came in), interleaved with members coming and
+        /// going: no range is ever owned twice, a range leaves its owner only by a
+        /// revocation (never while it could still be read), nothing outside the set is
+        /// handed out, and once settled every assignable range is owned, balanced.
+        #[test]
+        fn changing_range_sets_are_assigned_safely(
+            steps in prop::collection::vec(
+                (prop::collection::btree_set(0..32u32, 0..12), 0..4u8, any::<bool>()),
+                1..40,
+            ),
+        ) {
+            let now = t0();
+            let mut c = Coordinator::starting_at((0..4).collect(), Duration::from_secs(5), 0);
+            c.join("m0", now);
+            for (set, member, settle_now) in steps {
+                let before = c.owners().into_iter().map(|(p, m)| (p, m.to_owned())).collect::<BTreeMap<_, _>>();
+                c.set_assignable(set.clone());
+                // A range owned before is still owned by the same member until it is
+                // revoked: the set changing takes nothing away by itself.
+                let owners = c.owners();
+                for (p, m) in &before {
+                    prop_assert_eq!(owners.get(p).copied(), Some(m.as_str()), "range {} left its owner unrevoked", p);
+                }
+                // Newly handed-out ranges are in the set.
+                for (p, _) in owners.iter().filter(|(p, _)| !before.contains_key(*p)) {
+                    prop_assert!(set.contains(p), "range {} outside the set handed out", p);
+                }
+                // Ranges out of the set are asked back.
+                for m in c.members() {
+                    let v = c.view(m).unwrap();
+                    for p in &v.owned {
+                        if !set.contains(p) {
+                            prop_assert!(v.revoke.contains(p), "{} keeps {} without revoking", m, p);
+                        }
+                    }
+                }
+                match member {
+                    0 => { c.join(&format!("m{}", set.len() % 3), now); }
+                    1 => { c.leave(&format!("m{}", set.len() % 3)); }
+                    _ => {}
+                }
+                if settle_now {
+                    let members = c.members().count();
+                    settle(&mut c);
+                    prop_assert!(c.is_settled());
+                    let owners = c.owners();
+                    let owned: BTreeSet<u32> = owners.keys().copied().collect();
+                    if members > 0 {
+                        prop_assert_eq!(&owned, c.assignable());
+                        let s = sizes(&c);
+                        prop_assert!(s.iter().max().unwrap() - s.iter().min().unwrap() <= 1, "unbalanced: {:?}", s);
+                    } else {
+                        prop_assert!(owned.is_empty());
+                    }
+                }
+            }
         }
     }
 }

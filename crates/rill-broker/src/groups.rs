@@ -1,7 +1,7 @@
 //! Consumer groups in the broker: one [`Coordinator`] per (stream, topic, group), group
 //! offsets in the offsets store, and the requests that drive them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,6 +11,7 @@ use rill_proto::pb::{
     GroupMemberInfo, GroupPartitionInfo, MemberMetric, PartitionOffset,
 };
 
+use crate::broker::Topic;
 use crate::group::Coordinator;
 use crate::names::validate_name;
 use crate::offsets::OffsetKey;
@@ -83,11 +84,11 @@ impl Groups {
             .retain(|(s, t, _), _| !(s == stream && t == topic));
     }
 
-    /// The topic now has `partitions` partitions (an alter added some): every group of
-    /// it assigns the new ones.
+    /// The plain topic now has `partitions` partitions (an alter added some): every
+    /// group of it assigns the new ones.
     pub(crate) fn grow_topic(&self, stream: &str, topic: &str, partitions: u32) {
         for ((s, t, group), c) in self.lock().iter_mut() {
-            if s == stream && t == topic && c.grow(partitions) {
+            if s == stream && t == topic && c.set_assignable((0..partitions).collect()) {
                 tracing::info!(
                     stream,
                     topic,
@@ -128,6 +129,81 @@ pub(crate) fn group_offset_key(
 }
 
 impl Broker {
+    /// What a group of `topic` assigns: every partition of a plain topic; of an elastic
+    /// topic, the ranges that are ready and not finished for the group
+    /// (docs/RANGES.md §6.3). Settled in id order (a range's parents have smaller ids): a
+    /// range is finished if it is ready, sealed at `E`, and the group's stored offset
+    /// is at or past `E` or nothing below `E` is left to read (never appended, or
+    /// deleted by retention); an empty sealed range whose parents are unread is not
+    /// finished, so its children wait for them too.
+    pub(crate) fn group_assignable(&self, t: &Topic, key: &GroupKey) -> BTreeSet<u32> {
+        let Some(map) = t.config.range_map() else {
+            return (0..t.config.partitions).collect();
+        };
+        let (stream, topic, group) = key;
+        let mut finished = BTreeSet::new();
+        let mut assignable = BTreeSet::new();
+        for r in map.ranges() {
+            if !r.parents.iter().all(|p| finished.contains(p)) {
+                continue;
+            }
+            let done = r.sealed.is_some_and(|end| {
+                let stored = self
+                    .stored_group_offset(&group_offset_key(stream, topic, group, r.id))
+                    .unwrap_or(0);
+                let start = t
+                    .partitions
+                    .get(r.id as usize)
+                    .and_then(|p| p.log().ok())
+                    .map_or(0, |log| log.log_start());
+                stored.max(start) >= end
+            });
+            if done {
+                finished.insert(r.id);
+            } else {
+                assignable.insert(r.id);
+            }
+        }
+        assignable
+    }
+
+    /// Brings the set `c` assigns up to date (an elastic topic's ranges move on as the
+    /// group finishes them; a plain topic's set changes only by an alter, which tells
+    /// every group itself).
+    fn refresh_assignable(&self, t: &Topic, key: &GroupKey, c: &mut Coordinator) {
+        if t.config.ranges.is_none() {
+            return;
+        }
+        let set = self.group_assignable(t, key);
+        let before = c.generation();
+        if c.set_assignable(set) {
+            let (stream, topic, group) = key;
+            tracing::info!(
+                stream,
+                topic,
+                group,
+                ranges = ?c.assignable(),
+                from = before,
+                generation = c.generation(),
+                "group assigns the ranges ready for it"
+            );
+        }
+    }
+
+    /// An elastic topic's ranges changed (a split or a merge): its groups assign what is
+    /// ready for them now (a parent sealed empty is finished at once).
+    pub(crate) fn refresh_groups(&self, stream: &str, topic: &str) {
+        let Ok(t) = self.topic(stream, topic) else {
+            return;
+        };
+        let mut groups = self.groups.lock();
+        for (key, c) in groups.iter_mut() {
+            if key.0 == stream && key.1 == topic {
+                self.refresh_assignable(&t, key, c);
+            }
+        }
+    }
+
     /// Whether a group exists: it has a live member or a stored offset of one of the
     /// topic's partitions (a group whose members all left without storing anything is
     /// gone, as it is after a restart). `DescribeGroup`, `JoinGroup` without
@@ -157,6 +233,7 @@ impl Broker {
 
     fn assignment(
         &self,
+        t: Option<&Topic>,
         key: &GroupKey,
         c: &Coordinator,
         member: &str,
@@ -164,7 +241,25 @@ impl Broker {
     ) -> Result<GroupAssignment, BrokerError> {
         let view = c.view(member)?;
         let (stream, topic, group) = key;
+        // The owned ranges of an elastic topic that are sealed, with their ends: the
+        // member stores `E` once it has handed out everything below it.
+        let map = t.and_then(|t| t.config.range_map());
+        let sealed = map
+            .map(|map| {
+                view.owned
+                    .iter()
+                    .filter_map(|&p| {
+                        let end = map.get(p)?.sealed?;
+                        Some(PartitionOffset {
+                            partition: p,
+                            offset: Some(end),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         Ok(GroupAssignment {
+            sealed,
             member_id: member.to_owned(),
             generation: view.generation,
             offsets: view
@@ -222,7 +317,8 @@ impl Broker {
             validate_name("member", member_id)?;
             member_id.to_owned()
         };
-        let partitions = self.topic(stream, topic)?.config.partitions;
+        let t = self.topic(stream, topic)?;
+        let partitions = t.config.partitions;
         let timeout = session_timeout
             .unwrap_or(SESSION_TIMEOUT_DEFAULT)
             .clamp(SESSION_TIMEOUT_MIN, SESSION_TIMEOUT_MAX);
@@ -235,9 +331,10 @@ impl Broker {
         if !create && !self.group_exists(&key, groups.get(&key), partitions) {
             return Err(BrokerError::GroupNotFound(group.to_owned()));
         }
-        let c = groups
-            .entry(key.clone())
-            .or_insert_with(|| Coordinator::starting_at(partitions, timeout, generation_base()));
+        let c = groups.entry(key.clone()).or_insert_with(|| {
+            Coordinator::starting_at(self.group_assignable(&t, &key), timeout, generation_base())
+        });
+        self.refresh_assignable(&t, &key, c);
         c.join(&member, now);
         let timeout = c.session_timeout();
         tracing::info!(
@@ -248,7 +345,7 @@ impl Broker {
             generation = c.generation(),
             "member joined"
         );
-        self.assignment(&key, c, &member, timeout)
+        self.assignment(Some(&t), &key, c, &member, timeout)
     }
 
     /// Records a heartbeat (and revocations done) and returns the member's assignment.
@@ -264,6 +361,8 @@ impl Broker {
         let report = member_report(metrics)?;
         let key: GroupKey = (stream.to_owned(), topic.to_owned(), group.to_owned());
         let now = Instant::now();
+        // A deleted topic's groups are forgotten: its members get `NOT_MEMBER` below.
+        let t = self.topic(stream, topic).ok();
         let mut groups = self.groups.lock();
         let c = groups
             .get_mut(&key)
@@ -276,8 +375,13 @@ impl Broker {
         if let Some(report) = report {
             c.set_report(member, report)?;
         }
+        // Ranges the group finished since (a member stored a seal) are revoked, their
+        // children handed out.
+        if let Some(t) = &t {
+            self.refresh_assignable(t, &key, c);
+        }
         let timeout = c.session_timeout();
-        self.assignment(&key, c, member, timeout)
+        self.assignment(t.as_deref(), &key, c, member, timeout)
     }
 
     /// Leaves at once: the member's partitions move without waiting for a timeout.
@@ -542,11 +646,7 @@ impl Broker {
                     stored_offset: stored,
                     log_end: p.next_offset,
                     lag: p.next_offset - stored.unwrap_or(p.first_offset).min(p.next_offset),
-                    owner: owners
-                        .get(p.partition as usize)
-                        .copied()
-                        .flatten()
-                        .map(str::to_owned),
+                    owner: owners.get(&p.partition).map(|m| (*m).to_owned()),
                 })
                 .collect(),
         })
@@ -559,7 +659,7 @@ impl Broker {
 /// timeout. Made by [`Broker::session`].
 #[derive(Debug)]
 pub struct Session {
-    members: Mutex<std::collections::BTreeSet<(String, String, String, String)>>,
+    members: Mutex<BTreeSet<(String, String, String, String)>>,
     pub(crate) principal: parking_lot::RwLock<crate::auth::Principal>,
     pub(crate) exchange: Mutex<Option<crate::auth::Exchange>>,
     pub(crate) peer: Option<std::net::IpAddr>,

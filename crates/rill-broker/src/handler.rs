@@ -213,6 +213,7 @@ impl Broker {
                 let (ranges, range_epoch) = config.ranges.as_ref().map_or_else(
                     || (Vec::new(), 0),
                     |stored| {
+                        let rates = self.range_rates(&r.stream, &r.topic);
                         let ranges = stored
                             .ranges
                             .iter()
@@ -222,6 +223,11 @@ impl Broker {
                                 hi: r.hi,
                                 parents: r.parents.clone(),
                                 sealed_at: r.sealed_at,
+                                bytes_per_s: r
+                                    .sealed_at
+                                    .is_none()
+                                    .then(|| rates.get(&r.id).copied())
+                                    .flatten(),
                             })
                             .collect();
                         (ranges, stored.epoch)

@@ -118,7 +118,13 @@ struct TopicState {
     seen: bool,
     /// When the policy last changed the topic.
     last_change: Option<Instant>,
+    /// Each open range's write rate over the last [`RATE_WINDOW`], bytes/s, as of the
+    /// last tick (`describe` shows it).
+    rates: HashMap<u32, u64>,
 }
+
+/// Over how long `describe` reports a range's write rate.
+pub(crate) const RATE_WINDOW: Duration = Duration::from_secs(10);
 
 /// The policy's memory, per topic.
 #[derive(Debug, Default)]
@@ -171,6 +177,17 @@ impl RangePolicy {
 }
 
 impl Broker {
+    /// The write rate of each open range of an elastic topic, bytes/s over the last
+    /// [`RATE_WINDOW`] (ranges not watched for a second yet are missing).
+    pub(crate) fn range_rates(&self, stream: &str, topic: &str) -> HashMap<u32, u64> {
+        self.range_policy
+            .topics
+            .lock()
+            .get(&(stream.to_owned(), topic.to_owned()))
+            .map(|s| s.rates.clone())
+            .unwrap_or_default()
+    }
+
     /// Every range of every elastic topic, for `/metrics`.
     pub fn range_stats(&self) -> Vec<RangeStat> {
         let mut out = Vec::new();
@@ -226,15 +243,22 @@ impl Broker {
             let mut states = self.range_policy.topics.lock();
             let mut live = std::collections::HashSet::new();
             for (stream, name, topic) in self.all_topics() {
-                let (Some(auto), Some(map)) = (topic.config.auto_split, topic.config.range_map())
-                else {
+                // Every elastic topic is watched (`describe` shows rates); the policy
+                // acts only on those that ask for it.
+                let Some(map) = topic.config.range_map() else {
                     continue;
                 };
+                let auto = topic.config.auto_split;
                 let key = (stream.clone(), name.clone());
                 live.insert(key.clone());
                 let state = states.entry(key).or_default();
-                let window = Duration::from_millis(auto.window_ms);
-                let cooldown = Duration::from_millis(auto.cooldown_ms);
+                let window = auto.map_or(RATE_WINDOW, |a| Duration::from_millis(a.window_ms));
+                let cooldown =
+                    auto.map_or(Duration::ZERO, |a| Duration::from_millis(a.cooldown_ms));
+                let keep = window.max(RATE_WINDOW);
+                state
+                    .rates
+                    .retain(|id, _| map.get(*id).is_some_and(|r| r.is_open()));
                 let first = !state.seen;
                 state.seen = true;
                 let mut open: Vec<RangeView> = Vec::new();
@@ -251,19 +275,38 @@ impl Broker {
                     }
                     let samples = state.samples.entry(r.id).or_default();
                     samples.push_back((now, p.bytes_written()));
-                    // Keep one sample at or before the window's start, none older.
-                    while samples.len() > 2
-                        && samples[1].0 <= now.checked_sub(window).unwrap_or(now)
+                    // Keep one sample at or before the start of the longer of the
+                    // policy's window and the rate's, none older.
+                    while samples.len() > 2 && samples[1].0 <= now.checked_sub(keep).unwrap_or(now)
                     {
                         samples.pop_front();
                     }
-                    let full = samples
-                        .front()
-                        .is_some_and(|&(t, _)| now.duration_since(t) >= window);
-                    let rates = full.then(|| {
+                    // The rate `describe` shows: over the last RATE_WINDOW, or what
+                    // was watched of it.
+                    let since = samples
+                        .iter()
+                        .rposition(|&(t, _)| now.duration_since(t) >= RATE_WINDOW)
+                        .unwrap_or(0);
+                    if let (Some(&(t0, b0)), Some(&(t1, b1))) = (samples.get(since), samples.back())
+                        && t1 > t0
+                    {
+                        let rate =
+                            b1.saturating_sub(b0) as f64 / t1.duration_since(t0).as_secs_f64();
+                        state.rates.insert(r.id, rate as u64);
+                    }
+                    if auto.is_none() {
+                        continue;
+                    }
+                    // The policy judges every second of its last whole window: from
+                    // the last sample at or before the window's start.
+                    let start = samples
+                        .iter()
+                        .rposition(|&(t, _)| now.duration_since(t) >= window);
+                    let rates = start.map(|start| {
                         samples
                             .iter()
-                            .zip(samples.iter().skip(1))
+                            .skip(start)
+                            .zip(samples.iter().skip(start + 1))
                             .map(|(&(t0, b0), &(t1, b1))| {
                                 let secs = t1.duration_since(t0).as_secs_f64().max(1e-3);
                                 b1.saturating_sub(b0) as f64 / secs
@@ -281,6 +324,9 @@ impl Broker {
                         young,
                     });
                 }
+                let Some(auto) = auto else {
+                    continue;
+                };
                 if state
                     .last_change
                     .is_some_and(|t| now.duration_since(t) < window)

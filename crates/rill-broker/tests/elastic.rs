@@ -734,3 +734,158 @@ async fn the_automatic_policy_splits_a_hot_range_and_merges_cold_ones() {
         assert!(e.to_string().contains("auto_split"), "{e}");
     }
 }
+
+async fn group_call(
+    broker: &Arc<Broker>,
+    body: RequestBody,
+) -> Result<pb::GroupAssignment, ErrorCode> {
+    match call(broker, body, Bytes::new()).await {
+        Ok(ResponseBody::JoinGroup(r)) => Ok(r.assignment.unwrap()),
+        Ok(ResponseBody::GroupHeartbeat(r)) => Ok(r.assignment.unwrap()),
+        Ok(ResponseBody::CommitGroupOffset(_)) => Ok(pb::GroupAssignment::default()),
+        Ok(other) => panic!("answered {other:?}"),
+        Err(e) => Err(code(&e)),
+    }
+}
+
+fn join(member: &str) -> RequestBody {
+    RequestBody::JoinGroup(pb::JoinGroupRequest {
+        stream: "s".into(),
+        topic: "t".into(),
+        group: "g".into(),
+        member_id: member.into(),
+        session_timeout_ms: None,
+        create_group: None,
+    })
+}
+
+fn heartbeat(member: &str, revoked: &[u32]) -> RequestBody {
+    RequestBody::GroupHeartbeat(pb::GroupHeartbeatRequest {
+        stream: "s".into(),
+        topic: "t".into(),
+        group: "g".into(),
+        member_id: member.into(),
+        revoked: revoked.to_vec(),
+        metrics: Vec::new(),
+    })
+}
+
+fn commit(member: &str, generation: u64, partition: u32, offset: u64) -> RequestBody {
+    RequestBody::CommitGroupOffset(pb::CommitGroupOffsetRequest {
+        stream: "s".into(),
+        topic: "t".into(),
+        group: "g".into(),
+        member_id: member.into(),
+        generation,
+        partition,
+        offset,
+    })
+}
+
+/// Owned ranges, and the seals the assignment names.
+fn owned(a: &pb::GroupAssignment) -> (Vec<u32>, Vec<(u32, u64)>) {
+    (
+        a.owned.clone(),
+        a.sealed
+            .iter()
+            .map(|o| (o.partition, o.offset.unwrap()))
+            .collect(),
+    )
+}
+
+/// A consumer group over an elastic topic (docs/RANGES.md §6.3), driven by hand: the
+/// group is given only the ranges that are ready and not finished for it; a split's
+/// children wait until the group stores the parent's seal; a range sealed empty is
+/// finished at once; a merge's child waits for both parents; a second member shares
+/// what is ready; the set survives a reopen through the stored offsets.
+#[tokio::test]
+async fn a_group_is_given_a_child_only_once_it_stored_the_parents_seal() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Arc::new(Broker::open(BrokerConfig::new(dir.path())).unwrap());
+    create(&broker, 2, pb::Durability::Always);
+    produce(&broker, 0, true, batch(&["a", "b", "c"]))
+        .await
+        .unwrap();
+    let a = group_call(&broker, join("m")).await.unwrap();
+    assert_eq!(owned(&a), (vec![0, 1], vec![]));
+
+    // Range 0 splits at offset 3 into 2 and 3: the member keeps 0, now told its seal;
+    // the children are not the group's yet.
+    broker.split_range("s", "t", Some(0), None).unwrap();
+    let a = group_call(&broker, heartbeat("m", &[])).await.unwrap();
+    assert_eq!(owned(&a), (vec![0, 1], vec![(0, 3)]));
+    assert_eq!(
+        group_call(&broker, commit("m", a.generation, 2, 0)).await,
+        Err(ErrorCode::NotAssigned)
+    );
+    // Stored short of the seal: still not finished.
+    group_call(&broker, commit("m", a.generation, 0, 2))
+        .await
+        .unwrap();
+    let a = group_call(&broker, heartbeat("m", &[])).await.unwrap();
+    assert_eq!(owned(&a).0, vec![0, 1]);
+    // The seal stored: 0 is asked back and its children handed out at once.
+    group_call(&broker, commit("m", a.generation, 0, 3))
+        .await
+        .unwrap();
+    let a = group_call(&broker, heartbeat("m", &[])).await.unwrap();
+    assert_eq!(a.revoke, vec![0]);
+    assert_eq!(owned(&a), (vec![0, 1, 2, 3], vec![(0, 3)]));
+    let a = group_call(&broker, heartbeat("m", &[0])).await.unwrap();
+    assert_eq!(owned(&a), (vec![1, 2, 3], vec![]));
+
+    // Range 1 never took a record: split, it is sealed at 0 and finished at once.
+    broker.split_range("s", "t", Some(1), None).unwrap();
+    let a = group_call(&broker, heartbeat("m", &[])).await.unwrap();
+    assert_eq!(a.revoke, vec![1]);
+    let a = group_call(&broker, heartbeat("m", &[1])).await.unwrap();
+    assert_eq!(owned(&a), (vec![2, 3, 4, 5], vec![]));
+
+    // 3 and 4 are neighbours (the middle of the key space): merged into 6, which
+    // waits for both. 3 has records, 4 none: 4 finishes at once, 3 when stored.
+    let d = describe(&broker).await;
+    let (r3, r4) = (&d.ranges[3], &d.ranges[4]);
+    assert_eq!(r3.hi + 1, r4.lo, "{:?}", bounds(&d));
+    produce(&broker, 3, true, batch(&["x"])).await.unwrap();
+    broker.merge_ranges("s", "t", 3, 4).unwrap();
+    let a = group_call(&broker, heartbeat("m", &[])).await.unwrap();
+    assert_eq!(a.revoke, vec![4]);
+    let a = group_call(&broker, heartbeat("m", &[4])).await.unwrap();
+    assert_eq!(owned(&a), (vec![2, 3, 5], vec![(3, 1)]));
+
+    // A second member: the ready ranges are shared, balanced.
+    let b = group_call(&broker, join("n")).await.unwrap();
+    let a = group_call(&broker, heartbeat("m", &[])).await.unwrap();
+    let give: Vec<u32> = a.revoke.clone();
+    assert_eq!(give.len(), 1, "{a:?}");
+    let a = group_call(&broker, heartbeat("m", &give)).await.unwrap();
+    let b = group_call(&broker, heartbeat(&b.member_id, &[]))
+        .await
+        .unwrap();
+    assert_eq!(a.owned.len() + b.owned.len(), 3);
+    // Whoever owns 3 stores its seal; 6 then goes to one of them.
+    let (owner, generation) = if a.owned.contains(&3) {
+        ("m", a.generation)
+    } else {
+        (b.member_id.as_str(), b.generation)
+    };
+    group_call(&broker, commit(owner, generation, 3, 1))
+        .await
+        .unwrap();
+    let x = group_call(&broker, heartbeat(owner, &[])).await.unwrap();
+    assert_eq!(x.revoke, vec![3]);
+    group_call(&broker, heartbeat(owner, &[3])).await.unwrap();
+    let a = group_call(&broker, heartbeat("m", &[])).await.unwrap();
+    let b = group_call(&broker, heartbeat(&b.member_id, &[]))
+        .await
+        .unwrap();
+    let mut all: Vec<u32> = a.owned.iter().chain(&b.owned).copied().collect();
+    all.sort_unstable();
+    assert_eq!(all, vec![2, 5, 6]);
+
+    // After a reopen, the stored seals say the same: 0, 1, 3 and 4 are finished.
+    drop(broker);
+    let broker = Arc::new(Broker::open(BrokerConfig::new(dir.path())).unwrap());
+    let a = group_call(&broker, join("m")).await.unwrap();
+    assert_eq!(owned(&a), (vec![2, 5, 6], vec![]));
+}

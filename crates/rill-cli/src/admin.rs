@@ -664,8 +664,11 @@ fn print_ranges(ranges: &[rill_client::RangeInfo]) {
         let state = r
             .sealed_at
             .map_or_else(|| "open".to_owned(), |end| format!("sealed:{end}"));
+        let rate = r
+            .bytes_per_s
+            .map_or_else(|| "-".to_owned(), |b| b.to_string());
         println!(
-            "range\t{}\t{:#018x}\t{:#018x}\t{state}\t{parents}",
+            "range\t{}\t{:#018x}\t{:#018x}\t{state}\t{parents}\t{rate}",
             r.id, r.lo, r.hi
         );
     }

@@ -122,6 +122,7 @@ pub(crate) fn topic_description(d: &TopicDescription) -> Value {
                     "hi": r.hi,
                     "parents": r.parents,
                     "sealed_at": r.sealed_at,
+                    "bytes_per_s": r.bytes_per_s,
                 })
             })
             .collect::<Vec<_>>()

@@ -193,9 +193,14 @@ fn ok(t: &Target, args: &[&str], input: &str) -> String {
 
 /// Runs a command that must fail at run time (exit 1); returns its stderr.
 fn fails(t: &Target, args: &[&str]) -> String {
+    fails_with(t, args, 1)
+}
+
+/// Runs a command that must exit with `code`; returns its stderr.
+fn fails_with(t: &Target, args: &[&str], code: i32) -> String {
     let out = t.run(args, "");
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
     err
 }
 
@@ -551,13 +556,8 @@ fn describe_shows_an_elastic_topics_ranges() {
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines.contains(&"elastic\ttrue"), "{text}");
         assert!(lines.contains(&"range_epoch\t1"), "{text}");
-        let ranges: Vec<&str> = lines
-            .iter()
-            .copied()
-            .filter(|l| l.starts_with("range\t"))
-            .collect();
         assert_eq!(
-            ranges,
+            range_lines(&t, "s/t"),
             [
                 "range\t0\t0x0000000000000000\t0x7fffffffffffffff\tsealed:0\t-",
                 "range\t1\t0x8000000000000000\t0xffffffffffffffff\topen\t-",
@@ -574,6 +574,37 @@ fn describe_shows_an_elastic_topics_ranges() {
         assert_eq!(d["ranges"][0]["sealed_at"], 0);
         assert_eq!(d["ranges"][3]["parents"], serde_json::json!([0]));
         assert_eq!(d["ranges"][1]["sealed_at"], Value::Null);
+        assert_eq!(d["ranges"][0]["bytes_per_s"], Value::Null, "{d}");
+        if let Target::Server(_) = t {
+            // The server samples each range once a second: records written after it
+            // has watched the topic for a second show as a rate of the range that
+            // took them, and of no other.
+            std::thread::sleep(std::time::Duration::from_millis(1200));
+            let lines: String = (0..200)
+                .map(|i| format!("{i}:{}\n", "x".repeat(200)))
+                .collect();
+            ok(&t, &["produce", "s/t", "--key-sep", ":"], &lines);
+            std::thread::sleep(std::time::Duration::from_millis(2200));
+            let d = t.json(&["topic", "describe", "s/t", "--output", "json"]);
+            let rate = |i: usize| d["ranges"][i]["bytes_per_s"].as_u64();
+            assert!(
+                rate(1).is_some_and(|r| r > 0) || rate(2).is_some_and(|r| r > 0),
+                "{d}"
+            );
+            assert_eq!(rate(0), None, "a sealed range has no rate: {d}");
+            let text = ok(&t, &["topic", "describe", "s/t"], "");
+            assert!(
+                text.lines()
+                    .filter(|l| l.starts_with("range\t") && l.contains("\topen\t"))
+                    .any(|l| l
+                        .rsplit('\t')
+                        .next()
+                        .unwrap()
+                        .parse::<u64>()
+                        .is_ok_and(|r| r > 0)),
+                "{text}"
+            );
+        }
         // A plain topic shows none of it.
         ok(&t, &["topic", "create", "s/plain"], "");
         let text = ok(&t, &["topic", "describe", "s/plain"], "");
@@ -589,12 +620,22 @@ fn describe_shows_an_elastic_topics_ranges() {
     }
 }
 
-/// The `range` lines of `topic describe`.
+/// The `range` lines of `topic describe`, without their rate (it depends on when the
+/// server last sampled): checked to be `-` for a sealed range, `-` or a number for an
+/// open one.
 fn range_lines(t: &Target, topic: &str) -> Vec<String> {
     ok(t, &["topic", "describe", topic], "")
         .lines()
         .filter(|l| l.starts_with("range\t"))
-        .map(str::to_owned)
+        .map(|l| {
+            let (line, rate) = l.rsplit_once('\t').unwrap();
+            if line.contains("sealed:") {
+                assert_eq!(rate, "-", "{l}");
+            } else {
+                assert!(rate == "-" || rate.parse::<u64>().is_ok(), "{l}");
+            }
+            line.to_owned()
+        })
         .collect()
 }
 
@@ -690,16 +731,37 @@ fn elastic_topics_are_created_split_and_merged_from_the_cli() {
         assert!(split.starts_with("sealed\t"), "{split}");
         assert!(split.contains("opened\t8\nopened\t9\n"), "{split}");
         ok(t, &["produce", "s/e", "--key-sep", ":"], &lines);
-        let err = fails(t, &["consume", "s/e", "--name", "n"]);
-        assert!(err.contains("elastic"), "{err}");
-        let read = ok(t, &["consume", "s/e"], "");
-        let mut values: Vec<&str> = read.lines().collect();
-        values.sort_unstable();
-        let mut expected: Vec<String> = (0..40)
-            .flat_map(|i| [format!("v{i}"), format!("v{i}")])
-            .collect();
-        expected.sort_unstable();
-        assert_eq!(values, expected);
+        // Each key's records in the order produced: both runs, one after the other.
+        let in_key_order = |read: &str, what: &str| {
+            for key in 0..7 {
+                let got: Vec<&str> = read
+                    .lines()
+                    .filter(|v| v[1..].parse::<u32>().unwrap() % 7 == key)
+                    .collect();
+                let once: Vec<String> = (0..40)
+                    .filter(|i| i % 7 == key)
+                    .map(|i| format!("v{i}"))
+                    .collect();
+                let twice: Vec<&str> = once.iter().chain(&once).map(String::as_str).collect();
+                assert_eq!(got, twice, "{what}: key k{key}");
+            }
+        };
+        in_key_order(&ok(t, &["consume", "s/e"], ""), "a reader");
+        // A named consumer and a group read every range, parents first, and store
+        // per range: a second run reads nothing.
+        in_key_order(&ok(t, &["consume", "s/e", "--name", "n"], ""), "--name");
+        assert_eq!(ok(t, &["consume", "s/e", "--name", "n"], ""), "");
+        in_key_order(&ok(t, &["consume", "s/e", "--group", "g"], ""), "--group");
+        assert_eq!(ok(t, &["consume", "s/e", "--group", "g"], ""), "");
+        // Offsets and partitions name places in one range: refused as usage errors.
+        for args in [
+            &["consume", "s/e", "--name", "n", "--partition", "1"][..],
+            &["consume", "s/e", "--group", "g", "--from", "offset:3"][..],
+            &["consume", "s/e", "--name", "n", "--until", "offset:3"][..],
+        ] {
+            let err = fails_with(t, args, 2);
+            assert!(err.contains("elastic topic"), "{args:?}: {err}");
+        }
         // The automatic policy: shown with its window and cooldown, turned off by alter.
         ok(
             t,

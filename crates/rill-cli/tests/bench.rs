@@ -193,6 +193,78 @@ fn keyed_records_are_routed_by_key() {
     assert_eq!(partitions.len(), 4, "{partitions:?}");
 }
 
+/// An elastic bench topic: keyed records go to the ranges covering their keys, each key
+/// to exactly one range, and the topic is elastic.
+#[test]
+fn keyed_records_over_an_elastic_topic_are_routed_by_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let out = rill(&[
+        "bench",
+        "produce",
+        "--data",
+        data,
+        "--messages",
+        "2000",
+        "--warmup",
+        "0",
+        "--size",
+        "10",
+        "--batch",
+        "100",
+        "--partitions",
+        "3",
+        "--keyed",
+        "--elastic",
+        "--keep",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["elastic"], true, "{v}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("3 open range(s) of 3"), "{stderr}");
+    let topic = v["topic"].as_str().unwrap();
+    let described = rill(&[
+        "topic", "describe", topic, "--data", data, "--output", "json",
+    ]);
+    let d: serde_json::Value = serde_json::from_slice(&described.stdout).unwrap();
+    assert_eq!(d["elastic"], true, "{d}");
+    let consumed = rill(&["consume", topic, "--data", data, "--format", "json"]);
+    let mut range_of = std::collections::HashMap::new();
+    let mut records = 0;
+    for line in String::from_utf8_lossy(&consumed.stdout).lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        let key = r["key"].as_str().unwrap().to_owned();
+        let p = r["partition"].as_u64().unwrap();
+        assert_eq!(*range_of.entry(key.clone()).or_insert(p), p, "{key}");
+        records += 1;
+    }
+    assert_eq!(records, 2000);
+    // And the hash of each key is in its range's bounds.
+    for (key, p) in &range_of {
+        let hash = rill_client::key_hash(key.as_bytes());
+        let r = &d["ranges"][*p as usize];
+        assert!(
+            r["lo"].as_u64().unwrap() <= hash && hash <= r["hi"].as_u64().unwrap(),
+            "{key} in range {p}: {r}"
+        );
+    }
+    // Plain publishes do not route by range.
+    let refused = rill(&[
+        "bench",
+        "produce",
+        "--data",
+        data,
+        "--keyed",
+        "--elastic",
+        "--api",
+        "publish-batch",
+    ]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+}
+
 #[test]
 fn human_output_and_keep() {
     let dir = tempfile::tempdir().unwrap();

@@ -8,12 +8,17 @@
 //! Then every way of producing at once (a direct-mode and a background `Producer`,
 //! `Batching`, `publish_batch`) while ranges split and merge under them, with cursors
 //! reading along: every acknowledged record is read exactly once, and each key's records
-//! in the order they were sent (docs/RANGES.md §4, §6.1).
+//! in the order they were sent (docs/RANGES.md §4, §6.1). Consumer groups read along
+//! too, two members with one joining and leaving midway (§6.3): every acknowledged record
+//! is delivered, and each key's records are first delivered in their order, whichever
+//! member holds the range.
 
 #[macro_use]
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rill_client::{Client, ErrorCode, Message, Position, Topic, key_hash};
@@ -170,11 +175,11 @@ async fn publishes_follow_the_ranges_across_splits(client: &Client) {
     assert_eq!(seen.len(), 40 + 40 + 8 + 6);
     assert!(seen.values().all(|&n| n == 1), "{seen:?}");
 
-    // Groups refuse an elastic topic until they keep lineage order; a named consumer
-    // names no range.
+    // An offset names a place in one range, not in the topic; neither does a partition.
     for e in [
         topic
             .consumer_group("g")
+            .start_at(rill_client::StartAt::Offset(3))
             .build()
             .await
             .map(drop)
@@ -195,6 +200,17 @@ async fn publishes_follow_the_ranges_across_splits(client: &Client) {
     }
 }
 
+/// Half the records of `topic` (what the first half of a reader takes).
+async fn acked_len_half(topic: &Topic) -> usize {
+    let d = topic.describe().await.unwrap();
+    let total: u64 = d
+        .partitions
+        .iter()
+        .map(|p| p.next_offset - p.first_offset)
+        .sum();
+    usize::try_from(total / 2).unwrap()
+}
+
 /// Keys per way of producing.
 const KEYS: u32 = 12;
 /// Records per key.
@@ -213,7 +229,7 @@ async fn produce(topic: Topic, way: &'static str) -> Vec<String> {
     match way {
         "direct" => {
             // A task per key, each sending its records one after another.
-            let producer = std::sync::Arc::new(
+            let producer = Arc::new(
                 topic
                     .producer()
                     .retries(20, Duration::from_millis(20))
@@ -223,7 +239,7 @@ async fn produce(topic: Topic, way: &'static str) -> Vec<String> {
             );
             let tasks: Vec<_> = (0..KEYS)
                 .map(|k| {
-                    let producer = std::sync::Arc::clone(&producer);
+                    let producer = Arc::clone(&producer);
                     tokio::spawn(async move {
                         let mut acked = Vec::new();
                         for n in 0..PER_KEY {
@@ -332,6 +348,86 @@ async fn read_all(reader: &mut rill_client::Reader<bytes::Bytes>) -> Vec<(Positi
     out
 }
 
+/// One record a group member handed out: the order of handing out across all members
+/// (a counter taken as `next` returns), the member, where it was and its value.
+type Delivery = (u64, String, Position, String);
+
+/// A group member reading in a task of its own until `stop` is set and nothing has
+/// come for `quiet`, then shutting down (storing what it handled); what it handed out.
+fn member(
+    topic: &Topic,
+    group: &str,
+    id: &str,
+    clock: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    quiet: Duration,
+) -> tokio::task::JoinHandle<Vec<Delivery>> {
+    let builder = topic
+        .consumer_group(group)
+        .member_id(id)
+        .max_bytes(256)
+        .session_timeout(Duration::from_secs(5));
+    let id = id.to_owned();
+    tokio::spawn(async move {
+        let mut c = builder.build().await.unwrap();
+        let mut out = Vec::new();
+        loop {
+            match c.next_within(quiet).await {
+                Ok(r) => out.push((
+                    clock.fetch_add(1, Ordering::SeqCst),
+                    id.clone(),
+                    r.position(),
+                    String::from_utf8(r.value.to_vec()).unwrap(),
+                )),
+                Err(rill_client::ClientError::Timeout(_)) if stop.load(Ordering::SeqCst) => break,
+                Err(rill_client::ClientError::Timeout(_)) => {}
+                Err(e) => panic!("member {id} after {} records: {e}", out.len()),
+            }
+        }
+        c.shutdown().await.unwrap();
+        out
+    })
+}
+
+/// Checks what a group's members handed out: every acknowledged record at least once,
+/// nothing else, and each key's records first handed out in their order — across
+/// members, by the order of handing out. Returns how many were handed out again (after
+/// a rebalance, at least once).
+fn check_group(deliveries: &mut [Delivery], acked: &[String], what: &str) -> usize {
+    deliveries.sort_by_key(|d| d.0);
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
+    let mut last: BTreeMap<(&str, &str), (u32, &Delivery)> = BTreeMap::new();
+    let mut again = 0;
+    for d in deliveries.iter() {
+        if !seen.insert(d.3.as_str()) {
+            again += 1;
+            continue;
+        }
+        let mut parts = d.3.split('/');
+        let (way, key, n) = (
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+        );
+        let n: u32 = n.parse().unwrap();
+        if let Some((before, at)) = last.insert((way, key), (n, d)) {
+            assert!(
+                before < n,
+                "{what}: {way}/{key}: {n} ({d:?}) first handed out after {before} ({at:?})"
+            );
+        }
+    }
+    let acked_set: BTreeSet<&str> = acked.iter().map(String::as_str).collect();
+    let missing: Vec<&&str> = acked_set.difference(&seen).take(5).collect();
+    assert!(missing.is_empty(), "{what}: never handed out: {missing:?}");
+    assert_eq!(
+        seen.len(),
+        acked.len(),
+        "{what}: records never acknowledged"
+    );
+    again
+}
+
 /// Checks that `read` holds each of `acked` exactly once and each key's records in
 /// their order.
 fn check_read(read: &[(Position, String)], acked: &[String], what: &str) {
@@ -391,6 +487,15 @@ async fn producers_and_readers_keep_each_keys_order_across_splits(client: &Clien
         .await
         .unwrap();
     let mut read_named = Vec::new();
+    // A consumer group reading along: member "a" from the start, "b" joining once
+    // records flow and leaving before the end, so ranges move between members while
+    // their parents are being finished.
+    let clock = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let quiet = Duration::from_secs(3);
+    let a = member(&topic, "live", "a", clock.clone(), stop.clone(), quiet);
+    let mut b = None;
+    let b_stop = Arc::new(AtomicBool::new(false));
     let producers: Vec<_> = ["direct", "background", "batching", "publish"]
         .into_iter()
         .map(|way| tokio::spawn(produce(topic.clone(), way)))
@@ -425,6 +530,19 @@ async fn producers_and_readers_keep_each_keys_order_across_splits(client: &Clien
         if token.is_none() && read_live.len() > 200 {
             token = Some((read_live.len(), live.offsets()));
         }
+        if b.is_none() && read_live.len() > 100 {
+            b = Some(member(
+                &topic,
+                "live",
+                "b",
+                clock.clone(),
+                b_stop.clone(),
+                Duration::from_millis(300),
+            ));
+        }
+        if read_live.len() > 1500 {
+            b_stop.store(true, Ordering::SeqCst);
+        }
         if producers.peek().is_some_and(|p| p.is_finished()) {
             acked.extend(producers.next().unwrap().await.unwrap());
         }
@@ -449,6 +567,53 @@ async fn producers_and_readers_keep_each_keys_order_across_splits(client: &Clien
         }
     }
     check_read(&read_live, &acked, "a reader following along");
+    stop.store(true, Ordering::SeqCst);
+    b_stop.store(true, Ordering::SeqCst);
+    let mut delivered = a.await.unwrap();
+    let from_b = match b {
+        Some(b) => b.await.unwrap(),
+        None => Vec::new(),
+    };
+    let b_read = from_b.len();
+    delivered.extend(from_b);
+    let again = check_group(&mut delivered, &acked, "a group of two following along");
+    eprintln!(
+        "group: {} handed out, {b_read} by b, {again} again after rebalances",
+        delivered.len()
+    );
+    // One member alone from the start, stopped halfway and built again: exactly once.
+    let clock = Arc::new(AtomicU64::new(0));
+    let solo = tokio::spawn({
+        let topic = topic.clone();
+        async move {
+            let mut c = topic
+                .consumer_group("solo")
+                .max_bytes(256)
+                .build()
+                .await
+                .unwrap();
+            let mut out = Vec::new();
+            for _ in 0..acked_len_half(&topic).await {
+                let r = c.next_within(Duration::from_secs(5)).await.unwrap();
+                out.push((r.position(), String::from_utf8(r.value.to_vec()).unwrap()));
+            }
+            c.shutdown().await.unwrap();
+            out
+        }
+    });
+    let mut solo_read = solo.await.unwrap();
+    let rest = member(
+        &topic,
+        "solo",
+        "again",
+        clock,
+        Arc::new(AtomicBool::new(true)),
+        Duration::from_millis(1500),
+    )
+    .await
+    .unwrap();
+    solo_read.extend(rest.into_iter().map(|d| (d.2, d.3)));
+    check_read(&solo_read, &acked, "a group member built again halfway");
     let left = acked.len() - read_named.len();
     read_named.extend(consume(&mut named, Some(left), Duration::from_secs(5)).await);
     check_read(&read_named, &acked, "a named consumer following along");
@@ -520,6 +685,45 @@ async fn producers_and_readers_keep_each_keys_order_across_splits(client: &Clien
 
     // Records were spread over more than the initial ranges.
     assert!(read_live.iter().any(|(p, _)| p.partition >= 2));
+
+    // A new group starting at the end finishes every sealed range at once and reads
+    // only what comes next, in order.
+    let mut late = topic
+        .consumer_group("late")
+        .start_at(rill_client::StartAt::End)
+        .build()
+        .await
+        .unwrap();
+    let batch: Vec<Message> = (0..KEYS)
+        .map(|k| Message::new(value("late", k, 0)).with_key(format!("late{k}")))
+        .collect();
+    topic.publish_batch(batch).await.unwrap();
+    let mut late_read = BTreeSet::new();
+    while late_read.len() < KEYS as usize {
+        let r = late.next_within(Duration::from_secs(5)).await.unwrap();
+        assert!(
+            late_read.insert(String::from_utf8(r.value.to_vec()).unwrap()),
+            "read twice"
+        );
+    }
+    assert!(late_read.iter().all(|v| v.starts_with("late/")));
+    // Nothing else comes; meanwhile the member finishes what is left of the lineage.
+    assert!(matches!(
+        late.next_within(Duration::from_secs(2)).await,
+        Err(rill_client::ClientError::Timeout(_))
+    ));
+    late.shutdown().await.unwrap();
+    let g = topic.describe_group("late").await.unwrap();
+    let d = topic.describe().await.unwrap();
+    for r in d.ranges.iter().filter(|r| r.sealed_at.is_some()) {
+        let stored = g.partitions[r.id as usize].stored_offset;
+        assert!(
+            stored.is_some_and(|s| Some(s) >= r.sealed_at) || r.sealed_at == Some(0),
+            "range {} sealed at {:?}: the late group stored {stored:?}",
+            r.id,
+            r.sealed_at
+        );
+    }
 }
 
 /// The broker's policy (docs/RANGES.md §7) splits a range a producer keeps hot: a 1 s

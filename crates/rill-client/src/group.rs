@@ -247,7 +247,14 @@ impl GroupConsumerBuilder {
             ));
         }
         self.commit_policy.validate()?;
-        crate::reader::refuse_elastic(&self.topic, "consumer groups").await?;
+        if matches!(self.start_at, StartAt::Offset(_))
+            && crate::reader::is_elastic(&self.topic).await
+        {
+            return Err(ClientError::InvalidArgument(format!(
+                "{}/{} is an elastic topic: an offset names a place in one range, not in the topic; start a group of it at First, Last, End, Next or a time",
+                self.topic.stream, self.topic.name
+            )));
+        }
         let inner = Arc::new(Inner {
             topic: self.topic,
             group: self.group,
@@ -278,6 +285,7 @@ impl GroupConsumerBuilder {
             wake: Notify::new(),
             assigned: Notify::new(),
             session_timeout: parking_lot::Mutex::new(self.session_timeout),
+            ends: parking_lot::Mutex::new(None),
         });
         let mut consumer = GroupConsumer {
             inner,
@@ -320,6 +328,12 @@ struct Partition {
     /// Whether to read by push: cleared for good once the transport, the server or
     /// the node says it does not serve it (the partition then long-polls).
     push: bool,
+    /// A sealed range of an elastic topic: the offset it is sealed at, as the broker
+    /// said with the assignment. Nothing is fetched at or past it; once everything
+    /// below it is handed out, the member stores it (docs/RANGES.md §6.3).
+    end: Option<u64>,
+    /// The store of `end` was sent (at most once per taking of the range).
+    finishing: bool,
 }
 
 impl Partition {
@@ -335,14 +349,39 @@ impl Partition {
             not_before: None,
             sub: None,
             push,
+            end: None,
+            finishing: false,
         }
+    }
+
+    /// Whether every record below the range's seal is fetched and handed out, so the
+    /// range can be finished: the member stores its seal (once). Under
+    /// [`CommitPolicy::Disabled`] only once the caller has committed every record it was
+    /// handed (the records below the seal it was not handed are none, or lost).
+    fn finish_due(&self, p: u32, pending: Option<u32>, policy: CommitPolicy) -> Option<u64> {
+        let end = self.end.filter(|&e| e > 0)?;
+        let drained = self.fetch_at >= end
+            && self.buffered.is_empty()
+            && self.ready.is_none()
+            && pending != Some(p);
+        let stored = self.committer.last_stored();
+        let committed = policy != CommitPolicy::Disabled
+            || self
+                .committer
+                .last_handed()
+                .is_none_or(|h| stored.is_some_and(|s| s >= h));
+        (drained && committed && !self.finishing && stored.is_none_or(|s| s + 1 < end))
+            .then_some(end - 1)
     }
 
     /// Whether a fetch should start now: none in flight or waiting to be taken in, no
     /// pause pending. Records may still be buffered: the fetch runs ahead of the caller,
     /// so the wire and the caller's handling overlap.
     fn fetch_due(&self, now: Instant) -> bool {
-        self.fetch.is_none() && self.ready.is_none() && self.not_before.is_none_or(|t| t <= now)
+        self.fetch.is_none()
+            && self.ready.is_none()
+            && self.not_before.is_none_or(|t| t <= now)
+            && self.end.is_none_or(|e| self.fetch_at < e)
     }
 
     /// Starts the next poll result: up to `batch_length` of the buffered records.
@@ -457,6 +496,10 @@ enum Step {
     /// A store a commit policy asks for at the start of a poll result, before its first
     /// record is handed out.
     Store(u32, u64),
+    /// A sealed range handed out to its seal: store the seal (the record before it as
+    /// consumed), which finishes the range for the group, then heartbeat to learn of
+    /// its children.
+    Finish(u32, u64),
     /// A fetch answered with an error, taken in (the partition moved past a loss, or
     /// pauses before fetching again).
     Failed(ClientError),
@@ -657,6 +700,10 @@ struct Inner {
     /// Wakes a waiting `next` when partitions were taken up, to start fetching them.
     assigned: Notify,
     session_timeout: parking_lot::Mutex<Duration>,
+    /// With [`StartAt::End`] on an elastic topic: where each range ended when the
+    /// member joined (a range not in it was made since, and starts at its first
+    /// record).
+    ends: parking_lot::Mutex<Option<BTreeMap<u32, u64>>>,
 }
 
 impl Inner {
@@ -770,14 +817,20 @@ impl Inner {
                 .iter()
                 .find(|o| o.partition == p)
                 .and_then(|o| o.offset);
-            let position = match (self.start_at, stored) {
-                (StartAt::Next, Some(next)) => next,
-                (_, Some(next)) if !self.allow_replay => next,
-                (start, _) => self.topic.offset_for(p, start).await?,
+            let joined_end = self.ends.lock().as_ref().map(|ends| ends.get(&p).copied());
+            let position = match (self.start_at, stored, joined_end) {
+                (StartAt::Next, Some(next), _) => next,
+                (_, Some(next), _) if !self.allow_replay => next,
+                (StartAt::End, _, Some(Some(end))) => end,
+                (StartAt::End, _, Some(None)) => self.topic.offset_for(p, StartAt::First).await?,
+                (start, _, _) => self.topic.offset_for(p, start).await?,
             };
             started.push((p, position, stored.and_then(|n| n.checked_sub(1))));
         }
-        if !started.is_empty() {
+        // Seals of owned ranges (an elastic topic): a range sealed meanwhile is read to
+        // its seal and finished.
+        let mut sealed_now = false;
+        {
             let mut st = self.lock()?;
             for (p, position, consumed) in &started {
                 st.partitions.insert(
@@ -789,7 +842,19 @@ impl Inner {
                     ),
                 );
             }
-            drop(st);
+            for o in &a.sealed {
+                if let (Some(part), Some(end)) = (st.partitions.get_mut(&o.partition), o.offset)
+                    && part.end != Some(end)
+                {
+                    part.end = Some(end);
+                    sealed_now = true;
+                }
+            }
+        }
+        if sealed_now && started.is_empty() {
+            self.assigned.notify_one();
+        }
+        if !started.is_empty() {
             self.assigned.notify_one();
             if let Some(f) = &self.on_assigned {
                 let ps: Vec<u32> = started.iter().map(|s| s.0).collect();
@@ -949,6 +1014,20 @@ impl GroupConsumer {
         if self.heartbeat.is_some() {
             return Ok(());
         }
+        if self.inner.start_at == StartAt::End {
+            // An elastic topic's ranges come to a member one generation of the
+            // lineage at a time, long after it joined: "the end" is where each range
+            // stands now, and a range made later starts at its first record.
+            let d = self.inner.topic.describe().await?;
+            if d.elastic {
+                *self.inner.ends.lock() = Some(
+                    d.partitions
+                        .iter()
+                        .map(|p| (p.partition, p.next_offset))
+                        .collect(),
+                );
+            }
+        }
         let assignment = self.inner.join(true).await?;
         self.inner.apply(assignment).await?;
         self.heartbeat = Some(tokio::spawn(Arc::clone(&self.inner).heartbeat_loop()));
@@ -1069,6 +1148,15 @@ impl GroupConsumer {
                     }
                     continue;
                 }
+                Step::Finish(p, consumed) => {
+                    if let Err(e) = self.auto_store(p, consumed).await {
+                        return Some(Err(e));
+                    }
+                    // The broker hands out the range's children with the next
+                    // heartbeat: send it now.
+                    self.inner.wake.notify_one();
+                    continue;
+                }
                 Step::Wait { stores, pause_end } => (stores, pause_end),
             };
             // Stores of polls that found the partitions drained, made while the fetches
@@ -1112,6 +1200,19 @@ impl GroupConsumer {
             return Ok(Step::Failed(e));
         }
         let pause_end = start_fetches(inner, &mut st, &mut self.fetches, now);
+        let pending = st.pending;
+        let finish = st
+            .partitions
+            .iter()
+            .find_map(|(&p, part)| Some((p, part.finish_due(p, pending, inner.policy)?)));
+        if let Some((p, consumed)) = finish {
+            let part = st.partitions.get_mut(&p).expect("found above");
+            part.finishing = true;
+            // A read waiting at the seal finds nothing, ever.
+            part.fetch = None;
+            part.sub = None;
+            return Ok(Step::Finish(p, consumed));
+        }
         let Some(p) = st.next_buffered() else {
             // Every partition is drained: a poll of each, for the policies that store
             // there.

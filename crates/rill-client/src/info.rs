@@ -147,6 +147,10 @@ pub struct RangeInfo {
     pub parents: Vec<u32>,
     /// Where it was sealed (it took appends below this offset, never again), once sealed.
     pub sealed_at: Option<u64>,
+    /// An open range's write rate, bytes appended per second over the last 10 s the
+    /// server watched (`None`: sealed, not watched for a second yet, or an older
+    /// server).
+    pub bytes_per_s: Option<u64>,
 }
 
 /// One partition's offsets, size and health.
@@ -343,6 +347,7 @@ impl TryFrom<pb::DescribeTopicResponse> for TopicDescription {
                 hi: r.hi,
                 parents: r.parents,
                 sealed_at: r.sealed_at,
+                bytes_per_s: r.bytes_per_s,
             })
             .collect();
         // The map comes from outside: checked whole before anyone routes by it.
@@ -563,6 +568,7 @@ mod tests {
             hi,
             parents,
             sealed_at,
+            bytes_per_s: None,
         }
     }
 

@@ -363,20 +363,12 @@ impl<V> Reader<V> {
     }
 }
 
-/// Refuses `what` on an elastic topic: consumer groups do not assign ranges in lineage
-/// order yet (docs/RANGES.md §6.3), and reading its ranges one by one would hand a key's
-/// records out of order across a split.
-pub(crate) async fn refuse_elastic(topic: &Topic, what: &str) -> Result<(), ClientError> {
-    // A topic that cannot be looked up now is the consumer's to wait for or report,
-    // as before elastic topics.
-    let Ok((_, ranges)) = topic.client.shape(&topic.stream, &topic.name).await else {
-        return Ok(());
-    };
-    if ranges.is_some() {
-        return Err(ClientError::InvalidArgument(format!(
-            "{}/{} is an elastic topic: {what} of elastic topics are not built yet (docs/RANGES.md §6); read it with a Reader (topic.records) or a named consumer of partition 0, which keep each key's order across splits",
-            topic.stream, topic.name
-        )));
-    }
-    Ok(())
+/// Whether `topic` is an elastic topic (`false` if it cannot be looked up now: that is
+/// the caller's to wait for or report, as before elastic topics).
+pub(crate) async fn is_elastic(topic: &Topic) -> bool {
+    topic
+        .client
+        .shape(&topic.stream, &topic.name)
+        .await
+        .is_ok_and(|(_, ranges)| ranges.is_some())
 }

@@ -45,9 +45,9 @@ pub struct TopicOptions {
     /// by range; a [`Reader`] reads each range only after its parents. A single-node
     /// server only, for now: a cluster refuses it. Every write path (publishes, the
     /// [`Producer`](crate::Producer), [`Batching`](crate::Batching)) routes by range, and
-    /// a [`Reader`] and a named consumer (of partition 0: it reads every range) read a
-    /// range only after its parents; consumer groups refuse elastic topics until they
-    /// keep lineage order (docs/RANGES.md §6.3).
+    /// a [`Reader`], a named consumer (of partition 0: it reads every range) and a
+    /// consumer group read a range only after its parents (a group once it has stored
+    /// their seals, docs/RANGES.md §6.3).
     pub elastic: bool,
     /// An elastic topic's automatic policy (docs/RANGES.md §7); `None`: off.
     pub auto_split: Option<crate::AutoSplit>,

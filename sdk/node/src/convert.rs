@@ -424,7 +424,7 @@ pub(crate) fn description_json(t: &TopicDescription) -> Json {
         // Hash bounds are 64-bit: decimal strings, which the JS layer makes BigInts.
         "ranges": t.ranges.iter().map(|r| json!({
             "id": r.id, "lo": r.lo.to_string(), "hi": r.hi.to_string(),
-            "parents": r.parents, "sealedAt": r.sealed_at,
+            "parents": r.parents, "sealedAt": r.sealed_at, "bytesPerS": r.bytes_per_s,
         })).collect::<Vec<Json>>(),
         "rangeEpoch": t.range_epoch,
     })

@@ -477,6 +477,7 @@ impl<'py> IntoPyObject<'py> for PyTopicDescription {
             rd.set_item("hi", r.hi)?;
             rd.set_item("parents", r.parents)?;
             rd.set_item("sealed_at", r.sealed_at)?;
+            rd.set_item("bytes_per_s", r.bytes_per_s)?;
             ranges.append(rd)?;
         }
         d.set_item("ranges", ranges)?;

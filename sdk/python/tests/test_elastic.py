@@ -1,7 +1,7 @@
 """Elastic topics through the Python API (docs/RANGES.md), over both transports: created
 with their ranges, split and merged while records are published and produced by key,
-and read back by a cursor with every key's records in order; the automatic policy's
-options round-trip; named consumers refuse an elastic topic for now."""
+and read back by a cursor, a named consumer and a consumer group with every key's records
+in order; the automatic policy's options round-trip."""
 
 from __future__ import annotations
 
@@ -57,6 +57,9 @@ async def test_an_elastic_topic_splits_and_merges_under_publishes_in_key_order(c
     for r in d.ranges:
         if r.sealed_at is not None:
             assert d.partitions[r.id].next_offset == r.sealed_at, r
+            assert r.bytes_per_s is None, r  # a sealed range takes no writes
+        else:
+            assert r.bytes_per_s is None or r.bytes_per_s >= 0, r
     # A cursor reads every record once, each key's in the order sent.
     read = [r async for r in topic.records("check")]
     assert sorted(r.value for r in read) == sorted(sent)
@@ -68,7 +71,7 @@ async def test_an_elastic_topic_splits_and_merges_under_publishes_in_key_order(c
         assert r.key == key.encode()
     assert any(r.partition >= 2 for r in read)
 
-    # A named consumer reads every range too, parents first; groups refuse it for now.
+    # A named consumer reads every range too, parents first.
     consumer = await topic.consumer("c", 0).init()
     got = []
     while len(got) < len(sent):
@@ -80,8 +83,23 @@ async def test_an_elastic_topic_splits_and_merges_under_publishes_in_key_order(c
         last[key] = int(n)
     assert sorted(got) == sorted(sent)
     await consumer.shutdown()
-    with pytest.raises(rill.InvalidArgumentError, match="elastic"):
-        await topic.consumer_group("g").init()
+    # So does a consumer group: a child range is handed out once the group stored its
+    # parents' seals.
+    group = await topic.consumer_group("g", session_timeout_ms=5000).init()
+    got = []
+    while len(got) < len(sent):
+        got.append((await group.next_within(5.0)).value)
+    last = {}
+    for v in got:
+        key, n = v.decode().split("/")
+        assert last.get(key, -1) < int(n), (key, n)
+        last[key] = int(n)
+    assert sorted(got) == sorted(sent)
+    await group.shutdown()
+    description = await topic.describe_group("g")
+    for r in d.ranges:
+        if r.sealed_at:
+            assert description.partitions[r.id].stored_offset == r.sealed_at, r
 
 
 async def test_the_automatic_policy_round_trips_and_bad_options_are_refused(client: rill.Client) -> None:

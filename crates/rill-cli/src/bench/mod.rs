@@ -123,6 +123,17 @@ pub(crate) struct BenchArgs {
     /// sending each request to one partition round-robin.
     #[arg(long)]
     keyed: bool,
+    /// Make the bench topic elastic (docs/RANGES.md): `--partitions` key ranges, which
+    /// the keyed producer routes by (needs --keyed and --api producer).
+    #[arg(long, requires = "keyed")]
+    elastic: bool,
+    /// With --elastic: the automatic policy's threshold in bytes/s (a range written
+    /// faster than that for a whole --auto-split-window splits).
+    #[arg(long, value_name = "BYTES_PER_S", requires = "elastic", value_parser = between(1, u64::MAX))]
+    auto_split: Option<u64>,
+    /// With --auto-split: the policy's window (its cooldown is two windows).
+    #[arg(long, value_name = "DURATION", requires = "auto_split", default_value = "2s", value_parser = crate::admin::parse_duration)]
+    auto_split_window: Duration,
     /// Client API for publishing.
     #[arg(long, value_enum, default_value_t = Api::Producer)]
     api: Api,
@@ -228,6 +239,9 @@ pub(super) struct Plan {
     /// Records/s in all, or `None` for as fast as acknowledged.
     pub(super) rate: Option<u64>,
     pub(super) keyed: bool,
+    /// An elastic bench topic, with the automatic policy if asked for.
+    elastic: bool,
+    auto_split: Option<rill_client::AutoSplit>,
     pub(super) read: Read,
     /// e2e receives through consumer-group members.
     group: bool,
@@ -268,6 +282,14 @@ impl Plan {
                 args.batch
             ));
         }
+        if args.elastic && args.api != Api::Producer {
+            return Err("--elastic needs --api producer: it routes keys by range".to_owned());
+        }
+        let auto_split = args.auto_split.map(|bytes_per_s| {
+            rill_client::AutoSplit::new(bytes_per_s)
+                .window(args.auto_split_window)
+                .cooldown(args.auto_split_window * 2)
+        });
         let value: Vec<u8> = (0..size).map(|i| b'a' + (i % 26) as u8).collect();
         Ok(Self {
             workload: args.workload,
@@ -285,6 +307,8 @@ impl Plan {
             api: args.api,
             rate: args.rate,
             keyed: args.keyed,
+            elastic: args.elastic,
+            auto_split,
             read: args.read,
             group: args.group,
             commit_policy: args.commit_policy,
@@ -325,6 +349,8 @@ impl Plan {
             partitions: Some(self.partitions),
             durability: Some(self.durability),
             max_record_bytes: max_record,
+            elastic: self.elastic,
+            auto_split: self.auto_split,
             ..TopicOptions::default()
         }
     }
@@ -440,6 +466,7 @@ pub(crate) async fn run(args: BenchArgs, target: &Target) -> anyhow::Result<()> 
         ("warmup", json!(plan.warmup)),
         ("rate", json!(plan.rate)),
         ("keyed", json!(plan.keyed)),
+        ("elastic", json!(plan.elastic)),
         (
             "read",
             json!(
@@ -527,6 +554,16 @@ async fn bench(topic: &Topic, plan: &Arc<Plan>) -> anyhow::Result<Report> {
             unreachable!("`rill bench events` and `limits` are run before a plan is made")
         }
     };
+    if plan.elastic
+        && let Ok(d) = topic.describe().await
+    {
+        let open = d.ranges.iter().filter(|r| r.sealed_at.is_none()).count();
+        note(format_args!(
+            "elastic topic {label}: {open} open range(s) of {} after the run (epoch {})",
+            d.ranges.len(),
+            d.range_epoch
+        ));
+    }
     if plan.keep {
         note(format_args!("kept topic {label} (--keep)"));
     } else {

@@ -129,8 +129,12 @@ async fn read_group(
         printed,
         touched,
     } = read;
-    // Without --follow: stop once nothing has arrived for a while (caught up).
+    // Without --follow: stop once nothing has arrived for a while (caught up). What
+    // was printed is stored at every pause: a range of an elastic topic is finished
+    // for the group, and its children handed out, only once its seal is stored.
     let quiet = Duration::from_millis(1500);
+    let pause = Duration::from_millis(200);
+    let mut waited = Duration::ZERO;
     let mut since_store = 0usize;
     loop {
         if args.until.is_some() {
@@ -144,8 +148,9 @@ async fn read_group(
                 return Ok(());
             }
         }
-        match consumer.next_within(quiet).await {
+        match consumer.next_within(pause).await {
             Ok(record) => {
+                waited = Duration::ZERO;
                 if !stops.admits(topic, &record).await? {
                     continue;
                 }
@@ -164,7 +169,8 @@ async fn read_group(
             Err(ClientError::Timeout(_)) => {
                 store_printed(consumer, out, printed).await;
                 since_store = 0;
-                if !args.follow {
+                waited += pause;
+                if !args.follow && waited >= quiet {
                     return Ok(());
                 }
             }
@@ -326,6 +332,91 @@ async fn read_named(
         }
         out.flush()?;
     }
+}
+
+/// A named consumer of an elastic topic: the SDK's consumer of the whole topic reads
+/// every range, parents before children (docs/RANGES.md §6.2), and stores per range.
+/// Offsets are stored after the records were flushed (every 100 records, when the
+/// stream goes quiet, and at the end); without `--follow` it stops once nothing has
+/// arrived for a while.
+pub(super) async fn named_ranges(
+    topic: &Topic,
+    name: &str,
+    args: &ConsumeArgs,
+    out: &mut Printer,
+) -> anyhow::Result<()> {
+    let start = args.from.unwrap_or(StartAt::Next);
+    let mut consumer = topic
+        .consumer(name, 0)
+        .start_at(start)
+        .allow_replay()
+        .commit_policy(CommitPolicy::Disabled)
+        .max_wait(Duration::from_millis(200))
+        .build()
+        .await?;
+    let mut stops = Stops::new(args.until);
+    let mut printed = BTreeMap::new();
+    let quiet = Duration::from_millis(1500);
+    let mut since_store = 0usize;
+    let result = loop {
+        match consumer.next_within(quiet).await {
+            Ok(record) => {
+                if !stops.admits(topic, &record).await? {
+                    continue;
+                }
+                if let Err(e) = out.print(&record) {
+                    break Err(e);
+                }
+                printed.insert(record.partition, record.offset);
+                since_store += 1;
+                if out.done() {
+                    break Ok(());
+                }
+                if since_store >= COMMIT_EVERY_RECORDS {
+                    store_ranges(&mut consumer, out, &mut printed).await?;
+                    since_store = 0;
+                }
+            }
+            Err(ClientError::Timeout(_)) => {
+                store_ranges(&mut consumer, out, &mut printed).await?;
+                since_store = 0;
+                if !args.follow {
+                    break Ok(());
+                }
+            }
+            Err(e) if e.lost_range().is_some() => match out.lost(e) {
+                Ok(Some((partition, last))) => {
+                    printed.insert(partition, last);
+                }
+                Ok(None) => {}
+                Err(e) => break Err(e),
+            },
+            Err(e) => break Err(e.into()),
+        }
+    };
+    if !is_closed_stdout(&result) {
+        store_ranges(&mut consumer, out, &mut printed).await?;
+    }
+    consumer.shutdown().await?;
+    result
+}
+
+/// Flushes stdout, then stores each range's last printed offset.
+async fn store_ranges(
+    consumer: &mut Consumer,
+    out: &mut Printer,
+    printed: &mut BTreeMap<u32, u64>,
+) -> anyhow::Result<()> {
+    if printed.is_empty() {
+        return Ok(());
+    }
+    out.flush()?;
+    for (partition, offset) in std::mem::take(printed) {
+        consumer
+            .store_offset(Position::new(partition, offset))
+            .await?;
+    }
+    Ok(())
 }
 
 /// Flushes stdout, then stores the consumer's last printed offset, if it moved.

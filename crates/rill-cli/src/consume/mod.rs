@@ -122,18 +122,24 @@ pub(crate) async fn run(args: ConsumeArgs, target: &Target) -> anyhow::Result<()
         Some(p) => vec![p],
         None => (0..partitions).collect(),
     };
-    if (args.group.is_some() || args.name.is_some()) && topic.describe().await?.elastic {
-        // The SDK's named consumer of an elastic topic reads every range in lineage
-        // order; this command's per-partition reading (ends, --until, stores after
-        // printing) does not follow ranges yet.
-        anyhow::bail!(
-            "{} is an elastic topic: consume --group and --name do not read elastic topics yet (docs/RANGES.md §6); consume without them reads every range, each key's records in order",
-            args.topic
-        );
+    let elastic = (args.group.is_some() || args.name.is_some()) && topic.describe().await?.elastic;
+    if elastic {
+        // A group or a named consumer of an elastic topic reads every range, parents
+        // before children (docs/RANGES.md §6): an offset names a place in one range.
+        if matches!(args.from, Some(StartAt::Offset(_)))
+            || matches!(args.until, Some(Until::Offset(_)))
+            || args.partition.is_some()
+        {
+            return Err(usage(format!(
+                "{} is an elastic topic: --partition, --from offset:N and --until offset:N name places in one key range; with --group or --name use first, last, end, next or time:",
+                args.topic
+            )));
+        }
     }
     let mut out = Printer::new(style, args.count);
     let result = match (&args.group, &args.name) {
         (Some(group), _) => members::grouped(&topic, group, &args, &mut out).await,
+        (None, Some(name)) if elastic => members::named_ranges(&topic, name, &args, &mut out).await,
         (None, Some(name)) => members::named(&topic, name, &selected, &args, &mut out).await,
         (None, None) => anonymous(&topic, &selected, &args, &mut out).await,
     };

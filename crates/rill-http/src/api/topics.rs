@@ -112,6 +112,18 @@ pub(crate) struct PartitionJson {
     damaged: Vec<DamagedJson>,
 }
 
+/// One key range of an elastic topic (docs/RANGES.md). Hash bounds are `0x` and 16 hex
+/// digits: 64-bit numbers do not survive JSON numbers in a browser.
+#[derive(Debug, Serialize)]
+pub(crate) struct RangeJson {
+    id: u32,
+    lo: String,
+    hi: String,
+    parents: Vec<u32>,
+    sealed_at: Option<u64>,
+    bytes_per_s: Option<u64>,
+}
+
 /// A topic's description.
 #[derive(Debug, Serialize)]
 pub(crate) struct TopicJson {
@@ -121,6 +133,13 @@ pub(crate) struct TopicJson {
     partitions: Vec<PartitionJson>,
     totals: TotalsJson,
     rates: Option<Rates>,
+    /// Elastic topics only: `true`, the range map's epoch and its ranges.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    elastic: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    range_epoch: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ranges: Option<Vec<RangeJson>>,
 }
 
 fn totals(partitions: &[pb::PartitionInfo]) -> TotalsJson {
@@ -136,7 +155,24 @@ fn totals(partitions: &[pb::PartitionInfo]) -> TotalsJson {
 
 fn topic_json(state: &AppState, d: pb::DescribeTopicResponse) -> TopicJson {
     let rates = state.sampler.last_minute(&d.stream, &d.topic);
+    let elastic = d.options.as_ref().is_some_and(|o| o.elastic);
+    let ranges = elastic.then(|| {
+        d.ranges
+            .iter()
+            .map(|r| RangeJson {
+                id: r.id,
+                lo: format!("{:#018x}", r.lo),
+                hi: format!("{:#018x}", r.hi),
+                parents: r.parents.clone(),
+                sealed_at: r.sealed_at,
+                bytes_per_s: r.bytes_per_s,
+            })
+            .collect()
+    });
     TopicJson {
+        elastic,
+        range_epoch: elastic.then_some(d.range_epoch),
+        ranges,
         options: OptionsJson::new(&d.options.unwrap_or_default()),
         totals: totals(&d.partitions),
         partitions: d

@@ -281,7 +281,7 @@ class Topic(Generic[T]):
         ``elastic`` makes its partitions key ranges (``partitions`` of them at first)
         that split and merge online without moving a key out of order (docs/RANGES.md);
         publishes and producers route by range, and a reader reads a range only after
-        its parents. Named consumers and consumer groups refuse elastic topics for now.
+        its parents, as do named consumers (of partition 0) and consumer groups.
         ``auto_split`` turns on the broker's automatic policy (elastic topics only)."""
         if auto_split is not None and not isinstance(auto_split, AutoSplit):
             raise InvalidArgumentError(f"auto_split must be a rill.AutoSplit, not {type(auto_split).__name__}")

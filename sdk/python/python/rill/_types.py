@@ -250,13 +250,16 @@ class TopicConfig:
 class RangeInfo:
     """A key range of an elastic topic: its partition number, the routing hashes it
     covers (``lo`` to ``hi``, inclusive), the ranges it came from, and where it was
-    sealed (``None`` while it is open)."""
+    sealed (``None`` while it is open), and an open range's write rate in bytes per
+    second over the last 10 s the server watched (``None`` when sealed or not watched
+    yet)."""
 
     id: int
     lo: int
     hi: int
     parents: List[int]
     sealed_at: Optional[int]
+    bytes_per_s: Optional[int] = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,7 @@
 // A topic: its totals and options, its traffic over the last minutes, its partitions
-// (offsets, size, segments, failures, damaged ranges) with a link to browse each, its
-// groups and named consumers, and the write actions the server takes.
+// (offsets, size, segments, failures, damaged ranges) with a link to browse each, an
+// elastic topic's key ranges as a tree, its groups and named consumers, and the write
+// actions the server takes.
 
 import { ApiError, describeError, get, has, topicPath } from '../api.js'
 import { rateCharts } from '../chart.js'
@@ -59,12 +60,56 @@ function partitionsTable(d) {
   })
 }
 
+/** How deep each range is in its lineage: an initial range 0, a child one more than its
+ * deepest parent (parents have smaller ids). */
+function depths(ranges) {
+  const depth = new Map()
+  for (const r of [...ranges].sort((a, b) => a.id - b.id)) {
+    depth.set(r.id, r.parents.length ? 1 + Math.max(...r.parents.map((p) => depth.get(p) ?? 0)) : 0)
+  }
+  return depth
+}
+
+/** Indents `el` by `depth` steps (through the CSSOM: the console's CSP allows no style
+ * attributes). */
+function indented(el, depth) {
+  el.style.paddingLeft = `${1.25 * depth}rem`
+  return el
+}
+
+/** An elastic topic's key ranges, by id (a parent before its children), each indented
+ * by its depth in the lineage and naming the ranges it came from. */
+function rangesTable(d) {
+  const depth = depths(d.ranges)
+  const records = new Map(d.partitions.map((p) => [p.partition, p.records]))
+  return table({
+    key: 'ranges',
+    caption: 'Key ranges',
+    columns: ['Range', 'Hashes', 'State', 'From', ['Records', { numeric: true }], ['Write rate', { numeric: true }]],
+    rows: [...d.ranges].sort((a, b) => a.id - b.id).map((r) => ({
+      attrs: { dataset: { range: String(r.id), depth: String(depth.get(r.id)) } },
+      cells: [
+        indented(h('span', { class: 'range-id' }, depth.get(r.id) ? '└ ' : '', String(r.id)), depth.get(r.id)),
+        h('code', null, `${r.lo}–${r.hi}`),
+        r.sealed_at === null
+          ? h('span', { class: 'good' }, 'open')
+          : h('span', { class: 'muted' }, `sealed at ${fmt.count(r.sealed_at)}`),
+        r.parents.length ? r.parents.join(', ') : '—',
+        fmt.count(records.get(r.id) ?? 0),
+        r.bytes_per_s === null ? '—' : fmt.byteRate(r.bytes_per_s),
+      ],
+    })),
+  })
+}
+
 export function mount(ctx, [stream, topic]) {
   const full = `${stream}/${topic}`
   ctx.setPage(full, [[full]])
   const summary = h('div')
   const options = h('div')
   const partitions = h('div')
+  const ranges = h('div')
+  const rangesCard = section('Key ranges', { hidden: true }, ranges)
   const charts = h('div')
   const error = h('p', { class: 'error', role: 'alert', hidden: true })
   let described = null
@@ -121,6 +166,7 @@ export function mount(ctx, [stream, topic]) {
     error,
     summary,
     section('Traffic, last 5 minutes', null, charts),
+    rangesCard,
     section('Partitions', null, partitions),
     h('div', { class: 'two-columns' }, groups.element, section('Options', null, options)))
 
@@ -155,6 +201,13 @@ export function mount(ctx, [stream, topic]) {
           h('strong', { class: d.totals.failed_partitions ? 'bad' : null }, fmt.count(d.totals.failed_partitions)))))
       replace(options, optionFacts(d.options))
       replace(partitions, partitionsTable(d))
+      rangesCard.hidden = !d.elastic
+      if (d.elastic) {
+        replace(ranges, h('p', { class: 'muted' },
+          `Epoch ${fmt.count(d.range_epoch)}: ${fmt.count(d.ranges.filter((r) => r.sealed_at === null).length)} open of ${fmt.count(d.ranges.length)}. `,
+          'A keyed record goes to the open range covering its key\'s hash; readers finish a range before its children.'),
+        rangesTable(d))
+      }
       replace(charts, rateCharts(rates))
       await groups.refresh(alive, [{ stream, topic, partitions: d.partitions.map((p) => p.partition) }])
     },
