@@ -581,6 +581,38 @@ async fn start_refuses_every_invalid_configuration_and_creates_nothing(client: &
         .unwrap_err();
     assert!(matches!(e, StartError::DuplicateTag { .. }), "{e}");
     assert_eq!(topics().await, [TOPIC], "no failed start created a topic");
+    // An elastic main topic (its ranges split; retries could not keep key order).
+    let elastic_stream = format!("{STREAM}-elastic");
+    client
+        .stream(elastic_stream.as_str())
+        .topic(TOPIC)
+        .create_with(
+            &TopicOptions {
+                elastic: true,
+                ..TopicOptions::partitions(2)
+            },
+            false,
+        )
+        .await
+        .unwrap();
+    for assignment in [Assignment::Group, Assignment::Partitions(vec![0])] {
+        let e = handlers()
+            .start(
+                client,
+                ConsumerConfig::new(elastic_stream.as_str(), "c", assignment),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(e, StartError::ElasticTopic { .. }), "{e}");
+    }
+    let made: Vec<String> = client
+        .list_topics(Some(&elastic_stream))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(made, [TOPIC], "no failed start created a topic");
     // A retry topic with another partition count.
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let name = format!("c{n}");

@@ -84,6 +84,18 @@ pub enum StartError {
         /// The main topic's.
         expected: u32,
     },
+    /// The main topic is elastic (docs/RANGES.md): its key ranges split and merge, and a
+    /// key's pending retries live in one range's retry partition while its newer events
+    /// land in the range's children, so the consumer could not keep the key's order.
+    #[error(
+        "the main topic {stream}/{topic} is elastic: events consumers read plain topics only (a key's retries would stay behind in a split range's retry partition while its newer events are handled in the children)"
+    )]
+    ElasticTopic {
+        /// The stream.
+        stream: String,
+        /// The topic.
+        topic: String,
+    },
     /// A name the broker would refuse (the consumer name, or a derived topic name).
     #[error("invalid name {name:?}: {reason}")]
     InvalidName {

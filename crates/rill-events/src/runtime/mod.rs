@@ -444,6 +444,12 @@ impl<D> Handlers<D> {
             }
             Err(e) => return Err(e.into()),
         };
+        if described.elastic {
+            return Err(StartError::ElasticTopic {
+                stream: config.stream.clone(),
+                topic: topic_name.to_owned(),
+            });
+        }
         let partitions = described.config.partitions;
         if let Some(list) = &listed
             && let Some(&p) = list.iter().find(|&&p| p >= partitions)
