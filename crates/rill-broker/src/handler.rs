@@ -251,16 +251,26 @@ impl Broker {
                 })
             }
             RequestBody::Produce(r) => {
-                if !r.ranged
-                    && self
-                        .topic(&r.stream, &r.topic)
-                        .is_ok_and(|t| t.config.ranges.is_some())
-                {
+                // An elastic topic's range: the hashes its keys must have.
+                let bounds = self.topic(&r.stream, &r.topic).ok().and_then(|t| {
+                    let ranges = t.config.ranges.as_ref()?;
+                    Some(
+                        ranges
+                            .ranges
+                            .iter()
+                            .find(|x| x.id == r.partition)
+                            .map(|x| (x.lo, x.hi)),
+                    )
+                });
+                if bounds.is_some() && !r.ranged {
                     return Err(BrokerError::InvalidRequest(format!(
                         "{}/{} is an elastic topic: it needs a client that routes records \
                          by its key ranges (docs/RANGES.md §4)",
                         r.stream, r.topic
                     )));
+                }
+                if let Some(Some((lo, hi))) = bounds {
+                    check_range_keys(&request.payload, r.partition, lo, hi)?;
                 }
                 let produced = self
                     .produce(&r.stream, &r.topic, r.partition, request.payload)
@@ -650,5 +660,31 @@ pub(crate) fn error_response(e: &BrokerError) -> ErrorResponse {
         range_start: e.range_start(),
         leader,
         leader_address,
+    }
+}
+
+/// Refuses a ranged produce holding a keyed record whose routing hash is outside its
+/// range's `lo..=hi` (docs/RANGES.md §4): a range's bounds never change, so such a
+/// record was routed wrong, and storing it would put its key's records in two ranges
+/// that readers read independently. Unkeyed records may go to any open range. A batch
+/// that does not parse is left to the append, which refuses it with its own error.
+fn check_range_keys(batch: &[u8], range: u32, lo: u64, hi: u64) -> Result<(), BrokerError> {
+    let mut outside = None;
+    let parsed = rill_format::BatchView::parse_with(batch, |record| {
+        if outside.is_none()
+            && let Some(key) = record.key
+        {
+            let hash = rill_proto::ranges::key_hash(key);
+            if hash < lo || hash > hi {
+                outside = Some(hash);
+            }
+        }
+    });
+    match (parsed, outside) {
+        (Ok(_), Some(hash)) => Err(BrokerError::InvalidRequest(format!(
+            "a record's key hashes to {hash:#018x}, outside range {range} ({lo:#018x}..={hi:#018x}): \
+             route each key to the open range covering its hash (docs/RANGES.md §2)"
+        ))),
+        _ => Ok(()),
     }
 }

@@ -889,3 +889,64 @@ async fn a_group_is_given_a_child_only_once_it_stored_the_parents_seal() {
     let a = group_call(&broker, join("m")).await.unwrap();
     assert_eq!(owned(&a), (vec![2, 5, 6], vec![]));
 }
+
+fn keyed(keys: &[&str]) -> Bytes {
+    let mut b = BatchBuilder::new();
+    for k in keys {
+        b.push(NewRecord::value(b"v").key(k.as_bytes())).unwrap();
+    }
+    Bytes::from(b.finish().unwrap())
+}
+
+/// A key whose hash its range does not cover, and the range that does.
+fn keys_of(ranges: &[(u64, u64)], range: usize) -> (String, String) {
+    let (lo, hi) = ranges[range];
+    let inside = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| (lo..=hi).contains(&rill_proto::ranges::key_hash(k.as_bytes())))
+        .unwrap();
+    let outside = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| !(lo..=hi).contains(&rill_proto::ranges::key_hash(k.as_bytes())))
+        .unwrap();
+    (inside, outside)
+}
+
+/// A ranged produce whose batch holds a key its range does not cover is refused whole
+/// (`INVALID_REQUEST`, nothing appended): a range's bounds never change, so the record
+/// was routed wrong, and storing it would put a key's records in two ranges read
+/// independently. Keys it covers and unkeyed records are taken.
+#[tokio::test]
+async fn a_ranged_produce_of_a_key_outside_its_range_is_refused_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Arc::new(Broker::open(BrokerConfig::new(dir.path())).unwrap());
+    create(&broker, 2, pb::Durability::Never);
+    let d = describe(&broker).await;
+    let ranges: Vec<(u64, u64)> = d.ranges.iter().map(|r| (r.lo, r.hi)).collect();
+    let (inside, outside) = keys_of(&ranges, 0);
+    produce(&broker, 0, true, keyed(&[&inside, &inside]))
+        .await
+        .unwrap();
+    produce(&broker, 0, true, batch(&["unkeyed"]))
+        .await
+        .unwrap();
+    let e = produce(&broker, 0, true, keyed(&[&inside, &outside, &inside]))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), ErrorCode::InvalidRequest, "{e:?}");
+    assert!(e.message.contains("outside range 0"), "{}", e.message);
+    // Nothing of the refused batch was appended.
+    assert_eq!(describe(&broker).await.partitions[0].next_offset, 3);
+    // The key goes to the other range, which covers it.
+    produce(&broker, 1, true, keyed(&[&outside])).await.unwrap();
+    // After a split, a child's bounds are checked the same way.
+    broker.split_range("s", "t", Some(1), None).unwrap();
+    let d = describe(&broker).await;
+    let ranges: Vec<(u64, u64)> = d.ranges.iter().map(|r| (r.lo, r.hi)).collect();
+    let (inside, outside) = keys_of(&ranges, 2);
+    produce(&broker, 2, true, keyed(&[&inside])).await.unwrap();
+    let e = produce(&broker, 2, true, keyed(&[&outside]))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), ErrorCode::InvalidRequest, "{e:?}");
+}

@@ -432,7 +432,7 @@ fn check_group(deliveries: &mut [Delivery], acked: &[String], what: &str) -> usi
 /// their order.
 fn check_read(read: &[(Position, String)], acked: &[String], what: &str) {
     let mut count: BTreeMap<&str, u32> = BTreeMap::new();
-    let mut last: BTreeMap<(String, String), (u32, Position)> = BTreeMap::new();
+    let mut last: BTreeMap<(String, String), (u32, Position, usize)> = BTreeMap::new();
     for (i, (p, v)) in read.iter().enumerate() {
         *count.entry(v).or_default() += 1;
         let mut parts = v.split('/');
@@ -442,10 +442,12 @@ fn check_read(read: &[(Position, String)], acked: &[String], what: &str) {
             parts.next().unwrap(),
         );
         let n: u32 = n.parse().unwrap();
-        if let Some((before, in_range)) = last.insert((way.to_owned(), key.to_owned()), (n, *p)) {
+        if let Some((before, in_range, j)) =
+            last.insert((way.to_owned(), key.to_owned()), (n, *p, i))
+        {
             assert!(
                 before < n,
-                "{what}: {way}/{key}: {n} (at {p:?}, read {i}) after {before} (at {in_range:?})"
+                "{what}: {way}/{key}: {n} (at {p:?}, read {i}) after {before} (at {in_range:?}, read {j})"
             );
         }
     }

@@ -519,7 +519,10 @@ impl Client {
         self.call_with(body, payload, retry, self.inner.retry).await
     }
 
-    /// Like `call`, with an explicit retry budget.
+    /// Like `call`, with an explicit retry budget. A range being sealed (`MIGRATING`,
+    /// docs/RANGES.md §3) is waited out apart from the budget: 20 ms, doubling to 1 s,
+    /// for up to [`MIGRATING_PATIENCE`] in all (a split lasts about one fdatasync; one that
+    /// fails lifts its fence).
     pub(crate) async fn call_with(
         &self,
         body: RequestBody,
@@ -529,6 +532,7 @@ impl Client {
     ) -> Result<(ResponseBody, Bytes), ClientError> {
         let mut backoff = policy.backoff;
         let mut attempt = 0;
+        let mut migrating = Migrating::default();
         loop {
             let error = match self.attempt(&body, &payload).await {
                 Attempt::Answered(body, payload) => return Ok((body, payload)),
@@ -550,6 +554,10 @@ impl Client {
             };
             if self.is_closed() {
                 return Err(ClientError::Closed);
+            }
+            if let Some(pause) = migrating.pause(&error) {
+                tokio::time::sleep(pause).await;
+                continue;
             }
             if attempt >= policy.retries {
                 return Err(error);
@@ -866,5 +874,70 @@ mod tests {
         ] {
             assert!(parse_url(bad).is_err(), "{bad}");
         }
+    }
+
+    /// A range being sealed is waited out 20 ms, doubling to 1 s, apart from the retry
+    /// budget; other errors are the budget's.
+    #[test]
+    fn migrating_is_waited_out_apart_from_the_budget() {
+        let server = |code| ClientError::Server {
+            code,
+            message: String::new(),
+            offset: None,
+        };
+        let mut m = Migrating::default();
+        assert_eq!(m.pause(&server(crate::ErrorCode::NotLeader)), None);
+        let pauses: Vec<u64> = (0..8)
+            .map(|_| {
+                m.pause(&server(crate::ErrorCode::Migrating))
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(pauses, [20, 40, 80, 160, 320, 640, 1000, 1000]);
+        assert_eq!(m.pause(&ClientError::Closed), None);
+        // Out of patience: the budget decides.
+        let mut late = Migrating {
+            since: Some((
+                std::time::Instant::now() - MIGRATING_PATIENCE,
+                MIGRATING_BACKOFF,
+            )),
+        };
+        assert_eq!(late.pause(&server(crate::ErrorCode::Migrating)), None);
+    }
+}
+
+/// The first pause before a request a range being sealed answered `MIGRATING` is sent
+/// again (docs/RANGES.md §4): a split takes about one fdatasync.
+const MIGRATING_BACKOFF: Duration = Duration::from_millis(20);
+/// The longest pause between two tries of a request answered `MIGRATING`.
+const MIGRATING_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// How long a request answered `MIGRATING` is tried again, apart from the retry
+/// budget: a split that takes longer (a disk stalled for that long) is reported.
+pub(crate) const MIGRATING_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Waiting out a range being sealed, apart from the retry budget.
+#[derive(Debug, Default)]
+pub(crate) struct Migrating {
+    /// When the first `MIGRATING` came, and the next pause.
+    since: Option<(std::time::Instant, Duration)>,
+}
+
+impl Migrating {
+    /// The pause before trying again if `error` is `MIGRATING` and patience is left;
+    /// `None` for any other error (the retry budget decides) or when patience ran out.
+    pub(crate) fn pause(&mut self, error: &ClientError) -> Option<Duration> {
+        if error.code() != Some(crate::ErrorCode::Migrating) {
+            return None;
+        }
+        let (since, next) = self
+            .since
+            .get_or_insert((std::time::Instant::now(), MIGRATING_BACKOFF));
+        if since.elapsed() >= MIGRATING_PATIENCE {
+            return None;
+        }
+        let pause = *next;
+        *next = (*next * 2).min(MIGRATING_BACKOFF_MAX);
+        Some(pause)
     }
 }

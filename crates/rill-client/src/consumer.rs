@@ -193,6 +193,7 @@ impl ConsumerBuilder {
             poll_left: 0,
             committer: Committer::new(self.commit_policy, None, Instant::now()),
             closed: false,
+            storing: None,
             reported: None,
             polling_retry_interval: self.polling_retry_interval,
             retry_at: None,
@@ -259,6 +260,18 @@ pub struct Consumer {
     /// An elastic topic's consumer: the consumers of its ranges, which every method
     /// goes to (docs/RANGES.md §6.2); the fields above then go unused.
     ranges: Option<Box<crate::ranged::Ranged>>,
+    /// The store in flight, as a task of its own: one whose caller stopped waiting (a
+    /// timeout around `next`) still runs, and the next store or delete waits for it, so
+    /// they reach the broker in the order they were made and an older offset never
+    /// lands over a newer one.
+    storing: Option<Storing>,
+}
+
+/// A store of the offset after `consumed`, running.
+#[derive(Debug)]
+struct Storing {
+    consumed: u64,
+    task: tokio::task::JoinHandle<Result<(), ClientError>>,
 }
 
 impl Consumer {
@@ -287,6 +300,7 @@ impl Consumer {
             poll_left: 0,
             committer: Committer::new(template.commit_policy, None, Instant::now()),
             closed: false,
+            storing: None,
             reported: None,
             polling_retry_interval: template.polling_retry_interval,
             retry_at: None,
@@ -574,6 +588,8 @@ impl Consumer {
     /// [`Consumer::delete_offset`] of a single partition's consumer.
     pub(crate) async fn delete_offset_one(&mut self, partition: u32) -> Result<(), ClientError> {
         self.check_partition(partition)?;
+        // A store still running lands first, not over the delete.
+        let _ = self.finish_storing().await;
         let body = RequestBody::DeleteOffset(DeleteOffsetRequest {
             stream: self.topic.stream.to_string(),
             topic: self.topic.name.to_string(),
@@ -622,12 +638,16 @@ impl Consumer {
         if self.closed {
             return Ok(());
         }
-        self.closed = true;
         self.ahead = None;
         self.sub = None;
+        // Closed only once the store is made: a shutdown cancelled during its store (a
+        // caller's timeout around it, or a range of an elastic topic finished inside a
+        // `next` that timed out) stores again when called again, instead of never (the
+        // committer counts nothing stored until the broker answered).
         if let Some(offset) = self.committer.shutdown(Instant::now()) {
             self.store(offset).await?;
         }
+        self.closed = true;
         Ok(())
     }
 
@@ -642,6 +662,9 @@ impl Consumer {
     }
 
     async fn store(&mut self, consumed: u64) -> Result<(), ClientError> {
+        // An earlier store its caller stopped waiting for lands first (its outcome
+        // was nobody's to see: this one supersedes it).
+        let _ = self.finish_storing().await;
         let body = RequestBody::StoreOffset(StoreOffsetRequest {
             stream: self.topic.stream.to_string(),
             topic: self.topic.name.to_string(),
@@ -649,12 +672,32 @@ impl Consumer {
             consumer: self.name.clone(),
             offset: consumed + 1,
         });
-        self.topic
-            .client
-            .call(body, Bytes::new(), Retry::Safe)
-            .await?;
-        self.committer.stored(consumed);
-        Ok(())
+        let client = self.topic.client.clone();
+        let task =
+            tokio::spawn(
+                async move { client.call(body, Bytes::new(), Retry::Safe).await.map(drop) },
+            );
+        self.storing = Some(Storing { consumed, task });
+        self.finish_storing().await
+    }
+
+    /// Waits for the store in flight, if any, and counts it stored if the broker took
+    /// it. Cancel-safe: the task stays with the consumer until it is waited out.
+    async fn finish_storing(&mut self) -> Result<(), ClientError> {
+        let Some(s) = self.storing.as_mut() else {
+            return Ok(());
+        };
+        let result = match (&mut s.task).await {
+            Ok(result) => result,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(ClientError::Closed),
+        };
+        let consumed = s.consumed;
+        self.storing = None;
+        if result.is_ok() {
+            self.committer.stored(consumed);
+        }
+        result
     }
 
     async fn fetch_stored(&self) -> Result<Option<u64>, ClientError> {

@@ -332,7 +332,8 @@ struct Partition {
     /// said with the assignment. Nothing is fetched at or past it; once everything
     /// below it is handed out, the member stores it (docs/RANGES.md §6.3).
     end: Option<u64>,
-    /// The store of `end` was sent (at most once per taking of the range).
+    /// The broker refused the store of `end` (the range moved meanwhile): not sent again
+    /// for this taking of the range. A store cancelled or failed otherwise is sent again.
     finishing: bool,
 }
 
@@ -1149,8 +1150,32 @@ impl GroupConsumer {
                     continue;
                 }
                 Step::Finish(p, consumed) => {
-                    if let Err(e) = self.auto_store(p, consumed).await {
-                        return Some(Err(e));
+                    // Cancel-safe: until the broker has it, the committer counts nothing
+                    // stored, and the next call sends it again.
+                    match self.store(p, consumed).await {
+                        Ok(()) => {}
+                        Err(e)
+                            if matches!(
+                                e.code(),
+                                Some(
+                                    ErrorCode::NotMember
+                                        | ErrorCode::NotAssigned
+                                        | ErrorCode::StaleGeneration
+                                )
+                            ) =>
+                        {
+                            // The range moved: its next owner finishes it.
+                            tracing::info!(group = %self.inner.group, partition = p, error = %e, "storing a finished range's seal refused; refreshing the assignment");
+                            match self.inner.lock() {
+                                Ok(mut st) => {
+                                    if let Some(part) = st.partitions.get_mut(&p) {
+                                        part.finishing = true;
+                                    }
+                                }
+                                Err(e) => return Some(Err(e)),
+                            }
+                        }
+                        Err(e) => return Some(Err(e)),
                     }
                     // The broker hands out the range's children with the next
                     // heartbeat: send it now.
@@ -1207,7 +1232,6 @@ impl GroupConsumer {
             .find_map(|(&p, part)| Some((p, part.finish_due(p, pending, inner.policy)?)));
         if let Some((p, consumed)) = finish {
             let part = st.partitions.get_mut(&p).expect("found above");
-            part.finishing = true;
             // A read waiting at the seal finds nothing, ever.
             part.fetch = None;
             part.sub = None;

@@ -288,13 +288,15 @@ impl Ranged {
         if self.closed {
             return Ok(());
         }
-        self.closed = true;
         let mut first = Ok(());
         for c in self.active.values_mut() {
             if let Err(e) = c.shutdown_one().await {
                 first = first.and(Err(e));
             }
         }
+        // Closed once every range's consumer is: a shutdown cancelled halfway finishes
+        // the rest when called again.
+        self.closed = true;
         first
     }
 }

@@ -45,7 +45,7 @@ pub(crate) fn check(message: &crate::Message, routing: &Routing) -> Result<(), c
 /// partitions ([`partition_for_key`]); an elastic topic sends the key to the open range
 /// covering it (docs/RANGES.md §2).
 pub fn key_hash(key: &[u8]) -> u64 {
-    xxh3_64(key)
+    rill_proto::ranges::key_hash(key)
 }
 
 /// The partition of `key` among `partitions`: `xxh3_64(key bytes, seed 0) % partitions`.

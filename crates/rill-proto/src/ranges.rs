@@ -10,6 +10,14 @@
 
 use std::fmt;
 
+/// A key's routing hash: `xxh3_64(key bytes, seed 0)` (docs/PROTOCOL.md §6). A plain
+/// topic takes it modulo its partitions; an elastic topic's key goes to the open range
+/// covering it. One definition for the SDK and the broker, which checks a ranged
+/// produce's keys against its range.
+pub fn key_hash(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key)
+}
+
 /// Ids per topic at most: the broker's partition limit.
 pub const RANGE_IDS_MAX: u32 = 4096;
 

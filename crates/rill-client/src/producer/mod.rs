@@ -32,10 +32,6 @@ use crate::{ClientError, ErrorCode, Message, Position, Routing, Topic};
 /// not say how many it remembers (an older broker: its `RECENT_BATCHES`, 5).
 const RECENT_BATCHES_DEFAULT: usize = 5;
 
-/// The first pause before a batch a range being sealed answered `MIGRATING` is sent
-/// again (docs/RANGES.md §4): a split takes about one fdatasync.
-const MIGRATING_BACKOFF: Duration = Duration::from_millis(20);
-
 /// How background shards split the work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Sharding {
@@ -611,7 +607,7 @@ impl Core {
         let mut sent = None;
         let mut batch = Bytes::new();
         let mut backoff = self.policy.backoff;
-        let mut migrating = MIGRATING_BACKOFF;
+        let mut migrating = crate::client::Migrating::default();
         let mut attempt = 0;
         loop {
             // The identity may change between attempts (renumbered into a new epoch).
@@ -676,19 +672,19 @@ impl Core {
             if client.is_closed() {
                 return Err(ClientError::Closed);
             }
+            // A range being sealed answers within one fdatasync and a catalog write
+            // (docs/RANGES.md §3): its batches wait 20 ms, doubling, apart from the
+            // retry budget (up to `MIGRATING_PATIENCE` in all).
+            if let Some(pause) = migrating.pause(&error) {
+                tracing::debug!(partition, error = %error, "resending a batch after the range's seal");
+                tokio::time::sleep(pause).await;
+                continue;
+            }
             if attempt >= self.policy.retries {
                 return Err(error);
             }
             attempt += 1;
             tracing::debug!(partition, attempt, error = %error, "resending a batch after a transient error");
-            if error.code() == Some(ErrorCode::Migrating) {
-                // A range being sealed answers within one fdatasync and a catalog write
-                // (docs/RANGES.md §3): its batches wait 20 ms, doubling (or the retry
-                // interval if shorter), not the producer's retry interval.
-                tokio::time::sleep(migrating.min(backoff)).await;
-                migrating *= 2;
-                continue;
-            }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(self.policy.backoff_max);
         }
