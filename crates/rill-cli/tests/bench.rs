@@ -147,13 +147,18 @@ fn fixed_rate_produce_measures_from_the_intended_time() {
     assert_eq!(v["latency_us"]["samples"], 2000, "{v}");
 }
 
-/// Keyed records land in more than one partition, and every key in exactly one.
-#[test]
-fn keyed_records_are_routed_by_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let data = data.to_str().unwrap();
-    let out = rill(&[
+/// A keyed `rill bench produce` of 2,000 records into `data` (the topic kept), with
+/// `extra` options; its JSON, its stderr, and the partition every key's records went to
+/// (each key's all to one; 2,000 records read back).
+fn keyed_run(
+    data: &str,
+    extra: &[&str],
+) -> (
+    serde_json::Value,
+    String,
+    std::collections::HashMap<String, u64>,
+) {
+    let mut args = vec![
         "bench",
         "produce",
         "--data",
@@ -166,30 +171,41 @@ fn keyed_records_are_routed_by_key() {
         "10",
         "--batch",
         "100",
-        "--partitions",
-        "4",
         "--keyed",
         "--keep",
         "--json",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let out = rill(&args);
     assert!(out.status.success(), "{out:?}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let topic = v["topic"].as_str().unwrap();
     let consumed = rill(&["consume", topic, "--data", data, "--format", "json"]);
     assert!(consumed.status.success(), "{consumed:?}");
     let mut partition_of = std::collections::HashMap::new();
-    let mut partitions = std::collections::BTreeSet::new();
     let mut records = 0;
     for line in String::from_utf8_lossy(&consumed.stdout).lines() {
         let r: serde_json::Value = serde_json::from_str(line).unwrap();
         let key = r["key"].as_str().unwrap().to_owned();
         let p = r["partition"].as_u64().unwrap();
-        assert!(key.starts_with('k') && key.len() == 6, "{key}");
         assert_eq!(*partition_of.entry(key.clone()).or_insert(p), p, "{key}");
-        partitions.insert(p);
         records += 1;
     }
     assert_eq!(records, 2000);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (v, stderr, partition_of)
+}
+
+/// Keyed records land in more than one partition, and every key in exactly one.
+#[test]
+fn keyed_records_are_routed_by_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (_, _, partition_of) = keyed_run(data.to_str().unwrap(), &["--partitions", "4"]);
+    for key in partition_of.keys() {
+        assert!(key.starts_with('k') && key.len() == 6, "{key}");
+    }
+    let partitions: std::collections::BTreeSet<u64> = partition_of.values().copied().collect();
     assert_eq!(partitions.len(), 4, "{partitions:?}");
 }
 
@@ -200,30 +216,8 @@ fn keyed_records_over_an_elastic_topic_are_routed_by_range() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let data = data.to_str().unwrap();
-    let out = rill(&[
-        "bench",
-        "produce",
-        "--data",
-        data,
-        "--messages",
-        "2000",
-        "--warmup",
-        "0",
-        "--size",
-        "10",
-        "--batch",
-        "100",
-        "--partitions",
-        "3",
-        "--keyed",
-        "--elastic",
-        "--keep",
-        "--json",
-    ]);
-    assert!(out.status.success(), "{out:?}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (v, stderr, range_of) = keyed_run(data, &["--partitions", "3", "--elastic"]);
     assert_eq!(v["elastic"], true, "{v}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("3 open range(s) of 3"), "{stderr}");
     let topic = v["topic"].as_str().unwrap();
     let described = rill(&[
@@ -231,17 +225,6 @@ fn keyed_records_over_an_elastic_topic_are_routed_by_range() {
     ]);
     let d: serde_json::Value = serde_json::from_slice(&described.stdout).unwrap();
     assert_eq!(d["elastic"], true, "{d}");
-    let consumed = rill(&["consume", topic, "--data", data, "--format", "json"]);
-    let mut range_of = std::collections::HashMap::new();
-    let mut records = 0;
-    for line in String::from_utf8_lossy(&consumed.stdout).lines() {
-        let r: serde_json::Value = serde_json::from_str(line).unwrap();
-        let key = r["key"].as_str().unwrap().to_owned();
-        let p = r["partition"].as_u64().unwrap();
-        assert_eq!(*range_of.entry(key.clone()).or_insert(p), p, "{key}");
-        records += 1;
-    }
-    assert_eq!(records, 2000);
     // And the hash of each key is in its range's bounds.
     for (key, p) in &range_of {
         let hash = rill_client::key_hash(key.as_bytes());

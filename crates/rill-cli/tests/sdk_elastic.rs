@@ -338,6 +338,18 @@ async fn consume(
     out
 }
 
+/// A named consumer built again from the offsets `name` stored reads nothing more.
+async fn nothing_more(topic: &Topic, name: &str) {
+    let mut again = topic.consumer(name, 0).build().await.unwrap();
+    let more = consume(&mut again, None, Duration::from_millis(1500)).await;
+    assert!(
+        more.is_empty(),
+        "{name}: {} records again, first {:?}",
+        more.len(),
+        more.first()
+    );
+}
+
 /// Reads with `reader` until it has caught up; the values read, in order.
 async fn read_all(reader: &mut rill_client::Reader<bytes::Bytes>) -> Vec<(Position, String)> {
     let mut out = Vec::new();
@@ -621,14 +633,7 @@ async fn producers_and_readers_keep_each_keys_order_across_splits(client: &Clien
     check_read(&read_named, &acked, "a named consumer following along");
     named.shutdown().await.unwrap();
     // From its stored offsets: nothing more.
-    let mut again = topic.consumer("named", 0).build().await.unwrap();
-    let more = consume(&mut again, None, Duration::from_millis(1500)).await;
-    assert!(
-        more.is_empty(),
-        "{} records again, first {:?}",
-        more.len(),
-        more.first()
-    );
+    nothing_more(&topic, "named").await;
     // A named consumer stopped halfway and built again reads the rest, in order.
     let mut first = topic
         .consumer("halves", 0)
@@ -664,14 +669,7 @@ async fn producers_and_readers_keep_each_keys_order_across_splits(client: &Clien
     }
     manual.commit(&previous.unwrap()).await.unwrap();
     manual.shutdown().await.unwrap();
-    let mut again = topic.consumer("manual", 0).build().await.unwrap();
-    let more = consume(&mut again, None, Duration::from_millis(1500)).await;
-    assert!(
-        more.is_empty(),
-        "{} records again, first {:?}",
-        more.len(),
-        more.first()
-    );
+    nothing_more(&topic, "manual").await;
 
     // A fresh reader from the beginning, and one resumed from the saved position.
     let mut fresh = topic.records("fresh").max_bytes(256);

@@ -852,15 +852,15 @@ impl Inner {
                 }
             }
         }
-        if sealed_now && started.is_empty() {
+        // A waiting `next` starts reading what was taken, or finishes what was sealed.
+        if sealed_now || !started.is_empty() {
             self.assigned.notify_one();
         }
-        if !started.is_empty() {
-            self.assigned.notify_one();
-            if let Some(f) = &self.on_assigned {
-                let ps: Vec<u32> = started.iter().map(|s| s.0).collect();
-                f(&ps);
-            }
+        if !started.is_empty()
+            && let Some(f) = &self.on_assigned
+        {
+            let ps: Vec<u32> = started.iter().map(|s| s.0).collect();
+            f(&ps);
         }
         Ok(())
     }

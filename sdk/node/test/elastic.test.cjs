@@ -11,6 +11,20 @@ const { TRANSPORTS, unique } = require('./helpers.cjs')
 
 const KEYS = Array.from({ length: 10 }, (_, i) => `k${i}`)
 
+/** Takes as many records as were sent from `reader`: each sent one once, each key's in
+ * the order sent. */
+async function readInKeyOrder(reader, sent) {
+  const got = []
+  while (got.length < sent.length) got.push(Buffer.from((await reader.nextWithin(5000)).value).toString())
+  assert.deepEqual([...got].sort(), [...sent].sort())
+  const last = new Map()
+  for (const v of got) {
+    const [key, n] = v.split('/')
+    assert.ok((last.get(key) ?? -1) < Number(n), `${v} after ${last.get(key)}`)
+    last.set(key, Number(n))
+  }
+}
+
 for (const [transport, setup] of TRANSPORTS) {
   test(`${transport}`, async (t) => {
     const env = await setup()
@@ -79,28 +93,12 @@ for (const [transport, setup] of TRANSPORTS) {
       }
       // A named consumer reads every range too, parents first.
       const consumer = await topic.consumer('c', 0)
-      const got = []
-      while (got.length < sent.length) got.push(Buffer.from((await consumer.nextWithin(5000)).value).toString())
-      assert.deepEqual([...got].sort(), [...sent].sort())
-      const seen = new Map()
-      for (const v of got) {
-        const [key, n] = v.split('/')
-        assert.ok((seen.get(key) ?? -1) < Number(n), `${v} after ${seen.get(key)}`)
-        seen.set(key, Number(n))
-      }
+      await readInKeyOrder(consumer, sent)
       await consumer.shutdown()
       // So does a consumer group: a child range is handed out once the group stored its
       // parents' seals.
       const group = await topic.consumerGroup('g', { sessionTimeoutMs: 5000 })
-      const fromGroup = []
-      while (fromGroup.length < sent.length) fromGroup.push(Buffer.from((await group.nextWithin(5000)).value).toString())
-      assert.deepEqual([...fromGroup].sort(), [...sent].sort())
-      const inGroup = new Map()
-      for (const v of fromGroup) {
-        const [key, n] = v.split('/')
-        assert.ok((inGroup.get(key) ?? -1) < Number(n), `${v} after ${inGroup.get(key)}`)
-        inGroup.set(key, Number(n))
-      }
+      await readInKeyOrder(group, sent)
       await group.shutdown()
       const described = await topic.describe()
       const g = await topic.describeGroup('g')

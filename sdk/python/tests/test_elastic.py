@@ -5,12 +5,28 @@ in order; the automatic policy's options round-trip."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import rill
 from conftest import unique
 
 KEYS = [f"k{i}".encode() for i in range(12)]
+
+
+async def read_in_key_order(reader: Any, sent: list) -> None:
+    """Takes as many records as were sent from `reader`: each sent one once, each key's
+    in the order sent."""
+    got = []
+    while len(got) < len(sent):
+        got.append((await reader.next_within(5.0)).value)
+    last: dict = {}
+    for v in got:
+        key, n = v.decode().split("/")
+        assert last.get(key, -1) < int(n), (key, n)
+        last[key] = int(n)
+    assert sorted(got) == sorted(sent)
 
 
 async def test_an_elastic_topic_splits_and_merges_under_publishes_in_key_order(client: rill.Client) -> None:
@@ -73,28 +89,12 @@ async def test_an_elastic_topic_splits_and_merges_under_publishes_in_key_order(c
 
     # A named consumer reads every range too, parents first.
     consumer = await topic.consumer("c", 0).init()
-    got = []
-    while len(got) < len(sent):
-        got.append((await consumer.next_within(5.0)).value)
-    last = {}
-    for v in got:
-        key, n = v.decode().split("/")
-        assert last.get(key, -1) < int(n), (key, n)
-        last[key] = int(n)
-    assert sorted(got) == sorted(sent)
+    await read_in_key_order(consumer, sent)
     await consumer.shutdown()
     # So does a consumer group: a child range is handed out once the group stored its
     # parents' seals.
     group = await topic.consumer_group("g", session_timeout_ms=5000).init()
-    got = []
-    while len(got) < len(sent):
-        got.append((await group.next_within(5.0)).value)
-    last = {}
-    for v in got:
-        key, n = v.decode().split("/")
-        assert last.get(key, -1) < int(n), (key, n)
-        last[key] = int(n)
-    assert sorted(got) == sorted(sent)
+    await read_in_key_order(group, sent)
     await group.shutdown()
     description = await topic.describe_group("g")
     for r in d.ranges:
