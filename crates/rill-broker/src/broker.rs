@@ -208,6 +208,9 @@ pub struct Broker {
     pub(crate) quotas: crate::quota::Quotas,
     /// The elastic topics' automatic policy's samples (docs/RANGES.md §7).
     pub(crate) range_policy: crate::policy::RangePolicy,
+    /// In a cluster: the ranges this node is sealing for a pending split or merge
+    /// (docs/RANGES.md §9), so that each is driven once at a time.
+    pub(crate) sealing_ranges: Mutex<std::collections::HashSet<(String, String, u32)>>,
 }
 
 impl Broker {
@@ -317,6 +320,7 @@ impl Broker {
             auth,
             quotas: crate::quota::Quotas::new(rill_auth::store::USERS_MAX),
             range_policy: crate::policy::RangePolicy::default(),
+            sealing_ranges: Mutex::default(),
         })
     }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rill_proto::pb;
-use rill_proto::ranges::{Range, RangeError, RangeMap};
+use rill_proto::ranges::{Change, Range, RangeError, RangeMap};
 use rill_storage::{Durability, Io, LogConfig};
 use serde::{Deserialize, Serialize};
 
@@ -121,6 +121,36 @@ pub struct StoredRanges {
     pub epoch: u64,
     /// The ranges, by id.
     pub ranges: Vec<StoredRange>,
+    /// In a cluster: the split or merge under way (docs/RANGES.md §9). Never set on a
+    /// single node, where a change is one catalog write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<PendingChange>,
+}
+
+/// A split or merge under way in a cluster (docs/RANGES.md §9): planned in the
+/// catalog, then each parent sealed in its own group and its end recorded here; the
+/// change applies once every parent's end is known.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingChange {
+    /// The map's epoch it was planned against.
+    pub epoch: u64,
+    /// The ranges it seals, in id order.
+    pub parents: Vec<u32>,
+    /// The new ranges' bounds, in hash order.
+    pub children: Vec<(u64, u64)>,
+    /// Per parent, where its group sealed it, once it did.
+    pub ends: Vec<Option<u64>>,
+}
+
+impl PendingChange {
+    /// The change as planned.
+    pub fn change(&self) -> Change {
+        Change {
+            epoch: self.epoch,
+            parents: self.parents.clone(),
+            children: self.children.clone(),
+        }
+    }
 }
 
 /// One range in the catalog.
@@ -156,6 +186,7 @@ impl StoredRanges {
                     sealed_at: r.sealed,
                 })
                 .collect(),
+            pending: None,
         }
     }
 

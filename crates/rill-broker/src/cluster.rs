@@ -350,6 +350,13 @@ pub trait ReplicaLog: Send + Sync + fmt::Debug + 'static {
     fn watch_high_watermark(&self) -> watch::Receiver<u64>;
     /// The local log (reads must stay below the high watermark).
     fn log(&self) -> Arc<PartitionLog>;
+    /// Seals this replica's range where its log ends (docs/RANGES.md §9), the leader
+    /// only: no batch is proposed after the seal. Resolves once the seal is committed,
+    /// to the offset the range is sealed at; a log that holds a seal already answers
+    /// with it once it is committed. `NotLeader` if this replica does not lead.
+    fn seal(&self) -> ClusterFuture<'_, u64>;
+    /// The seal this replica's log holds, committed or not: the offset it is at.
+    fn sealed(&self) -> Option<u64>;
     /// Applies the topic's retention to this replica through its group (a purge of the
     /// group's log, docs/REPLICATION.md §7.5), never by deleting segments under it.
     /// Resolves to where the log is to start when anything is to go.

@@ -17,6 +17,8 @@ use crate::{Broker, BrokerError};
 
 /// How long a request waits for the node to mirror a change it proposed.
 const MIRROR_WAIT: Duration = Duration::from_secs(10);
+/// How often a node looks for range changes to drive (docs/RANGES.md §9).
+const RANGE_DRIVE_EVERY: Duration = Duration::from_secs(1);
 
 /// Mirrors the cluster's applied catalog into the broker as it changes, until the
 /// broker is dropped.
@@ -26,15 +28,32 @@ pub(crate) fn start_mirror(broker: &Arc<Broker>, cluster: Arc<dyn Cluster>) {
     let first = Arc::clone(&catalog.borrow_and_update());
     broker.apply_cluster_catalog(&first);
     tokio::spawn(async move {
-        while catalog.changed().await.is_ok() {
+        // A range change pending in the catalog is driven by whoever leads its parents:
+        // at every change, and once a second for leaders elected meanwhile
+        // (docs/RANGES.md §9).
+        let mut tick = tokio::time::interval(RANGE_DRIVE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let changed = tokio::select! {
+                changed = catalog.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    true
+                }
+                _ = tick.tick() => false,
+            };
             let Some(broker) = weak.upgrade() else {
                 return;
             };
             if broker.is_shutting_down() {
                 return;
             }
-            let view = Arc::clone(&catalog.borrow_and_update());
-            broker.apply_cluster_catalog(&view);
+            if changed {
+                let view = Arc::clone(&catalog.borrow_and_update());
+                broker.apply_cluster_catalog(&view);
+            }
+            broker.drive_range_changes();
         }
     });
 }
@@ -124,7 +143,7 @@ impl Broker {
             topic.config.durability,
             rill_storage::Durability::Interval(_)
         );
-        let partitions = topic
+        let partitions: Vec<Arc<Partition>> = topic
             .partitions
             .iter()
             .enumerate()
@@ -153,6 +172,15 @@ impl Broker {
                 }
             })
             .collect();
+        // A range the catalog says is sealed refuses appends here too (its group holds
+        // the seal).
+        if let Some(map) = topic.config.range_map() {
+            for r in map.ranges() {
+                if let (Some(end), Some(p)) = (r.sealed, partitions.get(r.id as usize)) {
+                    p.mark_sealed(end);
+                }
+            }
+        }
         Arc::new(Topic {
             created_us: 0,
             config: topic.config.clone(),
@@ -204,10 +232,20 @@ impl Broker {
     pub(crate) async fn mirrored_until(
         &self,
         what: &str,
+        done: impl FnMut(&BTreeMap<String, Stream>) -> bool,
+    ) -> Result<(), BrokerError> {
+        self.mirrored_within(what, MIRROR_WAIT, done).await
+    }
+
+    /// Waits up to `wait` until the mirrored catalog satisfies `done`.
+    pub(crate) async fn mirrored_within(
+        &self,
+        what: &str,
+        wait: Duration,
         mut done: impl FnMut(&BTreeMap<String, Stream>) -> bool,
     ) -> Result<(), BrokerError> {
         let mut version = self.mirrored.subscribe();
-        let deadline = tokio::time::Instant::now() + MIRROR_WAIT;
+        let deadline = tokio::time::Instant::now() + wait;
         loop {
             if done(&self.read_streams()) {
                 return Ok(());
@@ -216,7 +254,7 @@ impl Broker {
                 Ok(Ok(())) => {}
                 _ => {
                     return Err(BrokerError::ClusterTimeout(format!(
-                        "{what} was committed but this node did not apply it within {MIRROR_WAIT:?}"
+                        "{what} was committed but this node did not apply it within {wait:?}"
                     )));
                 }
             }
@@ -284,11 +322,7 @@ impl Broker {
         validate_name("stream", stream)?;
         validate_name("topic", topic)?;
         let config = TopicConfig::from_proto(options, self.config.default_durability)?;
-        if config.ranges.is_some() {
-            return Err(BrokerError::InvalidConfig(
-                "elastic topics are not served by a cluster yet (docs/RANGES.md §9)".into(),
-            ));
-        }
+        refuse_auto_split(&config)?;
         if create_stream {
             self.cluster_create_stream(stream, true).await?;
         }
@@ -533,6 +567,17 @@ impl Broker {
 
 /// Whether a mirrored topic still stands for the cluster's: same options and the same
 /// replicas behind each partition.
+/// The automatic range policy (docs/RANGES.md §7) runs on a single node only: a
+/// cluster refuses it rather than accept it and never act.
+pub(crate) fn refuse_auto_split(config: &TopicConfig) -> Result<(), BrokerError> {
+    if config.auto_split.is_some() {
+        return Err(BrokerError::InvalidConfig(
+            "a cluster does not run the automatic range policy yet (docs/RANGES.md §9): split and merge by hand".into(),
+        ));
+    }
+    Ok(())
+}
+
 fn same_topic(mirrored: &Topic, topic: &crate::cluster::ClusterTopic) -> bool {
     mirrored.config == topic.config
         && mirrored.partitions.len() == topic.partitions.len()

@@ -93,7 +93,7 @@ impl Broker {
         self.check_running()?;
         if self.is_clustered() {
             return Err(BrokerError::InvalidRequest(
-                "elastic topics are not served by a cluster yet (docs/RANGES.md §9)".into(),
+                "in a cluster, key ranges change through the cluster (docs/RANGES.md §9)".into(),
             ));
         }
         let _admin = self.admin.lock();
@@ -195,7 +195,7 @@ fn abort(parents: &[Arc<Partition>]) {
 
 /// The open range with the most bytes stored (the write rate decides once it is kept,
 /// docs/RANGES.md §7).
-fn busiest(map: &RangeMap, topic: &Topic) -> u32 {
+pub(crate) fn busiest(map: &RangeMap, topic: &Topic) -> u32 {
     map.open()
         .max_by_key(|r| {
             topic
@@ -207,7 +207,7 @@ fn busiest(map: &RangeMap, topic: &Topic) -> u32 {
         .map_or(0, |r| r.id)
 }
 
-fn range_error(stream: &str, topic: &str, t: &Topic, e: RangeError) -> BrokerError {
+pub(crate) fn range_error(stream: &str, topic: &str, t: &Topic, e: RangeError) -> BrokerError {
     match e {
         RangeError::NotFound(partition) => BrokerError::PartitionNotFound {
             stream: stream.to_owned(),

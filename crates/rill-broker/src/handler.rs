@@ -152,13 +152,10 @@ impl Broker {
                     protocol_version: u32::from(PROTOCOL_VERSION),
                     max_frame_bytes: self.config().max_frame_bytes,
                     max_batch_bytes: self.config().max_batch_bytes,
-                    // Elastic topics are served on a single node (docs/RANGES.md §9); the
-                    // server's connection adds what it serves (push streaming).
-                    features: if self.is_clustered() {
-                        0
-                    } else {
-                        rill_proto::FEATURE_RANGES
-                    },
+                    // Elastic topics are served on a single node and in a cluster
+                    // (docs/RANGES.md §9); the server's connection adds what it serves
+                    // (push streaming).
+                    features: rill_proto::FEATURE_RANGES,
                 })
             }
             RequestBody::CreateStream(r) => ResponseBody::CreateStream(CreateStreamResponse {
@@ -570,6 +567,22 @@ impl Broker {
                     .await?;
                 ResponseBody::AlterTopic(AlterTopicResponse {
                     options: Some(config.to_proto()),
+                })
+            }
+            RequestBody::SplitRange(r) => {
+                let change = self
+                    .cluster_split_range(&r.stream, &r.topic, r.range, r.at)
+                    .await?;
+                ResponseBody::SplitRange(SplitRangeResponse {
+                    change: Some(range_change(change)),
+                })
+            }
+            RequestBody::MergeRanges(r) => {
+                let change = self
+                    .cluster_merge_ranges(&r.stream, &r.topic, r.first, r.second)
+                    .await?;
+                ResponseBody::MergeRanges(MergeRangesResponse {
+                    change: Some(range_change(change)),
                 })
             }
             RequestBody::ClusterStatus(_) => {

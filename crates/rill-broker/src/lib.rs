@@ -15,6 +15,7 @@ mod broker;
 mod catalog;
 pub mod cluster;
 mod clustered;
+mod clustered_ranges;
 mod data;
 mod elastic;
 mod error;
@@ -36,7 +37,7 @@ mod upkeep;
 // crate-private (the coordinator, the producer table, the offset store, the limits).
 pub use auth::{HttpCredential, Principal, TOKEN_MECHANISM, password_verifiers};
 pub use broker::{Broker, BrokerConfig, FailedPartition, Fetch, PartitionState};
-pub use catalog::{AutoSplit, StoredRange, StoredRanges, TopicConfig};
+pub use catalog::{AutoSplit, PendingChange, StoredRange, StoredRanges, TopicConfig};
 pub use elastic::{OPEN_RANGES_MAX, RangeChange};
 pub use error::BrokerError;
 pub use group::GroupError;

@@ -385,6 +385,28 @@ impl Partition {
         *self.seal.write() = Seal::Sealed { end, conflict };
     }
 
+    /// In a cluster: the catalog says this range is sealed at `end` (its group holds
+    /// the seal, which refuses every batch after it; docs/RANGES.md §9). Appends get
+    /// `NOT_OWNER` from now on.
+    pub(crate) fn mark_sealed(&self, end: u64) {
+        if matches!(*self.seal.read(), Seal::Sealed { .. }) {
+            return;
+        }
+        *self.seal.write() = Seal::Sealed {
+            end,
+            conflict: None,
+        };
+    }
+
+    /// What a replica's refusal of a batch answers: `MIGRATING` while its range is
+    /// being sealed, `NOT_OWNER` once the catalog says it is sealed.
+    fn replica_refused(&self, e: BrokerError) -> BrokerError {
+        match e {
+            BrokerError::RangeMigrating { .. } => self.sealed_error().unwrap_or(e),
+            e => e,
+        }
+    }
+
     /// The error a sealed range answers an append with, if it is sealed.
     fn sealed_error(&self) -> Option<BrokerError> {
         match &*self.seal.read() {
@@ -703,11 +725,18 @@ impl Partition {
         let log = replica.log();
         log.check(&batch)?;
         let Some(producer) = header.producer else {
+            if let Some(e) = self.sealed_error() {
+                return Err(e);
+            }
             if replica.leading().is_none() {
                 return Err(self.not_leader(replica.leader()));
             }
-            let commit = replica.propose(batch).await?;
-            let (base_offset, last_offset, timestamp_us) = commit.await?;
+            let commit = replica
+                .propose(batch)
+                .await
+                .map_err(|e| self.replica_refused(e))?;
+            let (base_offset, last_offset, timestamp_us) =
+                commit.await.map_err(|e| self.replica_refused(e))?;
             return Ok(Produced {
                 base_offset,
                 last_offset,
@@ -742,7 +771,16 @@ impl Partition {
             }
             match st.table.check(producer, count)? {
                 Check::Append => {
-                    let commit = replica.propose(batch).await?;
+                    // A sealed range refuses new batches only after the check above:
+                    // a retry of one it holds is answered as the duplicate it is, not
+                    // sent on to a child (docs/RANGES.md §4).
+                    if let Some(e) = self.sealed_error() {
+                        return Err(e);
+                    }
+                    let commit = replica
+                        .propose(batch)
+                        .await
+                        .map_err(|e| self.replica_refused(e))?;
                     st.table.record(
                         producer,
                         RecentBatch {

@@ -155,6 +155,9 @@ pub struct Replica {
     pub(crate) commit_latency: Arc<rill_broker::cluster::LatencyHistogram>,
     /// The topic's options (as the catalog stores them) its log runs with now.
     options: Arc<parking_lot::Mutex<Vec<u8>>>,
+    /// Whether this replica proposed a seal (docs/RANGES.md §9): proposals hold it
+    /// shared while they enqueue, a seal exclusively, so no batch follows a seal.
+    pub(crate) sealing: Arc<tokio::sync::RwLock<bool>>,
 }
 
 /// Counts the leader changes a group's metrics show until the group stops.
@@ -216,9 +219,9 @@ impl Replica {
                     last_offset,
                     timestamp_us,
                 } => Ok((base_offset, last_offset, timestamp_us)),
-                PartitionResponse::Done => Err(NodeError::Failed(
-                    "a batch was applied without offsets".into(),
-                )),
+                PartitionResponse::Done | PartitionResponse::Sealed { .. } => Err(
+                    NodeError::Failed("a batch was applied without offsets".into()),
+                ),
             },
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                 Err(NodeError::NotLeader {
@@ -335,6 +338,11 @@ impl Replica {
     /// The leader this replica knows of.
     pub fn leader(&self) -> Option<u64> {
         self.raft.metrics().borrow_watched().current_leader
+    }
+
+    /// The replica's log store.
+    pub fn store(&self) -> &PartitionLogStore {
+        &self.store
     }
 
     /// The Raft replica (tests and operations trigger snapshots through it).
@@ -1006,6 +1014,7 @@ impl ClusterNode {
             replicas,
             leader_changes,
             commit_latency: Arc::clone(&self.inner.commit_latency),
+            sealing: Arc::default(),
             options: Arc::new(parking_lot::Mutex::new(spec.options.clone())),
         })
     }

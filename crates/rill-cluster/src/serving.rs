@@ -466,15 +466,26 @@ impl ReplicaLog for Replica {
         Box::pin(async move {
             let started = std::time::Instant::now();
             let latency = Arc::clone(&self.commit_latency);
-            let (responder, _committed, answer) = ProgressResponder::new();
-            self.raft()
-                .client_write_ff(PartitionCommand::Propose(batch), Some(responder))
-                .await
-                .map_err(|e| BrokerError::ClusterTimeout(e.to_string()))?;
+            // The commit notice is kept until the answer comes (dropped early, the
+            // library warns at every commit).
+            let (responder, committed, answer) = ProgressResponder::new();
+            {
+                // Shared with other proposals, exclusive with a seal: no batch is
+                // enqueued after a seal.
+                let sealing = self.sealing.read().await;
+                if *sealing || self.store().sealed().is_some() {
+                    return Err(self.migrating());
+                }
+                self.raft()
+                    .client_write_ff(PartitionCommand::Propose(batch), Some(responder))
+                    .await
+                    .map_err(|e| BrokerError::ClusterTimeout(e.to_string()))?;
+            }
             let id = self.id().clone();
             let commit: Commit = Box::pin(async move {
                 let what = format!("partition {id}");
                 let answer = answer.await;
+                drop(committed);
                 if matches!(answer, Ok(Ok(_))) {
                     latency.observe(started.elapsed());
                 }
@@ -485,6 +496,11 @@ impl ReplicaLog for Replica {
                             last_offset,
                             timestamp_us,
                         } => Ok((base_offset, last_offset, timestamp_us)),
+                        PartitionResponse::Sealed { .. } => Err(BrokerError::RangeMigrating {
+                            stream: id.stream.clone(),
+                            topic: id.topic.clone(),
+                            partition: id.partition,
+                        }),
                         PartitionResponse::Done => Err(BrokerError::Internal(
                             "a batch committed without offsets".into(),
                         )),
@@ -507,6 +523,73 @@ impl ReplicaLog for Replica {
             });
             Ok(commit)
         })
+    }
+
+    fn seal(&self) -> ClusterFuture<'_, u64> {
+        Box::pin(async move {
+            if ReplicaLog::leading(self).is_none() {
+                return Err(self.not_leading());
+            }
+            let mut sealing = self.sealing.write().await;
+            if let Some((index, end)) = self.store().sealed() {
+                drop(sealing);
+                return self.seal_committed(index, end).await;
+            }
+            *sealing = true;
+            let (responder, committed, answer) = ProgressResponder::new();
+            let sent = self
+                .raft()
+                .client_write_ff(PartitionCommand::Seal, Some(responder))
+                .await;
+            drop(sealing);
+            let answer = match sent {
+                Ok(()) => {
+                    let answer = answer.await;
+                    drop(committed);
+                    answer
+                }
+                Err(e) => {
+                    *self.sealing.write().await = false;
+                    return Err(BrokerError::ClusterTimeout(e.to_string()));
+                }
+            };
+            match answer {
+                Ok(Ok(done)) => match done.data {
+                    PartitionResponse::Sealed { end } => {
+                        tracing::info!(partition = %self.id(), end, "sealed a range");
+                        Ok(end)
+                    }
+                    // A seal raced this one: it stands.
+                    _ => match self.store().sealed() {
+                        Some((index, end)) => self.seal_committed(index, end).await,
+                        None => Err(BrokerError::Internal(
+                            "a seal committed without an end".into(),
+                        )),
+                    },
+                },
+                other => {
+                    // Leadership moved: whether the seal survives is the next leader's
+                    // log's to say (its store refuses batches after one).
+                    *self.sealing.write().await = false;
+                    Err(match other {
+                        Ok(Err(
+                            ClientWriteError::ForwardToLeader(f)
+                            | ClientWriteError::LogEntryDiscarded(f),
+                        )) => BrokerError::NotLeader {
+                            what: format!("partition {}", self.id()),
+                            leader: f.leader_id,
+                            address: None,
+                        },
+                        Ok(Err(e)) => BrokerError::ClusterTimeout(e.to_string()),
+                        _ => self.not_leading(),
+                    })
+                }
+            }
+        })
+    }
+
+    fn sealed(&self) -> Option<u64> {
+        self.store().sealed().map(|(_, end)| end)
     }
 
     fn leading(&self) -> Option<u64> {
@@ -544,6 +627,41 @@ impl ReplicaLog for Replica {
                 .await
                 .map_err(|e| BrokerError::ClusterTimeout(e.to_string()))
         })
+    }
+}
+
+/// How long a leader waits for a seal its log holds to commit.
+const SEAL_COMMIT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Replica {
+    fn migrating(&self) -> BrokerError {
+        BrokerError::RangeMigrating {
+            stream: self.id().stream.clone(),
+            topic: self.id().topic.clone(),
+            partition: self.id().partition,
+        }
+    }
+
+    fn not_leading(&self) -> BrokerError {
+        BrokerError::NotLeader {
+            what: format!("partition {}", self.id()),
+            leader: Replica::leader(self),
+            address: None,
+        }
+    }
+
+    /// `end` once the seal entry at `index` is applied here, this replica still
+    /// leading (so it is committed).
+    async fn seal_committed(&self, index: u64, end: u64) -> Result<u64, BrokerError> {
+        self.raft()
+            .wait(Some(SEAL_COMMIT_WAIT))
+            .applied_index_at_least(Some(index), "the seal")
+            .await
+            .map_err(|e| BrokerError::ClusterTimeout(format!("partition {}: {e}", self.id())))?;
+        if ReplicaLog::leading(self).is_none() {
+            return Err(self.not_leading());
+        }
+        Ok(end)
     }
 }
 

@@ -236,7 +236,9 @@ async fn produce(router: &Router, tag: &str, records: usize) -> (u64, u64) {
                     last_offset,
                     ..
                 } => return (base_offset, last_offset),
-                PartitionResponse::Done => panic!("a data entry answered without offsets"),
+                PartitionResponse::Done | PartitionResponse::Sealed { .. } => {
+                    panic!("a data entry answered without offsets")
+                }
             },
             Ok(Err(e)) => {
                 assert!(

@@ -2,7 +2,7 @@
 //! storage conformance suite, and what the suite does not cover — data entries are
 //! stamped by the leader's store and appended unchanged by a follower's, truncation
 //! cuts pointers and batches, a purge drops old segments, a restart makes pointers and
-//! segments agree, and a snapshot carries its batches.
+//! segments agree, a snapshot carries its batches, and a seal ends the log for good.
 
 use bytes::Bytes;
 use openraft::entry::RaftEntry;
@@ -341,4 +341,61 @@ async fn a_move_to_always_syncs_what_a_replica_appended_before() {
         "the move to `always` synced batches and pointers"
     );
     assert_eq!(after.log().next_offset(), 5);
+}
+
+fn seal(term: u64, index: u64) -> PartitionEntry {
+    PartitionEntry::new_normal(log_id(term, 1, index), PartitionCommand::Seal)
+}
+
+#[tokio::test]
+async fn a_seal_is_stamped_with_the_log_s_end_and_no_batch_follows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path(), Durability::Never);
+    assert_eq!(store.sealed(), None);
+    // Proposals and the seal in one append: the seal is stamped with the end of the
+    // batches before it in the same write (under `never`, the log's own visible end
+    // may lag them).
+    append(
+        &mut store,
+        vec![propose(1, 0, "a", 5), propose(1, 1, "b", 3), seal(1, 2)],
+    )
+    .await;
+    assert_eq!(store.sealed(), Some((2, 8)));
+    let read = entries(&mut store).await;
+    assert_eq!(
+        read[2].payload,
+        EntryPayload::Normal(PartitionCommand::Sealed(8))
+    );
+    // A batch proposed after the seal is stored as a blank, and so is a second seal.
+    append(&mut store, vec![propose(1, 3, "late", 2), seal(1, 4)]).await;
+    let read = entries(&mut store).await;
+    assert_eq!(read[3].payload, EntryPayload::Blank);
+    assert_eq!(read[4].payload, EntryPayload::Blank);
+    assert_eq!(store.log().next_offset(), 8);
+    assert_eq!(store.sealed(), Some((2, 8)));
+    // The same after a restart.
+    drop(store);
+    let mut store = open(dir.path(), Durability::Never);
+    assert_eq!(store.sealed(), Some((2, 8)));
+    assert_eq!(entries(&mut store).await, read);
+
+    // A follower appends the stamped seal unchanged, and refuses one that does not end
+    // its log.
+    let other = tempfile::tempdir().unwrap();
+    let mut follower = open(other.path(), Durability::Never);
+    append(&mut follower, read[..2].to_vec()).await;
+    let wrong = PartitionEntry::new_normal(log_id(1, 1, 2), PartitionCommand::Sealed(9));
+    assert!(follower.blocking_append(vec![wrong]).await.is_err());
+    append(&mut follower, read[2..].to_vec()).await;
+    assert_eq!(follower.sealed(), Some((2, 8)));
+    assert_eq!(entries(&mut follower).await, read);
+
+    // A seal that a new leader's log does not hold is truncated: batches follow again.
+    follower
+        .truncate_after(Some(log_id(1, 1, 1)))
+        .await
+        .unwrap();
+    assert_eq!(follower.sealed(), None);
+    append(&mut follower, vec![propose(2, 2, "c", 4)]).await;
+    assert_eq!(offsets(&entries(&mut follower).await[2]), Some((8, 12)));
 }

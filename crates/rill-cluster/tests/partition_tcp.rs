@@ -129,7 +129,7 @@ async fn produce(nodes: &BTreeMap<u64, Node>, tag: &str) -> u64 {
         {
             Ok(done) => match done.data {
                 PartitionResponse::Appended { last_offset, .. } => return last_offset + 1,
-                PartitionResponse::Done => panic!("no offsets"),
+                PartitionResponse::Done | PartitionResponse::Sealed { .. } => panic!("no offsets"),
             },
             Err(e) => assert!(
                 start.elapsed() < Duration::from_secs(15),

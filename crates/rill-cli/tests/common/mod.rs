@@ -1,6 +1,8 @@
 //! Starts the real `rill` binary as a server on free ports in a temp directory.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod cluster;
+
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

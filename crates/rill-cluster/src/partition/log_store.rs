@@ -65,6 +65,9 @@ pub(crate) struct Purged {
     pub(crate) next_offset: u64,
     #[serde(default)]
     pub(crate) membership: Option<StoredMembershipOf<PartitionTypes>>,
+    /// Where the range is sealed, when a seal entry was purged (docs/RANGES.md §9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) sealed: Option<u64>,
 }
 
 /// A pointer and its frame's position in `raft/entries`.
@@ -106,6 +109,20 @@ impl State {
             .map(|(_, next)| next)
             .or(self.purged.as_ref().map(|p| p.next_offset))
             .unwrap_or(log_start)
+    }
+
+    /// The seal entry's index and end, if the log holds one (or purged one). No batch
+    /// follows a seal, so the search stops at the last batch.
+    fn sealed(&self) -> Option<(u64, u64)> {
+        self.entries
+            .iter()
+            .rev()
+            .take_while(|p| p.pointer.offsets().is_none())
+            .find_map(|p| p.pointer.seal().map(|end| (p.pointer.index(), end)))
+            .or_else(|| {
+                let p = self.purged.as_ref()?;
+                p.sealed.map(|end| (p.log_id.index, end))
+            })
     }
 
     /// Position in `entries` of the pointer at `index`.
@@ -395,6 +412,12 @@ impl PartitionLogStore {
         self.shared.state.lock().next_offset(log_start)
     }
 
+    /// The seal entry this log holds (committed or not), as its index and the offset
+    /// the range is sealed at (docs/RANGES.md §9).
+    pub fn sealed(&self) -> Option<(u64, u64)> {
+        self.shared.state.lock().sealed()
+    }
+
     /// Stops the flusher thread once the durability notices queued before have been
     /// sent (clones of the store cannot append afterwards).
     pub fn close(&self) {
@@ -596,6 +619,9 @@ impl RaftLogReader<PartitionTypes> for PartitionLogStore {
             let entry = match p.kind {
                 PointerKind::Blank => PartitionEntry::new_blank(p.log_id),
                 PointerKind::Membership(m) => PartitionEntry::new_membership(p.log_id, m),
+                PointerKind::Seal { end } => {
+                    PartitionEntry::new_normal(p.log_id, PartitionCommand::Sealed(end))
+                }
                 PointerKind::Data {
                     base_offset, bytes, ..
                 } => {
@@ -649,7 +675,16 @@ impl RaftLogStorage<PartitionTypes> for PartitionLogStore {
     {
         let shared = &self.shared;
         let log = self.log();
-        let mut expected = shared.state.lock().last_index().map(|i| i + 1);
+        // Where the log ends as entries are appended: a seal is stamped with it (the
+        // log's own visible end may lag writes not yet durable).
+        let (mut expected, mut sealed, mut next) = {
+            let state = shared.state.lock();
+            (
+                state.last_index().map(|i| i + 1),
+                state.sealed().is_some(),
+                state.next_offset(log.log_start()),
+            )
+        };
         let mut frames = Vec::new();
         let mut added = Vec::new();
         let mut cached = Vec::new();
@@ -667,8 +702,29 @@ impl RaftLogStorage<PartitionTypes> for PartitionLogStore {
             let kind = match entry.payload {
                 EntryPayload::Blank => PointerKind::Blank,
                 EntryPayload::Membership(m) => PointerKind::Membership(m),
+                // A second seal (two racing sealers): the first stands.
+                EntryPayload::Normal(PartitionCommand::Seal) if sealed => PointerKind::Blank,
+                EntryPayload::Normal(PartitionCommand::Seal) => {
+                    sealed = true;
+                    PointerKind::Seal { end: next }
+                }
+                EntryPayload::Normal(PartitionCommand::Sealed(end)) => {
+                    if next != end {
+                        return Err(invalid(format!(
+                            "a seal at offset {end} where the log ends at {next}"
+                        )));
+                    }
+                    sealed = true;
+                    PointerKind::Seal { end }
+                }
+                // A batch proposed after a seal (a leader checks before proposing; this
+                // is the last line): never appended, applied as a refusal.
+                EntryPayload::Normal(PartitionCommand::Propose(_)) if sealed => PointerKind::Blank,
                 EntryPayload::Normal(command) => {
                     let (stored, appended, t) = match command {
+                        PartitionCommand::Seal | PartitionCommand::Sealed(_) => {
+                            unreachable!("seals are matched above")
+                        }
                         PartitionCommand::Propose(batch) => {
                             let (a, t) = log.append_deferred(&batch).map_err(storage_err)?;
                             (stamped_copy(&batch, a.base_offset, a.timestamp_us)?, a, t)
@@ -679,6 +735,7 @@ impl RaftLogStorage<PartitionTypes> for PartitionLogStore {
                         }
                     };
                     ticket = ticket.max(t);
+                    next = appended.last_offset + 1;
                     let kind = PointerKind::Data {
                         base_offset: appended.base_offset,
                         next_offset: appended.last_offset + 1,
@@ -787,10 +844,15 @@ impl RaftLogStorage<PartitionTypes> for PartitionLogStore {
                 .map(|(_, next)| next)
                 .or(state.purged.as_ref().map(|p| p.next_offset))
                 .unwrap_or(log_start);
+            let sealed = state
+                .sealed()
+                .filter(|&(index, _)| index <= log_id.index)
+                .map(|(_, end)| end);
             let purged = Purged {
                 log_id,
                 next_offset,
                 membership: None,
+                sealed,
             };
             // The purge point first: pointers at or below it are not served after a
             // crash that left them in the file.

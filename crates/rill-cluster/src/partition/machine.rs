@@ -208,7 +208,10 @@ impl RaftStateMachine<PartitionTypes> for PartitionStateMachine {
                         timestamp_us: batch.first_timestamp_us(),
                     }
                 }
-                EntryPayload::Normal(PartitionCommand::Propose(_)) => {
+                EntryPayload::Normal(PartitionCommand::Sealed(end)) => {
+                    PartitionResponse::Sealed { end: *end }
+                }
+                EntryPayload::Normal(PartitionCommand::Propose(_) | PartitionCommand::Seal) => {
                     return Err(invalid(
                         "an unstamped batch reached the state machine (the log gives back stamped ones)",
                     ));
@@ -244,6 +247,7 @@ impl RaftStateMachine<PartitionTypes> for PartitionStateMachine {
                 log_id,
                 next_offset: snapshot.next_offset,
                 membership: Some(meta.last_membership.clone()),
+                sealed: None,
             };
             self.install_batches(&snapshot, purged)?;
         }

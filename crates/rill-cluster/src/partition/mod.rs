@@ -48,15 +48,13 @@ pub enum PartitionCommand {
     /// A batch as stored, stamped: what the log gives back, and what a follower
     /// appends unchanged.
     Batch(Bytes),
-}
-
-impl PartitionCommand {
-    /// The batch's bytes.
-    pub fn bytes(&self) -> &Bytes {
-        match self {
-            Self::Propose(b) | Self::Batch(b) => b,
-        }
-    }
+    /// Seals an elastic topic's range where its log ends (docs/RANGES.md §9), proposed
+    /// by the leader: its store stamps the end when it appends it, and appends no
+    /// batch after it.
+    Seal,
+    /// A seal as stored, stamped with the offset the range is sealed at: what the log
+    /// gives back, and what a follower appends unchanged.
+    Sealed(u64),
 }
 
 impl fmt::Debug for PartitionCommand {
@@ -70,6 +68,8 @@ impl fmt::Display for PartitionCommand {
         match self {
             Self::Propose(b) => write!(f, "propose({} bytes)", b.len()),
             Self::Batch(b) => write!(f, "batch({} bytes)", b.len()),
+            Self::Seal => write!(f, "seal"),
+            Self::Sealed(end) => write!(f, "sealed({end})"),
         }
     }
 }
@@ -88,4 +88,10 @@ pub enum PartitionResponse {
     },
     /// An entry without records (blank, membership).
     Done,
+    /// The range is sealed at `end`: a seal entry committed, or a batch proposed after
+    /// one (never appended).
+    Sealed {
+        /// The offset after the range's last record.
+        end: u64,
+    },
 }

@@ -9,9 +9,10 @@
 //! | 8 | `index` u64: the entry's Raft index |
 //! | 8 | `term` u64 |
 //! | 8 | `node` u64: the leader that proposed it |
-//! | 1 | `kind`: 0 blank, 1 data, 2 membership |
+//! | 1 | `kind`: 0 blank, 1 data, 2 membership, 3 seal |
 //! | data: 8 + 8 + 4 | `base_offset` u64, `next_offset` u64, `batch_bytes` u32 |
 //! | membership: the rest | the membership as JSON |
+//! | seal: 8 | `end` u64: the offset the range is sealed at (docs/RANGES.md §9) |
 
 use std::io;
 
@@ -25,6 +26,7 @@ use crate::files::invalid;
 const KIND_BLANK: u8 = 0;
 const KIND_DATA: u8 = 1;
 const KIND_MEMBERSHIP: u8 = 2;
+const KIND_SEAL: u8 = 3;
 const HEAD: usize = 25;
 
 /// What an entry holds.
@@ -43,6 +45,12 @@ pub enum PointerKind {
     },
     /// A change of the group's voters: no offsets.
     Membership(Membership<u64, openraft::EmptyNode>),
+    /// An elastic topic's range sealed at `end` (docs/RANGES.md §9): no offsets, and
+    /// no batch after it.
+    Seal {
+        /// The offset after the range's last record.
+        end: u64,
+    },
 }
 
 /// One entry of a partition's Raft log, as `raft/entries` records it.
@@ -72,6 +80,14 @@ impl Pointer {
         }
     }
 
+    /// Where the range is sealed, for a seal entry.
+    pub fn seal(&self) -> Option<u64> {
+        match self.kind {
+            PointerKind::Seal { end } => Some(end),
+            _ => None,
+        }
+    }
+
     /// The pointer's body.
     pub fn encode(&self) -> io::Result<Vec<u8>> {
         let mut out = Vec::with_capacity(HEAD + 20);
@@ -93,6 +109,10 @@ impl Pointer {
             PointerKind::Membership(m) => {
                 out.push(KIND_MEMBERSHIP);
                 out.extend_from_slice(&serde_json::to_vec(m).map_err(invalid)?);
+            }
+            PointerKind::Seal { end } => {
+                out.push(KIND_SEAL);
+                out.extend_from_slice(&end.to_le_bytes());
             }
         }
         Ok(out)
@@ -123,6 +143,9 @@ impl Pointer {
                     bytes,
                 }
             }
+            KIND_SEAL if rest.len() == 8 => PointerKind::Seal {
+                end: u64::from_le_bytes(rest.try_into().expect("8 bytes")),
+            },
             KIND_MEMBERSHIP => PointerKind::Membership(
                 serde_json::from_slice(rest)
                     .map_err(|e| invalid(format!("a membership pointer: {e}")))?,

@@ -146,6 +146,7 @@ enum WireEntry {
     Blank(LogIdOf<PartitionTypes>),
     Membership(LogIdOf<PartitionTypes>, Membership<u64, EmptyNode>),
     Batch(LogIdOf<PartitionTypes>, u32),
+    Sealed(LogIdOf<PartitionTypes>, u64),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -224,9 +225,10 @@ pub fn encode_append(
                         .map_err(|_| PeerError::Frame("a batch too large".into()))?,
                 )
             }
-            EntryPayload::Normal(PartitionCommand::Propose(_)) => {
+            EntryPayload::Normal(PartitionCommand::Sealed(end)) => WireEntry::Sealed(id, *end),
+            EntryPayload::Normal(PartitionCommand::Propose(_) | PartitionCommand::Seal) => {
                 return Err(PeerError::Frame(
-                    "an unstamped batch is never replicated".into(),
+                    "an unstamped batch or seal is never replicated".into(),
                 ));
             }
         });
@@ -256,6 +258,9 @@ pub fn decode_append(
         entries.push(match e {
             WireEntry::Blank(id) => PartitionEntry::new_blank(id),
             WireEntry::Membership(id, m) => PartitionEntry::new_membership(id, m),
+            WireEntry::Sealed(id, end) => {
+                PartitionEntry::new_normal(id, PartitionCommand::Sealed(end))
+            }
             WireEntry::Batch(id, len) => {
                 let end = at
                     .checked_add(len as usize)

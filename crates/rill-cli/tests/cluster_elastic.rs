@@ -1,0 +1,383 @@
+//! An elastic topic in a cluster of three real `rill serve` processes (docs/RANGES.md
+//! §9): keyed idempotent producers write while a range splits and the parent's leader
+//! is killed with SIGKILL at a seeded moment of each split; each split completes (the
+//! seal in the parent's group, its end recorded in the catalog by whoever leads the
+//! parent next), the children land on other nodes, and a merge of two ranges led from
+//! different nodes follows. Afterwards every acknowledged record is read exactly once,
+//! each key's records in order, by a cursor and by a named consumer; every sealed
+//! range ends at its seal on every replica.
+//!
+//! The seed comes from `RILL_TEST_SEED` (printed, so a failure can be replayed).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::cluster::{cluster, wait_status};
+use rill_client::{Client, Message, Position, Topic, TopicOptions};
+
+const KEYS: u32 = 8;
+
+/// The seed of this run: `RILL_TEST_SEED`, or the clock.
+fn seed() -> u64 {
+    let seed = std::env::var("RILL_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("RILL_TEST_SEED={seed}");
+    seed
+}
+
+/// The leader of `partition` of shop/orders, as `rill cluster status` reports it once
+/// it has one.
+fn leader_of(url: &str, partition: u32) -> u64 {
+    let status = wait_status(url, |s| {
+        s["partitions"].as_array().is_some_and(|ps| {
+            ps.iter().any(|p| {
+                p["topic"] == "orders" && p["partition"] == partition && p["leader"].is_u64()
+            })
+        })
+    });
+    status["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["topic"] == "orders" && p["partition"] == partition)
+        .and_then(|p| p["leader"].as_u64())
+        .unwrap()
+}
+
+/// A producer of `KEYS` keys (`{name}k0`…), each key's records numbered in order,
+/// sending until `stop`; the values acknowledged.
+async fn produce(topic: Topic, name: String, stop: Arc<AtomicBool>) -> Vec<String> {
+    let producer = topic
+        .producer()
+        .retries(100, Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    let mut acked = Vec::new();
+    let mut n = 0u32;
+    while !stop.load(Ordering::SeqCst) {
+        for k in 0..KEYS {
+            let v = format!("{name}k{k}/{n}");
+            producer
+                .send(Message::new(v.clone()).with_key(format!("{name}k{k}")))
+                .await
+                .unwrap_or_else(|e| panic!("{v}: {e}"));
+            acked.push(v);
+        }
+        n += 1;
+        if n.is_multiple_of(8) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    acked
+}
+
+/// Waits until the topic's map is at `epoch` with nothing pending, through whichever
+/// node answers; the ranges then.
+async fn wait_epoch(topic: &Topic, epoch: u64) -> Vec<rill_client::RangeInfo> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(d) = topic.describe().await
+            && d.range_epoch >= epoch
+        {
+            return d.ranges;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the range change did not complete"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The topic's description, from whichever node answers.
+async fn describe(topic: &Topic) -> rill_client::TopicDescription {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match topic.describe().await {
+            Ok(d) => return d,
+            Err(e) => assert!(Instant::now() < deadline, "describe: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The end of `range`'s log as its leader reports it.
+async fn log_end(topic: &Topic, range: u32) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match topic
+            .fetch(Position::new(range, 0), 1, Duration::ZERO)
+            .await
+        {
+            Ok(f) => return f.log_end,
+            Err(e) => assert!(Instant::now() < deadline, "range {range}: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Checks that `read` holds each of `acked` exactly once and each key's records in
+/// order.
+fn check(read: &[(Position, String)], acked: &[String], what: &str) {
+    let mut count: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut last: BTreeMap<&str, (u32, Position)> = BTreeMap::new();
+    for (p, v) in read {
+        *count.entry(v).or_default() += 1;
+        let (key, n) = v.split_once('/').unwrap();
+        let n: u32 = n.parse().unwrap();
+        if let Some((before, at)) = last.insert(key, (n, *p)) {
+            assert!(
+                before < n,
+                "{what}: {key}: {n} (at {p:?}) after {before} (at {at:?})"
+            );
+        }
+    }
+    for v in acked {
+        assert_eq!(count.get(v.as_str()), Some(&1), "{what}: {v}");
+    }
+    assert_eq!(
+        count.len(),
+        acked.len(),
+        "{what}: records never acknowledged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_completes_while_the_parents_leader_is_killed_and_readers_keep_each_keys_order() {
+    let seed = seed();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut nodes, url) = cluster(dir.path());
+    for n in &mut nodes {
+        n.start();
+    }
+    let client = Client::connect(&url).await.unwrap();
+    let topic = client.stream("shop").topic("orders");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let config = loop {
+        match topic
+            .create_with(
+                &TopicOptions {
+                    partitions: Some(1),
+                    elastic: true,
+                    replicas: Some(2),
+                    ..Default::default()
+                },
+                true,
+            )
+            .await
+        {
+            Ok(c) => break c,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "creating the topic: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert!(config.elastic);
+    // The automatic policy does not run in a cluster yet: refused, not ignored.
+    let refused = client
+        .stream("shop")
+        .topic("auto")
+        .create_with(
+            &TopicOptions {
+                partitions: Some(1),
+                elastic: true,
+                auto_split: Some(rill_client::AutoSplit::new(1 << 20)),
+                ..Default::default()
+            },
+            false,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(rill_client::ErrorCode::InvalidConfig),
+        "{refused}"
+    );
+    assert!(
+        refused.to_string().contains("automatic range policy"),
+        "{refused}"
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let producers: Vec<_> = (0..2)
+        .map(|i| tokio::spawn(produce(topic.clone(), format!("p{i}"), Arc::clone(&stop))))
+        .collect();
+    // Records flow before the split.
+    let started = Instant::now();
+    loop {
+        let d = describe(&topic).await;
+        if d.partitions[0].next_offset >= 300 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "records flow");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Splits, each with its parent's leader killed at a seeded moment of it: the whole
+    // change takes a few milliseconds, so the kill lands anywhere from before the plan
+    // to after the answer.
+    let rounds: u64 = std::env::var("RILL_SPLIT_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let mut rng = seed | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for round in 0..rounds {
+        let d = describe(&topic).await;
+        let parent = d
+            .ranges
+            .iter()
+            .filter(|r| r.sealed_at.is_none())
+            .map(|r| r.id)
+            .next()
+            .unwrap();
+        let victim = leader_of(&url, parent);
+        let admin = topic.clone();
+        let split = tokio::spawn(async move { admin.split_range(Some(parent), None).await });
+        let delay = Duration::from_micros(next() % 8_000);
+        tokio::time::sleep(delay).await;
+        nodes.iter_mut().find(|n| n.id == victim).unwrap().kill9();
+        // A parent's group of two replicas has no quorum until the node is back.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        nodes.iter_mut().find(|n| n.id == victim).unwrap().start();
+        // Whether the request's answer came before the kill or not, the change
+        // completes.
+        let answered = match split.await.unwrap() {
+            Ok(change) => format!("answered {change:?}"),
+            // The kill may have come before the plan committed (then nothing happened)
+            // or after (then the change goes on without the request): asked again, the
+            // split is made, waited out (`MIGRATING`), or found made (the range is
+            // sealed).
+            Err(e) => loop {
+                match topic.split_range(Some(parent), None).await {
+                    Ok(change) => break format!("failed ({e}); asked again: {change:?}"),
+                    Err(again) if again.to_string().contains("is sealed") => {
+                        break format!("failed ({e}); the change went on without it");
+                    }
+                    Err(again) => {
+                        eprintln!("asking for the split again: {again}");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
+            },
+        };
+        eprintln!(
+            "round {round}: split range {parent}, killed node {victim} (its leader) {delay:?} in; the request {answered}"
+        );
+        let ranges = wait_epoch(&topic, round + 1).await;
+        let children: Vec<&rill_client::RangeInfo> =
+            ranges.iter().filter(|r| r.parents == [parent]).collect();
+        assert!(ranges[parent as usize].sealed_at.is_some(), "{ranges:?}");
+        assert_eq!(children.len(), 2, "{ranges:?}");
+    }
+    // Children are placed as added partitions are: some land on a node that holds no
+    // replica of their parent.
+    let d = describe(&topic).await;
+    let status = wait_status(&url, |s| {
+        s["partitions"]
+            .as_array()
+            .is_some_and(|ps| ps.iter().filter(|p| p["leader"].is_u64()).count() == d.ranges.len())
+    });
+    let replicas = |p: u32| -> Vec<u64> {
+        status["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["partition"] == p)
+            .unwrap()["replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_u64().unwrap())
+            .collect()
+    };
+    assert!(
+        d.ranges.iter().any(|r| r
+            .parents
+            .iter()
+            .any(|&p| replicas(r.id).iter().any(|n| !replicas(p).contains(n)))),
+        "a child lands on another node"
+    );
+
+    // A merge of two neighbours, whose groups are led from wherever elections put
+    // them, while the producers go on.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut open: Vec<rill_client::RangeInfo> = describe(&topic)
+        .await
+        .ranges
+        .into_iter()
+        .filter(|r| r.sealed_at.is_none())
+        .collect();
+    open.sort_by_key(|r| r.lo);
+    let merged = topic.merge_ranges(open[0].id, open[1].id).await.unwrap();
+    assert_eq!(merged.sealed.len(), 2);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut acked = Vec::new();
+    for p in producers {
+        acked.extend(p.await.unwrap());
+    }
+    let d = describe(&topic).await;
+    eprintln!("ranges: {:?}", d.ranges);
+    assert_eq!(d.range_epoch, rounds + 1);
+    // Each range's end as its leader reports it (a node answers `describe` from its
+    // own replicas only): a sealed range ends at its seal, and every child took
+    // records.
+    for r in &d.ranges {
+        let end = log_end(&topic, r.id).await;
+        if let Some(sealed) = r.sealed_at {
+            assert_eq!(end, sealed, "range {}", r.id);
+        }
+        if r.sealed_at.is_none() && r.parents.len() == 2 {
+            assert!(end > 0, "the merge's child {} took records", r.id);
+        }
+    }
+
+    // A cursor from the start, parents before children.
+    let mut reader = topic.records("after");
+    let mut read = Vec::new();
+    while let Some(r) = reader.next().await {
+        let r = r.unwrap();
+        read.push((r.position(), String::from_utf8(r.value.to_vec()).unwrap()));
+    }
+    check(&read, &acked, "a cursor");
+    // A named consumer, its offsets stored through the cluster.
+    let mut named = topic.consumer("named", 0).build().await.unwrap();
+    let mut read = Vec::new();
+    while read.len() < acked.len() {
+        let r = named
+            .next_within(Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|e| panic!("after {} records: {e}", read.len()));
+        read.push((r.position(), String::from_utf8(r.value.to_vec()).unwrap()));
+    }
+    named.shutdown().await.unwrap();
+    check(&read, &acked, "a named consumer");
+    let mut again = topic.consumer("named", 0).build().await.unwrap();
+    assert!(
+        again
+            .next_within(Duration::from_millis(1500))
+            .await
+            .is_err(),
+        "a named consumer built again reads nothing more"
+    );
+    eprintln!("{} records acknowledged and read", acked.len());
+    drop(nodes);
+}
