@@ -399,3 +399,39 @@ async fn a_seal_is_stamped_with_the_log_s_end_and_no_batch_follows_it() {
     append(&mut follower, vec![propose(2, 2, "c", 4)]).await;
     assert_eq!(offsets(&entries(&mut follower).await[2]), Some((8, 12)));
 }
+
+#[tokio::test]
+async fn a_snapshot_that_covers_a_seal_carries_it_to_the_follower_that_installs_it() {
+    let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut leader = open(ld.path(), Durability::Always);
+    let follower = open(fd.path(), Durability::Always);
+    let mut leader_sm = PartitionStateMachine::open(&leader).unwrap();
+    let mut follower_sm = PartitionStateMachine::open(&follower).unwrap();
+    let mut proposed: Vec<_> = (0..6).map(|i| propose(1, i, &format!("s{i}"), 4)).collect();
+    proposed.push(seal(1, 6));
+    append(&mut leader, proposed).await;
+    let sent = entries(&mut leader).await;
+    let stream = futures::stream::iter(sent.iter().cloned().map(|e| Ok((e, None))));
+    leader_sm.apply(stream).await.unwrap();
+    let snapshot = leader_sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    assert_eq!(snapshot.snapshot.sealed, Some(24));
+    follower_sm
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .unwrap();
+    // The follower holds no seal entry, but knows the seal: it appends no batch after.
+    assert_eq!(follower.sealed(), Some((6, 24)));
+    let mut follower = follower;
+    append(&mut follower, vec![propose(2, 7, "late", 1)]).await;
+    assert_eq!(follower.log().next_offset(), 24);
+    drop((follower_sm, follower));
+    let follower = open(fd.path(), Durability::Always);
+    assert_eq!(follower.sealed(), Some((6, 24)));
+    let sm = PartitionStateMachine::open(&follower).unwrap();
+    assert_eq!(sm.high_watermark(), 24);
+}

@@ -31,6 +31,9 @@ pub struct PartitionSnapshot {
     pub next_offset: u64,
     /// The log the batches are read from.
     pub source: Arc<PartitionLog>,
+    /// Where the range is sealed, if a seal entry is among the entries the snapshot
+    /// covers (docs/RANGES.md §9): a follower that installs it refuses batches after.
+    pub sealed: Option<u64>,
 }
 
 /// A snapshot as `raft/snapshot` stores it: its metadata and where its log ends.
@@ -38,6 +41,8 @@ pub struct PartitionSnapshot {
 struct StoredSnapshot {
     meta: SnapshotMetaOf<PartitionTypes>,
     next_offset: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sealed: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -76,6 +81,7 @@ impl PartitionStateMachine {
                     last_membership: membership,
                 },
                 next_offset: purged.next_offset,
+                sealed: purged.sealed,
             });
         }
         let (last_applied, last_membership, watermark) = match &snapshot {
@@ -122,6 +128,7 @@ impl PartitionStateMachine {
                 log_start: log.log_start(),
                 next_offset: stored.next_offset,
                 source: Arc::clone(&log),
+                sealed: stored.sealed,
             },
         }
     }
@@ -159,6 +166,12 @@ impl RaftSnapshotBuilder<PartitionTypes> for PartitionStateMachine {
                 last_membership: state.last_membership.clone(),
             },
             next_offset: self.high_watermark(),
+            sealed: self.store.sealed().and_then(|(index, end)| {
+                state
+                    .last_applied
+                    .is_some_and(|applied| index <= applied.index)
+                    .then_some(end)
+            }),
         };
         let shared = &self.store.shared;
         write_json(shared.io.as_ref(), &shared.dir.join("snapshot"), &stored)?;
@@ -247,13 +260,14 @@ impl RaftStateMachine<PartitionTypes> for PartitionStateMachine {
                 log_id,
                 next_offset: snapshot.next_offset,
                 membership: Some(meta.last_membership.clone()),
-                sealed: None,
+                sealed: snapshot.sealed,
             };
             self.install_batches(&snapshot, purged)?;
         }
         let stored = StoredSnapshot {
             meta: meta.clone(),
             next_offset: snapshot.next_offset,
+            sealed: snapshot.sealed,
         };
         let shared = &self.store.shared;
         write_json(shared.io.as_ref(), &shared.dir.join("snapshot"), &stored)?;

@@ -171,3 +171,31 @@ pub fn log_id(term: u64, node: u64, index: u64) -> LogIdOf<PartitionTypes> {
         index,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seal_pointer_round_trips_and_a_malformed_one_is_refused() {
+        let seal = Pointer {
+            log_id: log_id(3, 2, 41),
+            kind: PointerKind::Seal { end: 1_200 },
+        };
+        let body = seal.encode().unwrap();
+        assert_eq!(body.len(), HEAD + 8);
+        let back = Pointer::decode(&body).unwrap();
+        assert_eq!(back, seal);
+        assert_eq!(back.seal(), Some(1_200));
+        assert_eq!(back.offsets(), None);
+        // A seal's end is exactly eight bytes.
+        assert!(Pointer::decode(&body[..body.len() - 1]).is_err());
+        let mut longer = body.clone();
+        longer.push(0);
+        assert!(Pointer::decode(&longer).is_err());
+        // An unknown kind is refused.
+        let mut unknown = body;
+        unknown[24] = 9;
+        assert!(Pointer::decode(&unknown).is_err());
+    }
+}

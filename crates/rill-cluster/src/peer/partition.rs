@@ -138,6 +138,7 @@ struct Receiving {
     meta: SnapshotMetaOf<PartitionTypes>,
     log_start: u64,
     next_offset: u64,
+    sealed: Option<u64>,
     log: Arc<PartitionLog>,
 }
 
@@ -166,6 +167,8 @@ struct SnapshotBegin {
     meta: SnapshotMetaOf<PartitionTypes>,
     log_start: u64,
     next_offset: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sealed: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -386,6 +389,7 @@ async fn receive_begin(group: &PartitionGroup, begin: SnapshotBegin) -> Result<(
         meta: begin.meta,
         log_start: begin.log_start,
         next_offset: begin.next_offset,
+        sealed: begin.sealed,
         log: Arc::new(log),
     });
     Ok(())
@@ -446,6 +450,7 @@ async fn receive_end(
             log_start: taken.log_start,
             next_offset: taken.next_offset,
             source: Arc::clone(&taken.log),
+            sealed: taken.sealed,
         },
     };
     let answer = group
@@ -532,6 +537,7 @@ impl PartitionClient {
             meta: snapshot.meta,
             log_start: data.log_start,
             next_offset: data.next_offset,
+            sealed: data.sealed,
         };
         self.call::<()>(KIND_SNAPSHOT_BEGIN, json(&begin)?, SNAPSHOT_STEP_TIMEOUT)
             .await?;
