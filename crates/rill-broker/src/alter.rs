@@ -190,9 +190,6 @@ impl Broker {
         if to == from {
             return Ok(to);
         }
-        if to.auto_split != from.auto_split {
-            crate::clustered::refuse_auto_split(&to)?;
-        }
         let change = crate::cluster::CatalogChange::AlterTopic {
             stream: stream.to_owned(),
             topic: topic.to_owned(),

@@ -322,7 +322,6 @@ impl Broker {
         validate_name("stream", stream)?;
         validate_name("topic", topic)?;
         let config = TopicConfig::from_proto(options, self.config.default_durability)?;
-        refuse_auto_split(&config)?;
         if create_stream {
             self.cluster_create_stream(stream, true).await?;
         }
@@ -567,17 +566,6 @@ impl Broker {
 
 /// Whether a mirrored topic still stands for the cluster's: same options and the same
 /// replicas behind each partition.
-/// The automatic range policy (docs/RANGES.md §7) runs on a single node only: a
-/// cluster refuses it rather than accept it and never act.
-pub(crate) fn refuse_auto_split(config: &TopicConfig) -> Result<(), BrokerError> {
-    if config.auto_split.is_some() {
-        return Err(BrokerError::InvalidConfig(
-            "a cluster does not run the automatic range policy yet (docs/RANGES.md §9): split and merge by hand".into(),
-        ));
-    }
-    Ok(())
-}
-
 fn same_topic(mirrored: &Topic, topic: &crate::cluster::ClusterTopic) -> bool {
     mirrored.config == topic.config
         && mirrored.partitions.len() == topic.partitions.len()

@@ -36,7 +36,7 @@ const CHANGE_WAIT: Duration = Duration::from_secs(30);
 const RECORD_ATTEMPTS: usize = 20;
 
 impl Broker {
-    /// A split in a cluster (see the module's documentation).
+    /// A split in a cluster (see the module's documentation), asked for by hand.
     pub(crate) async fn cluster_split_range(
         self: &Arc<Self>,
         stream: &str,
@@ -44,17 +44,33 @@ impl Broker {
         range: Option<u32>,
         at: Option<u64>,
     ) -> Result<RangeChange, BrokerError> {
-        self.cluster_change_ranges(stream, topic, |map, t| {
-            let id = match range {
-                Some(id) => id,
-                None => busiest(map, t),
-            };
-            map.plan_split(id, at, OPEN_RANGES_MAX)
-        })
-        .await
+        self.cluster_split_range_by(stream, topic, range, at, false)
+            .await
     }
 
-    /// A merge in a cluster.
+    /// A split in a cluster, asked for by hand or by the policy.
+    pub(crate) async fn cluster_split_range_by(
+        self: &Arc<Self>,
+        stream: &str,
+        topic: &str,
+        range: Option<u32>,
+        at: Option<u64>,
+        by_policy: bool,
+    ) -> Result<RangeChange, BrokerError> {
+        let change = self
+            .cluster_change_ranges(stream, topic, |map, t| {
+                let id = match range {
+                    Some(id) => id,
+                    None => busiest(map, t),
+                };
+                map.plan_split(id, at, OPEN_RANGES_MAX)
+            })
+            .await?;
+        self.range_policy.count(stream, topic, false, by_policy);
+        Ok(change)
+    }
+
+    /// A merge in a cluster, asked for by hand.
     pub(crate) async fn cluster_merge_ranges(
         self: &Arc<Self>,
         stream: &str,
@@ -62,8 +78,24 @@ impl Broker {
         a: u32,
         b: u32,
     ) -> Result<RangeChange, BrokerError> {
-        self.cluster_change_ranges(stream, topic, |map, _| map.plan_merge(a, b))
+        self.cluster_merge_ranges_by(stream, topic, a, b, false)
             .await
+    }
+
+    /// A merge in a cluster, asked for by hand or by the policy.
+    pub(crate) async fn cluster_merge_ranges_by(
+        self: &Arc<Self>,
+        stream: &str,
+        topic: &str,
+        a: u32,
+        b: u32,
+        by_policy: bool,
+    ) -> Result<RangeChange, BrokerError> {
+        let change = self
+            .cluster_change_ranges(stream, topic, |map, _| map.plan_merge(a, b))
+            .await?;
+        self.range_policy.count(stream, topic, true, by_policy);
+        Ok(change)
     }
 
     async fn cluster_change_ranges(

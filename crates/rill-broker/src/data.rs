@@ -52,10 +52,16 @@ impl Broker {
                     address: None,
                 })));
             };
-            return p
+            let bytes = batch.len() as u64;
+            let produced = p
                 .produce_replicated(&replica, batch, &header)
                 .await
-                .map_err(|e| self.locate(e));
+                .map_err(|e| self.locate(e))?;
+            // The leader counts what it appends (the range policy's rates).
+            if !produced.duplicate {
+                p.count_written(bytes);
+            }
+            return Ok(produced);
         }
         // A batch that waits for nothing is a write into the page cache: append it here
         // rather than paying a hop to the blocking pool and back, unless it needs a

@@ -22,6 +22,7 @@
 //! topic's state goes when it or its policy does.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -234,10 +235,18 @@ impl Broker {
 impl Broker {
     /// One tick of the policy at `now` (blocking: a change fsyncs). Returns the changes
     /// it made, for tests.
-    pub fn range_policy_tick(&self, now: Instant) -> Vec<(String, String, crate::RangeChange)> {
-        if self.check_running().is_err() || self.is_clustered() {
+    ///
+    /// In a cluster each node watches the ranges it leads (what it appends) and changes
+    /// only those: a split of a hot one, a merge of two cold neighbours it both leads
+    /// (docs/RANGES.md §9). A range led elsewhere is never judged here.
+    pub fn range_policy_tick(
+        self: &Arc<Self>,
+        now: Instant,
+    ) -> Vec<(String, String, crate::RangeChange)> {
+        if self.check_running().is_err() {
             return Vec::new();
         }
+        let clustered = self.is_clustered();
         let mut wanted = Vec::new();
         {
             let mut states = self.range_policy.topics.lock();
@@ -269,6 +278,18 @@ impl Broker {
                     let Some(p) = topic.partitions.get(r.id as usize) else {
                         continue;
                     };
+                    if clustered && p.replica().is_none_or(|r| r.leading().is_none()) {
+                        // Led elsewhere: not watched here (watched anew from when it is).
+                        state.samples.remove(&r.id);
+                        state.rates.remove(&r.id);
+                        open.push(RangeView {
+                            id: r.id,
+                            lo: r.lo,
+                            rates: None,
+                            young: true,
+                        });
+                        continue;
+                    }
                     // A range first seen after the topic's first tick is new.
                     if !first && !state.samples.contains_key(&r.id) {
                         state.born.insert(r.id, now);
@@ -327,6 +348,15 @@ impl Broker {
                 let Some(auto) = auto else {
                     continue;
                 };
+                // In a cluster, a change under way is finished first (docs/RANGES.md §9).
+                if topic
+                    .config
+                    .ranges
+                    .as_ref()
+                    .is_some_and(|r| r.pending.is_some())
+                {
+                    continue;
+                }
                 if state
                     .last_change
                     .is_some_and(|t| now.duration_since(t) < window)
@@ -352,12 +382,30 @@ impl Broker {
         }
         let mut made = Vec::new();
         for (stream, topic, decision) in wanted {
-            let result = match decision {
-                Decision::Split(id) => self.change_ranges_by(&stream, &topic, true, |map, _| {
-                    map.plan_split(id, None, crate::OPEN_RANGES_MAX)
-                }),
-                Decision::Merge(a, b) => {
-                    self.change_ranges_by(&stream, &topic, true, |map, _| map.plan_merge(a, b))
+            let result = if clustered {
+                // On the blocking pool (upkeep): the change goes through the cluster.
+                tokio::runtime::Handle::current().block_on(async {
+                    match decision {
+                        Decision::Split(id) => {
+                            self.cluster_split_range_by(&stream, &topic, Some(id), None, true)
+                                .await
+                        }
+                        Decision::Merge(a, b) => {
+                            self.cluster_merge_ranges_by(&stream, &topic, a, b, true)
+                                .await
+                        }
+                    }
+                })
+            } else {
+                match decision {
+                    Decision::Split(id) => {
+                        self.change_ranges_by(&stream, &topic, true, |map, _| {
+                            map.plan_split(id, None, crate::OPEN_RANGES_MAX)
+                        })
+                    }
+                    Decision::Merge(a, b) => {
+                        self.change_ranges_by(&stream, &topic, true, |map, _| map.plan_merge(a, b))
+                    }
                 }
             };
             match result {

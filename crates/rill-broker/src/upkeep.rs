@@ -180,7 +180,7 @@ impl Broker {
         let mut ranges = tokio::time::interval(crate::policy::POLICY_TICK);
         ranges.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let job: fn(&Broker) = tokio::select! {
+            let job: fn(&Arc<Broker>) = tokio::select! {
                 _ = retention.tick() => {
                     self.retain_replicas().await;
                     |b| {

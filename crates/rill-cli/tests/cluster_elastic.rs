@@ -186,30 +186,6 @@ async fn a_split_completes_while_the_parents_leader_is_killed_and_readers_keep_e
         }
     };
     assert!(config.elastic);
-    // The automatic policy does not run in a cluster yet: refused, not ignored.
-    let refused = client
-        .stream("shop")
-        .topic("auto")
-        .create_with(
-            &TopicOptions {
-                partitions: Some(1),
-                elastic: true,
-                auto_split: Some(rill_client::AutoSplit::new(1 << 20)),
-                ..Default::default()
-            },
-            false,
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(
-        refused.code(),
-        Some(rill_client::ErrorCode::InvalidConfig),
-        "{refused}"
-    );
-    assert!(
-        refused.to_string().contains("automatic range policy"),
-        "{refused}"
-    );
     let stop = Arc::new(AtomicBool::new(false));
     let producers: Vec<_> = (0..2)
         .map(|i| tokio::spawn(produce(topic.clone(), format!("p{i}"), Arc::clone(&stop))))
@@ -468,4 +444,67 @@ async fn a_split_completes_while_the_parents_leader_is_killed_and_readers_keep_e
         delivered.len() - first.len()
     );
     drop(nodes);
+}
+
+/// The automatic policy in a cluster: the node that leads a hot range watches what it
+/// appends and splits it through the cluster, under a producer that never notices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_automatic_policy_splits_a_hot_range_through_the_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut nodes, url) = cluster(dir.path());
+    for n in &mut nodes {
+        n.start();
+    }
+    let client = Client::connect(&url).await.unwrap();
+    let topic = client.stream("shop").topic("orders");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let created = topic
+            .create_with(
+                &TopicOptions {
+                    partitions: Some(1),
+                    elastic: true,
+                    replicas: Some(2),
+                    auto_split: Some(
+                        rill_client::AutoSplit::new(20_000).window(Duration::from_secs(1)),
+                    ),
+                    ..Default::default()
+                },
+                true,
+            )
+            .await;
+        match created {
+            Ok(c) => {
+                assert!(c.auto_split.is_some());
+                break;
+            }
+            Err(e) => {
+                assert!(Instant::now() < deadline, "creating the topic: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = tokio::spawn(produce(topic.clone(), "hot".into(), Arc::clone(&stop)));
+    let ranges = wait_epoch(&topic, 1).await;
+    stop.store(true, Ordering::SeqCst);
+    let acked = producer.await.unwrap();
+    assert!(ranges[0].sealed_at.is_some(), "{ranges:?}");
+    assert_eq!(
+        ranges.iter().filter(|r| r.parents == [0]).count(),
+        2,
+        "{ranges:?}"
+    );
+    let mut reader = topic.records("after");
+    let mut read = Vec::new();
+    while let Some(r) = reader.next().await {
+        let r = r.unwrap();
+        read.push((r.position(), String::from_utf8(r.value.to_vec()).unwrap()));
+    }
+    check(&read, &acked, "a cursor after the policy's split");
+    eprintln!(
+        "{} records; the policy split range 0 into {:?}",
+        acked.len(),
+        &ranges[1..]
+    );
 }
