@@ -106,6 +106,7 @@ impl TopicIn<'_> {
                     return StoredRanges {
                         epoch: 0,
                         ranges: Vec::new(),
+                        pending: None,
                     };
                 };
                 for &(pick, at, merge) in changes.iter().take(6) {
@@ -126,6 +127,7 @@ impl TopicIn<'_> {
             }
             RangesIn::Raw(raw, epoch) => StoredRanges {
                 epoch: *epoch,
+                pending: None,
                 ranges: raw
                     .iter()
                     .take(8)
