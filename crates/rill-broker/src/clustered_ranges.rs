@@ -36,19 +36,8 @@ const CHANGE_WAIT: Duration = Duration::from_secs(30);
 const RECORD_ATTEMPTS: usize = 20;
 
 impl Broker {
-    /// A split in a cluster (see the module's documentation), asked for by hand.
-    pub(crate) async fn cluster_split_range(
-        self: &Arc<Self>,
-        stream: &str,
-        topic: &str,
-        range: Option<u32>,
-        at: Option<u64>,
-    ) -> Result<RangeChange, BrokerError> {
-        self.cluster_split_range_by(stream, topic, range, at, false)
-            .await
-    }
-
-    /// A split in a cluster, asked for by hand or by the policy.
+    /// A split in a cluster (see the module's documentation), asked for by hand or by
+    /// the policy.
     pub(crate) async fn cluster_split_range_by(
         self: &Arc<Self>,
         stream: &str,
@@ -68,18 +57,6 @@ impl Broker {
             .await?;
         self.range_policy.count(stream, topic, false, by_policy);
         Ok(change)
-    }
-
-    /// A merge in a cluster, asked for by hand.
-    pub(crate) async fn cluster_merge_ranges(
-        self: &Arc<Self>,
-        stream: &str,
-        topic: &str,
-        a: u32,
-        b: u32,
-    ) -> Result<RangeChange, BrokerError> {
-        self.cluster_merge_ranges_by(stream, topic, a, b, false)
-            .await
     }
 
     /// A merge in a cluster, asked for by hand or by the policy.

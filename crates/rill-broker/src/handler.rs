@@ -571,7 +571,7 @@ impl Broker {
             }
             RequestBody::SplitRange(r) => {
                 let change = self
-                    .cluster_split_range(&r.stream, &r.topic, r.range, r.at)
+                    .cluster_split_range_by(&r.stream, &r.topic, r.range, r.at, false)
                     .await?;
                 ResponseBody::SplitRange(SplitRangeResponse {
                     change: Some(range_change(change)),
@@ -579,7 +579,7 @@ impl Broker {
             }
             RequestBody::MergeRanges(r) => {
                 let change = self
-                    .cluster_merge_ranges(&r.stream, &r.topic, r.first, r.second)
+                    .cluster_merge_ranges_by(&r.stream, &r.topic, r.first, r.second, false)
                     .await?;
                 ResponseBody::MergeRanges(MergeRangesResponse {
                     change: Some(range_change(change)),

@@ -36,6 +36,30 @@ fn seed() -> u64 {
     seed
 }
 
+/// Three nodes started, their URL, and a client of them.
+async fn start_cluster(dir: &std::path::Path) -> (Vec<common::cluster::Node>, String, Client) {
+    let (mut nodes, url) = cluster(dir);
+    for n in &mut nodes {
+        n.start();
+    }
+    let client = Client::connect(&url).await.unwrap();
+    (nodes, url, client)
+}
+
+/// Creates `topic` with `options`, asked again while the cluster is forming.
+async fn create(topic: &Topic, options: &TopicOptions) -> rill_client::TopicConfig {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match topic.create_with(options, true).await {
+            Ok(c) => return c,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "creating the topic: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
 /// The leader of `partition` of shop/orders, as `rill cluster status` reports it once
 /// it has one.
 fn leader_of(url: &str, partition: u32) -> u64 {
@@ -158,33 +182,18 @@ fn check(read: &[(Position, String)], acked: &[String], what: &str) {
 async fn a_split_completes_while_the_parents_leader_is_killed_and_readers_keep_each_keys_order() {
     let seed = seed();
     let dir = tempfile::tempdir().unwrap();
-    let (mut nodes, url) = cluster(dir.path());
-    for n in &mut nodes {
-        n.start();
-    }
-    let client = Client::connect(&url).await.unwrap();
+    let (mut nodes, url, client) = start_cluster(dir.path()).await;
     let topic = client.stream("shop").topic("orders");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let config = loop {
-        match topic
-            .create_with(
-                &TopicOptions {
-                    partitions: Some(1),
-                    elastic: true,
-                    replicas: Some(2),
-                    ..Default::default()
-                },
-                true,
-            )
-            .await
-        {
-            Ok(c) => break c,
-            Err(e) => {
-                assert!(Instant::now() < deadline, "creating the topic: {e}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    };
+    let config = create(
+        &topic,
+        &TopicOptions {
+            partitions: Some(1),
+            elastic: true,
+            replicas: Some(2),
+            ..Default::default()
+        },
+    )
+    .await;
     assert!(config.elastic);
     let stop = Arc::new(AtomicBool::new(false));
     let producers: Vec<_> = (0..2)
@@ -451,39 +460,20 @@ async fn a_split_completes_while_the_parents_leader_is_killed_and_readers_keep_e
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_automatic_policy_splits_a_hot_range_through_the_cluster() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut nodes, url) = cluster(dir.path());
-    for n in &mut nodes {
-        n.start();
-    }
-    let client = Client::connect(&url).await.unwrap();
+    let (_nodes, _url, client) = start_cluster(dir.path()).await;
     let topic = client.stream("shop").topic("orders");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let created = topic
-            .create_with(
-                &TopicOptions {
-                    partitions: Some(1),
-                    elastic: true,
-                    replicas: Some(2),
-                    auto_split: Some(
-                        rill_client::AutoSplit::new(20_000).window(Duration::from_secs(1)),
-                    ),
-                    ..Default::default()
-                },
-                true,
-            )
-            .await;
-        match created {
-            Ok(c) => {
-                assert!(c.auto_split.is_some());
-                break;
-            }
-            Err(e) => {
-                assert!(Instant::now() < deadline, "creating the topic: {e}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    }
+    let config = create(
+        &topic,
+        &TopicOptions {
+            partitions: Some(1),
+            elastic: true,
+            replicas: Some(2),
+            auto_split: Some(rill_client::AutoSplit::new(1_000).window(Duration::from_secs(1))),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(config.auto_split.is_some());
     let stop = Arc::new(AtomicBool::new(false));
     let producer = tokio::spawn(produce(topic.clone(), "hot".into(), Arc::clone(&stop)));
     let ranges = wait_epoch(&topic, 1).await;
