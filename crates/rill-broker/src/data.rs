@@ -63,17 +63,18 @@ impl Broker {
             }
             return Ok(produced);
         }
-        // A batch that waits for nothing is a write into the page cache: append it here
-        // rather than paying a hop to the blocking pool and back, unless it needs a
-        // segment roll (files and syncs), which goes to the pool like everything else.
+        // A batch that waits for no fsync is a write into the page cache: append it
+        // here rather than paying a hop to the blocking pool and back, unless it needs a
+        // segment roll (files and syncs) or its producer sequence must wait for an
+        // earlier batch, which go to the pool like everything else.
         let bytes = batch.len() as u64;
         let count = |p: &Partition, produced: &Produced| {
             if !produced.duplicate {
                 p.count_written(bytes);
             }
         };
-        if !p.append_may_block(&header)
-            && let Some(produced) = p.try_append_inline(&batch)?
+        if !p.append_waits_for_sync()
+            && let Some(produced) = p.try_append_inline(&batch, &header)?
         {
             count(&p, &produced);
             return Ok(produced);

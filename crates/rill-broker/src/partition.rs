@@ -304,13 +304,11 @@ impl Partition {
         })
     }
 
-    /// Whether appending a batch with this header may block: on an fsync (`always`),
-    /// or on a producer sequence waiting for its predecessor. Otherwise the append is a
-    /// write into the page cache (unless the segment must roll, which
-    /// [`Partition::try_append_inline`] refuses to do).
-    pub(crate) fn append_may_block(&self, header: &BatchHeader) -> bool {
+    /// Whether appending to this partition waits for an fsync (`always`): such appends
+    /// go to the blocking pool. Others are writes into the page cache, tried inline
+    /// first ([`Partition::try_append_inline`]).
+    pub(crate) fn append_waits_for_sync(&self) -> bool {
         self.options.read().log.durability == rill_storage::Durability::Always
-            || header.producer.is_some()
     }
 
     /// Counts `bytes` of a batch appended (not a duplicate's).
@@ -434,18 +432,64 @@ impl Partition {
             })
     }
 
-    /// Appends a batch that waits for nothing (no producer id, no fsync) if that needs
-    /// no blocking work: `None` if the segment must roll first (which syncs and creates
-    /// files: the caller goes to the blocking pool).
-    pub(crate) fn try_append_inline(&self, batch: &[u8]) -> Result<Option<Produced>, BrokerError> {
+    /// Appends a batch that waits for no fsync, if that needs no blocking work: `None`
+    /// if it must go to the blocking pool ([`Partition::append_blocking`]), because the
+    /// segment must roll first (which syncs and creates files) or because an idempotent
+    /// producer's batch must wait for its predecessor (a pipelining client's batches
+    /// may arrive out of order). Nothing is appended or recorded when it answers `None`.
+    ///
+    /// An idempotent batch is checked against the producer table and recorded in it
+    /// under the table's lock, held across the write only, as on the blocking path; a
+    /// retry of a batch already stored is acknowledged again without a second append.
+    pub(crate) fn try_append_inline(
+        &self,
+        batch: &[u8],
+        header: &BatchHeader,
+    ) -> Result<Option<Produced>, BrokerError> {
         let log = self.log()?;
         let checked = log.check(batch)?;
+        let (producer, count) = (header.producer, header.record_count);
+        let mut producers = match producer {
+            Some(_) => Some(self.lock_producers()?),
+            None => None,
+        };
+        if let (Some(p), Some(table)) = (producer, producers.as_mut()) {
+            match table.check(p, count)? {
+                Check::Append => {}
+                Check::Duplicate(recent) => {
+                    drop(producers);
+                    log.wait_durable(recent.ticket)?;
+                    return Ok(Some(Produced {
+                        base_offset: recent.base_offset,
+                        last_offset: recent.base_offset + u64::from(recent.count) - 1,
+                        timestamp_us: recent.timestamp_us,
+                        duplicate: true,
+                    }));
+                }
+                Check::Wait { .. } => return Ok(None),
+            }
+        }
         let Some((appended, ticket)) = log
             .try_append(&checked)
             .map_err(|e| self.append_refused(e))?
         else {
             return Ok(None);
         };
+        if let (Some(p), Some(table)) = (producer, producers.as_mut()) {
+            table.record(
+                p,
+                RecentBatch {
+                    base_sequence: p.base_sequence,
+                    count,
+                    base_offset: appended.base_offset,
+                    timestamp_us: appended.timestamp_us,
+                    ticket,
+                },
+            );
+            // Its successor may be waiting on the blocking pool.
+            self.sequenced.notify_all();
+        }
+        drop(producers);
         let durable = log.wait_durable(ticket);
         self.appended.send_replace(log.next_offset());
         durable?;

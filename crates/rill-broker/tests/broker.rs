@@ -25,12 +25,19 @@ fn open(dir: &std::path::Path) -> Arc<Broker> {
 }
 
 fn create(broker: &Broker, partitions: u32) {
+    create_with(broker, partitions, pb::Durability::Unspecified);
+}
+
+/// The topic `s/t`, with a durability (`Unspecified`: the broker's default, `always`).
+fn create_with(broker: &Broker, partitions: u32, durability: pb::Durability) {
     broker
         .create_topic(
             "s",
             "t",
             &pb::TopicOptions {
                 partitions,
+                durability: durability as i32,
+                durability_interval_ms: (durability == pb::Durability::Interval).then_some(50),
                 ..Default::default()
             },
             false,
@@ -38,6 +45,15 @@ fn create(broker: &Broker, partitions: u32) {
         )
         .unwrap();
 }
+
+/// The durabilities an idempotent batch takes different paths under: `always` appends
+/// on the blocking pool; `never` and `interval` inline on the caller's task, unless the
+/// batch must wait for its predecessor.
+const DURABILITIES: [pb::Durability; 3] = [
+    pb::Durability::Always,
+    pb::Durability::Never,
+    pb::Durability::Interval,
+];
 
 fn info(id: u64, epoch: u16, seq: u32) -> ProducerInfo {
     ProducerInfo {
@@ -49,64 +65,197 @@ fn info(id: u64, epoch: u16, seq: u32) -> ProducerInfo {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_batches_that_arrive_out_of_order_are_appended_in_sequence() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = open(dir.path());
-    create(&broker, 1);
-    let second = {
-        let broker = Arc::clone(&broker);
-        tokio::spawn(async move {
-            broker
-                .produce("s", "t", 0, batch(Some(info(9, 0, 3)), &["d", "e"]))
+    for durability in DURABILITIES {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = open(dir.path());
+        create_with(&broker, 1, durability);
+        let second = {
+            let broker = Arc::clone(&broker);
+            tokio::spawn(async move {
+                broker
+                    .produce("s", "t", 0, batch(Some(info(9, 0, 3)), &["d", "e"]))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !second.is_finished(),
+            "{durability:?}: the second batch did not wait"
+        );
+        let first = broker
+            .produce("s", "t", 0, batch(Some(info(9, 0, 0)), &["a", "b", "c"]))
+            .await
+            .unwrap();
+        let second = second.await.unwrap().unwrap();
+        assert_eq!(
+            (first.base_offset, second.base_offset),
+            (0, 3),
+            "{durability:?}"
+        );
+        // A retry of either is acknowledged with its original offsets, appending nothing.
+        for (seq, values, base) in [(3, &["d", "e"][..], 3), (0, &["a", "b", "c"][..], 0)] {
+            let again = broker
+                .produce("s", "t", 0, batch(Some(info(9, 0, seq)), values))
                 .await
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let first = broker
-        .produce("s", "t", 0, batch(Some(info(9, 0, 0)), &["a", "b", "c"]))
-        .await
-        .unwrap();
-    let second = second.await.unwrap().unwrap();
-    assert_eq!((first.base_offset, second.base_offset), (0, 3));
-    // A retry of either is acknowledged with its original offsets, appending nothing.
-    let again = broker
-        .produce("s", "t", 0, batch(Some(info(9, 0, 3)), &["d", "e"]))
-        .await
-        .unwrap();
-    assert!(again.duplicate);
-    assert_eq!(again.base_offset, 3);
-    let (_, partitions) = broker.describe_topic("s", "t").unwrap();
-    assert_eq!(partitions[0].next_offset, 5);
+                .unwrap();
+            assert!(again.duplicate, "{durability:?}");
+            assert_eq!(again.base_offset, base, "{durability:?}");
+        }
+        // The next in sequence goes in after them.
+        let next = broker
+            .produce("s", "t", 0, batch(Some(info(9, 0, 5)), &["f"]))
+            .await
+            .unwrap();
+        assert_eq!(
+            (next.base_offset, next.duplicate),
+            (5, false),
+            "{durability:?}"
+        );
+        let (_, partitions) = broker.describe_topic("s", "t").unwrap();
+        assert_eq!(partitions[0].next_offset, 6, "{durability:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gap_that_never_fills_is_out_of_order_and_a_stale_epoch_is_fenced() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = BrokerConfig::new(dir.path());
-    config.sequence_wait = Duration::from_millis(200);
-    let broker = Arc::new(Broker::open(config).unwrap());
-    create(&broker, 1);
-    broker
-        .produce("s", "t", 0, batch(Some(info(5, 1, 0)), &["a"]))
-        .await
-        .unwrap();
-    let err = broker
-        .produce("s", "t", 0, batch(Some(info(5, 0, 1)), &["b"]))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, BrokerError::ProducerFenced { .. }), "{err}");
-    let gap = broker.produce("s", "t", 0, batch(Some(info(5, 1, 7)), &["late"]));
-    let err = gap.await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            BrokerError::OutOfOrderSequence {
-                expected: 1,
-                got: 7,
-                ..
+    for durability in DURABILITIES {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = BrokerConfig::new(dir.path());
+        config.sequence_wait = Duration::from_millis(200);
+        let broker = Arc::new(Broker::open(config).unwrap());
+        create_with(&broker, 1, durability);
+        broker
+            .produce("s", "t", 0, batch(Some(info(5, 1, 0)), &["a"]))
+            .await
+            .unwrap();
+        let err = broker
+            .produce("s", "t", 0, batch(Some(info(5, 0, 1)), &["b"]))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, BrokerError::ProducerFenced { .. }),
+            "{durability:?}: {err}"
+        );
+        let gap = broker.produce("s", "t", 0, batch(Some(info(5, 1, 7)), &["late"]));
+        let err = gap.await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BrokerError::OutOfOrderSequence {
+                    expected: 1,
+                    got: 7,
+                    ..
+                }
+            ),
+            "{durability:?}: {err}"
+        );
+        let (_, partitions) = broker.describe_topic("s", "t").unwrap();
+        assert_eq!(partitions[0].next_offset, 1, "{durability:?}");
+    }
+}
+
+/// Many idempotent producers pipelining into one partition at once, every batch sent
+/// twice: each producer's records are stored once each, in its sequence order, under
+/// every durability (inline appends and the blocking pool's interleave).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_pipelined_producers_keep_their_order_and_store_each_batch_once() {
+    const PRODUCERS: u64 = 4;
+    const BATCHES: u32 = 40;
+    const WINDOW: usize = 4;
+    for durability in DURABILITIES {
+        let dir = tempfile::tempdir().unwrap();
+        // A batch that waits for its predecessor is woken when that one is appended,
+        // not by its wait running out: far longer than the test is given.
+        let mut config = BrokerConfig::new(dir.path());
+        config.sequence_wait = Duration::from_secs(90);
+        let broker = Arc::new(Broker::open(config).unwrap());
+        create_with(&broker, 1, durability);
+        // Each producer keeps up to WINDOW batches (and their copies) in flight, as a
+        // pipelining client does: within the batches the broker remembers, so a copy
+        // is always recognised.
+        let mut producers = tokio::task::JoinSet::new();
+        for id in 1..=PRODUCERS {
+            let broker = Arc::clone(&broker);
+            producers.spawn(async move {
+                // Oldest first, so every batch in flight is within the last WINDOW.
+                let mut in_flight = std::collections::VecDeque::new();
+                let mut duplicates = 0u32;
+                for seq in 0..BATCHES {
+                    for _copy in 0..2 {
+                        let broker = Arc::clone(&broker);
+                        in_flight.push_back(tokio::spawn(async move {
+                            let value = format!("{id}:{seq}");
+                            broker
+                                .produce("s", "t", 0, batch(Some(info(id, 0, seq)), &[&value]))
+                                .await
+                        }));
+                    }
+                    while in_flight.len() >= 2 * WINDOW {
+                        let oldest = in_flight.pop_front().unwrap();
+                        duplicates += u32::from(oldest.await.unwrap()?.duplicate);
+                    }
+                }
+                for rest in in_flight {
+                    duplicates += u32::from(rest.await.unwrap()?.duplicate);
+                }
+                Ok::<_, BrokerError>(duplicates)
+            });
+        }
+        let mut duplicates = 0;
+        let all = async {
+            while let Some(joined) = producers.join_next().await {
+                duplicates += joined
+                    .unwrap()
+                    .unwrap_or_else(|e| panic!("{durability:?}: {e}"));
             }
-        ),
-        "{err}"
-    );
+        };
+        tokio::time::timeout(Duration::from_secs(60), all)
+            .await
+            .unwrap_or_else(|_| {
+                panic!("{durability:?}: a batch waited for a predecessor already appended")
+            });
+        let mut next = vec![0u32; PRODUCERS as usize + 1];
+        let mut offset = 0;
+        while offset < u64::from(BATCHES) * PRODUCERS {
+            let read = broker
+                .fetch(
+                    "s",
+                    "t",
+                    0,
+                    Fetch {
+                        offset,
+                        max_bytes: 1 << 20,
+                        max_wait: Duration::ZERO,
+                        min_bytes: 0,
+                    },
+                )
+                .await
+                .unwrap();
+            let mut rest = &read.bytes[..];
+            while !rest.is_empty() {
+                let view = BatchView::parse(rest).unwrap();
+                for record in view.records() {
+                    let text = std::str::from_utf8(record.value).unwrap();
+                    let (id, seq) = text.split_once(':').unwrap();
+                    let (id, seq): (usize, u32) = (id.parse().unwrap(), seq.parse().unwrap());
+                    assert_eq!(seq, next[id], "{durability:?}: producer {id} out of order");
+                    next[id] += 1;
+                    offset += 1;
+                }
+                rest = &rest[view.as_bytes().len()..];
+            }
+        }
+        assert!(
+            next[1..].iter().all(|&n| n == BATCHES),
+            "{durability:?}: {next:?}"
+        );
+        let (_, partitions) = broker.describe_topic("s", "t").unwrap();
+        assert_eq!(
+            partitions[0].next_offset,
+            u64::from(BATCHES) * PRODUCERS,
+            "{durability:?}"
+        );
+    }
 }
 
 /// docs/FORMAT.md §1: the broker does not check a producer's `base_offset` and

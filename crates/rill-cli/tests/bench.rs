@@ -301,6 +301,9 @@ fn bad_numbers_are_usage_errors() {
         &["e2e", "--group", "--read", "subscribe"],
         &["consume", "--read", "push"],
         &["produce", "--in-flight", "65"],
+        // A producer without idempotence keeps one batch per partition in flight.
+        &["produce", "--in-flight", "2"],
+        &["produce", "--api", "publish-batch", "--idempotent"],
         &["produce", "--limits", "--limits-seconds", "0"],
         &["limits", "--limits-seconds", "nan"],
         &["limits"],
@@ -321,9 +324,17 @@ fn bad_numbers_are_usage_errors() {
 fn pipelined_produce_with_the_limits_measured_first() {
     let v = bench_json(
         "produce",
-        &["--in-flight", "4", "--limits", "--limits-seconds", "0.05"],
+        &[
+            "--idempotent",
+            "--in-flight",
+            "4",
+            "--limits",
+            "--limits-seconds",
+            "0.05",
+        ],
     );
     assert_eq!(v["in_flight"], 4, "{v}");
+    assert_eq!(v["idempotent"], true, "{v}");
     for k in [
         "loopback_mb_per_s",
         "disk_sync_mb_per_s",

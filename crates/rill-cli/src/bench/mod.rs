@@ -70,7 +70,7 @@ impl Workload {
 /// The client API producers use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(super) enum Api {
-    /// `Producer` in direct mode, one per partition, idempotence off.
+    /// `Producer` in direct mode, one per partition, idempotence off (on with `--idempotent`).
     Producer,
     /// `Topic::publish_batch` (partition chosen round-robin per call by the client).
     PublishBatch,
@@ -94,9 +94,16 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 1, value_parser = between(1, 1024))]
     producers: u64,
     /// Produce requests each producer task keeps in flight (sent and not yet
-    /// acknowledged); each partition's requests are appended in the order sent.
+    /// acknowledged). With `--api producer` more than one needs `--idempotent` (a
+    /// producer without idempotence keeps one batch per partition in flight, so its
+    /// batches stay in order); with `--api publish-batch` the server may append
+    /// requests in flight together in any order.
     #[arg(long, default_value_t = 1, value_parser = between(1, 64))]
     in_flight: u64,
+    /// `--api producer` with idempotence on, the SDK's default: up to `--in-flight`
+    /// batches per partition in flight, appended in the order sent.
+    #[arg(long)]
+    idempotent: bool,
     /// Concurrent consumer tasks, each reading its own partitions (consume, e2e).
     #[arg(long, default_value_t = 1, value_parser = between(1, 1024))]
     consumers: u64,
@@ -231,6 +238,8 @@ pub(super) struct Plan {
     pub(super) batch: usize,
     pub(super) producers: usize,
     pub(super) in_flight: usize,
+    /// Producers with idempotence on.
+    pub(super) idempotent: bool,
     pub(super) consumers: usize,
     pub(super) partitions: u32,
     durability: Durability,
@@ -282,6 +291,16 @@ impl Plan {
                 args.batch
             ));
         }
+        if args.idempotent && args.api != Api::Producer {
+            return Err("--idempotent applies to --api producer".to_owned());
+        }
+        if args.in_flight > 1 && args.api == Api::Producer && !args.idempotent {
+            return Err(format!(
+                "--in-flight {} with --api producer needs --idempotent: a producer without \
+                 idempotence keeps one batch per partition in flight, to keep them in order",
+                args.in_flight
+            ));
+        }
         if args.elastic && args.api != Api::Producer {
             return Err("--elastic needs --api producer: it routes keys by range".to_owned());
         }
@@ -300,6 +319,7 @@ impl Plan {
             batch: usize::try_from(args.batch).map_err(|e| e.to_string())?,
             producers: usize::try_from(args.producers).map_err(|e| e.to_string())?,
             in_flight: usize::try_from(args.in_flight).map_err(|e| e.to_string())?,
+            idempotent: args.idempotent,
             consumers: usize::try_from(args.consumers).map_err(|e| e.to_string())?,
             partitions: u32::try_from(args.partitions).map_err(|e| e.to_string())?,
             durability: args.durability,
@@ -451,6 +471,7 @@ pub(crate) async fn run(args: BenchArgs, target: &Target) -> anyhow::Result<()> 
         ("batch", json!(plan.batch)),
         ("producers", json!(plan.producers)),
         ("in_flight", json!(plan.in_flight)),
+        ("idempotent", json!(plan.idempotent)),
         ("consumers", json!(plan.consumers)),
         ("partitions", json!(plan.partitions)),
         ("durability", json!(plan.durability_name())),

@@ -98,7 +98,7 @@ pub(super) type Tasks = JoinSet<anyhow::Result<TaskResult>>;
 /// How a producer task sends a batch.
 #[derive(Debug)]
 enum Sender {
-    /// One direct-mode `Producer` per partition, routed to it.
+    /// One direct-mode `Producer` per partition, routed to it (idempotence as asked).
     Producers(Vec<Producer>),
     /// `Topic::publish_batch`: the client picks the partition round-robin per call.
     Publish(Topic),
@@ -128,7 +128,8 @@ impl Sender {
                             .producer()
                             .batch_length(plan.batch)
                             .max_batch_bytes(plan.request_bytes())
-                            .idempotence(false)
+                            .idempotence(plan.idempotent)
+                            .max_in_flight(plan.in_flight)
                             .routing(routing)
                             .build()
                             .await
