@@ -289,4 +289,12 @@ impl IoFile for FaultyFile {
         }
         self.inner.start_writeback(pos, len)
     }
+
+    fn preallocate(&self, pos: u64, len: u64) -> io::Result<()> {
+        self.inner.preallocate(pos, len)
+    }
+
+    fn release_preallocated(&self) -> io::Result<()> {
+        self.inner.release_preallocated()
+    }
 }

@@ -68,6 +68,33 @@ pub trait IoFile: Send + Sync + fmt::Debug {
         Ok(())
     }
 
+    /// Writes all of `bufs`, one after another, at `pos`: one system call where the
+    /// file can (`pwritev` on Linux). The default writes them in turn. A crash in the
+    /// middle may keep any prefix, as with separate writes.
+    fn write_all_vectored_at(&self, bufs: &[&[u8]], pos: u64) -> io::Result<()> {
+        let mut at = pos;
+        for buf in bufs {
+            self.write_all_at(buf, at)?;
+            at += buf.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Reserves the disk blocks of `len` bytes at `pos` without changing the file's
+    /// size or what it reads as (`fallocate(FALLOC_FL_KEEP_SIZE)` on Linux), so writes
+    /// there skip the file system's block allocation. A hint: the default reserves
+    /// nothing, and a file system that cannot is not an error.
+    fn preallocate(&self, pos: u64, len: u64) -> io::Result<()> {
+        let _ = (pos, len);
+        Ok(())
+    }
+
+    /// Frees blocks reserved by [`Self::preallocate`] past the end of the file, leaving
+    /// its size and contents as they are. The default has none to free.
+    fn release_preallocated(&self) -> io::Result<()> {
+        Ok(())
+    }
+
     /// Reads up to `buf.len()` bytes at `pos` only if that needs no wait for the disk
     /// (the page cache holds them): `None` if it would wait. The default never reads
     /// this way, so its callers take their blocking path.
@@ -246,6 +273,20 @@ impl IoFile for StdFile {
         crate::sys::start_writeback(&self.0, pos, len)
     }
 
+    fn write_all_vectored_at(&self, bufs: &[&[u8]], pos: u64) -> io::Result<()> {
+        crate::sys::write_all_vectored(&self.0, bufs, pos)
+    }
+
+    fn preallocate(&self, pos: u64, len: u64) -> io::Result<()> {
+        crate::sys::preallocate(&self.0, pos, len)
+    }
+
+    fn release_preallocated(&self) -> io::Result<()> {
+        // Truncating to the same size frees the blocks reserved past it.
+        let len = self.0.metadata()?.len();
+        self.0.set_len(len)
+    }
+
     fn read_at_nowait(&self, buf: &mut [u8], pos: u64) -> io::Result<Option<usize>> {
         crate::sys::read_nowait(&self.0, buf, pos)
     }
@@ -295,6 +336,86 @@ mod tests {
                 Ok(got) => assert_eq!(got, want),
                 Err(e) => assert_eq!(e.kind(), io::ErrorKind::WouldBlock),
             }
+        }
+    }
+
+    /// A file with the trait's default methods only.
+    #[derive(Debug)]
+    struct Plain(Arc<dyn IoFile>);
+
+    impl IoFile for Plain {
+        fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
+            self.0.read_at(buf, pos)
+        }
+        fn write_all_at(&self, buf: &[u8], pos: u64) -> io::Result<()> {
+            self.0.write_all_at(buf, pos)
+        }
+        fn sync_data(&self) -> io::Result<()> {
+            self.0.sync_data()
+        }
+        fn set_len(&self, len: u64) -> io::Result<()> {
+            self.0.set_len(len)
+        }
+        fn size(&self) -> io::Result<u64> {
+            self.0.size()
+        }
+    }
+
+    /// One vectored write places every buffer after the one before, empty ones and all,
+    /// more than one call's worth of buffers too, over and past what the file held;
+    /// the default (one write per buffer) writes the same bytes.
+    #[test]
+    fn a_vectored_write_writes_its_buffers_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = file_of(dir.path(), 1000);
+        let parts: Vec<Vec<u8>> = (0..21u8)
+            .map(|i| vec![i; usize::from(i) * 997 % 5000])
+            .collect();
+        let bufs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        let joined = parts.concat();
+        file.write_all_vectored_at(&bufs, 700).unwrap();
+        let mut want: Vec<u8> = (0..700).map(|i| (i % 251) as u8).collect();
+        want.extend_from_slice(&joined);
+        assert_eq!(file.size().unwrap(), want.len() as u64);
+        assert_eq!(file.read_vec_at(want.len(), 0).unwrap(), want);
+        let other = StdIo.open(&dir.path().join("g"), true).unwrap();
+        Plain(Arc::clone(&other))
+            .write_all_vectored_at(&bufs, 0)
+            .unwrap();
+        assert_eq!(other.read_vec_at(joined.len(), 0).unwrap(), joined);
+        file.write_all_vectored_at(&[], 0).unwrap();
+        assert_eq!(file.size().unwrap(), want.len() as u64);
+    }
+
+    /// Blocks reserved past the end change neither the size nor what the file reads as,
+    /// writes into them read back, and releasing frees what the writes did not use.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn reserved_blocks_keep_the_size_and_are_freed_past_the_end() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = StdIo.open(&path, true).unwrap();
+        let allocated = || fs::metadata(&path).unwrap().blocks() * 512;
+        file.write_all_at(&[7u8; 4096], 0).unwrap();
+        file.preallocate(4096, 8 << 20).unwrap();
+        assert_eq!(file.size().unwrap(), 4096);
+        // A file system that reserves nothing (it may not support it) still passes
+        // the rest; where it does, the blocks show.
+        let reserved = allocated() >= 8 << 20;
+        let data = vec![9u8; 1 << 20];
+        file.write_all_at(&data, 4096).unwrap();
+        assert_eq!(file.size().unwrap(), 4096 + (1 << 20));
+        assert_eq!(file.read_vec_at(1 << 20, 4096).unwrap(), data);
+        file.release_preallocated().unwrap();
+        assert_eq!(file.size().unwrap(), 4096 + (1 << 20));
+        assert_eq!(file.read_vec_at(4096, 0).unwrap(), vec![7u8; 4096]);
+        if reserved {
+            assert!(
+                allocated() < 4 << 20,
+                "{} bytes still allocated",
+                allocated()
+            );
         }
     }
 

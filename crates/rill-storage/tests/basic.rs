@@ -612,3 +612,90 @@ fn a_cached_read_returns_what_a_read_does_or_nothing() {
     faults.delay_reads(Some(std::time::Duration::from_millis(1)));
     assert!(slow.read_cached(0, 4096).is_none());
 }
+
+/// A busy log reserves its active segment's blocks ahead of its writes (without
+/// changing the file's size), and a roll (here by age, far from the segment's size)
+/// frees what the sealed segment did not use;
+/// every record reads back, before and after a reopen. Under both durabilities that
+/// roll differently (`always` syncs the old segment inline, `never` in the background).
+#[cfg(target_os = "linux")]
+#[test]
+fn blocks_are_reserved_ahead_of_writes_and_freed_at_the_roll() {
+    use std::os::unix::fs::MetadataExt;
+    use std::path::{Path, PathBuf};
+
+    use rill_storage::{Io, StdIo};
+
+    for durability in [Durability::Never, Durability::Always] {
+        let dir = tempfile::tempdir().unwrap();
+        let allocated = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
+        let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+        // Whether this file system reserves blocks at all (tmpfs and ext4 do).
+        let probe = dir.path().join("probe");
+        StdIo
+            .open(&probe, true)
+            .unwrap()
+            .preallocate(0, 1 << 20)
+            .unwrap();
+        let reserves = allocated(&probe) >= 1 << 20;
+        std::fs::remove_file(&probe).unwrap();
+        let segments = || {
+            let mut v: Vec<PathBuf> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|e| e == "log"))
+                .collect();
+            v.sort();
+            v
+        };
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let config = LogConfig {
+            segment_bytes_max: 16 << 20,
+            segment_age_max: Some(secs(60)),
+            index_interval_bytes: 4096,
+            durability,
+            ..LogConfig::default()
+        };
+        let log = open_manual(dir.path(), config.clone(), &clock);
+        // 3 MiB in batches of about 64 KiB.
+        let (mut records, mut written) = (0, 0);
+        for i in 0..48 {
+            let b = batch(&format!("a{i}"), 64, 1000);
+            log.append(&b).unwrap();
+            records += 64;
+            written += b.len() as u64;
+        }
+        let active = segments()[0].clone();
+        // Reserving changes no size: the file holds exactly what was written.
+        assert_eq!(size(&active), written, "{durability:?}");
+        if reserves {
+            assert!(
+                allocated(&active) >= size(&active) + (1 << 20),
+                "{durability:?}: {} allocated for {} bytes",
+                allocated(&active),
+                size(&active)
+            );
+        }
+        // Rolled by age, far from the segment's size: what was reserved ahead of the
+        // writes is freed.
+        clock.advance_us(61_000_000);
+        log.append(&batch("b", 64, 1000)).unwrap();
+        records += 64;
+        assert_eq!(log.segment_count(), 2, "{durability:?}");
+        log.sync().unwrap();
+        let sealed = &segments()[0];
+        assert!(
+            allocated(sealed) <= size(sealed) + (64 << 10),
+            "{durability:?}: {} allocated for {} bytes",
+            allocated(sealed),
+            size(sealed)
+        );
+        let read = read_all(&log, 0);
+        assert_eq!(read.len(), records, "{durability:?}");
+        assert!(read.iter().enumerate().all(|(i, (o, _))| *o == i as u64));
+        drop(log);
+        let log = open_manual(dir.path(), config, &clock);
+        assert_eq!(log.next_offset(), records as u64, "{durability:?}");
+        assert_eq!(read_all(&log, 0), read, "{durability:?}");
+    }
+}

@@ -12,6 +12,11 @@ use crate::error::io_err;
 use crate::recovery_point::RecoveryPoint;
 use crate::segment::{Found, IndexCadence, Scanner, Segment, entry_for};
 
+/// The least a log reserves ahead of its writes, and the most (see
+/// `PartitionLog::preallocate`).
+const PREALLOCATE_BYTES_MIN: u64 = 1 << 20;
+const PREALLOCATE_BYTES_MAX: u64 = 32 << 20;
+
 /// A batch that passed every check that does not depend on the log's state (size,
 /// both CRCs, record structure and size, timestamp span): what
 /// [`PartitionLog::check`] returns and [`PartitionLog::try_append`] writes.
@@ -252,14 +257,13 @@ impl PartitionLog {
         let batch = checked.bytes;
         let len = checked.len();
         let position = w.written_len;
-        // The stamped header, then the records as the caller holds them. A crash
-        // between the two writes leaves a torn batch, which recovery cuts.
-        let written = w.file.write_all_at(header, position).and_then(|()| {
-            w.file.write_all_at(
-                &batch[BATCH_HEADER_LEN..],
-                position + BATCH_HEADER_LEN as u64,
-            )
-        });
+        self.preallocate(w, position + len);
+        // The stamped header, then the records as the caller holds them, in one write
+        // where the file can. A crash in the middle leaves a torn batch, which recovery
+        // cuts.
+        let written = w
+            .file
+            .write_all_vectored_at(&[header, &batch[BATCH_HEADER_LEN..]], position);
         if let Err(e) = written {
             self.poison_with("write");
             return Err(io_err("write segment", &w.active.path)(e));
@@ -307,6 +311,31 @@ impl PartitionLog {
             },
             DurableTicket(seq),
         ))
+    }
+
+    /// Reserves the active segment's blocks ahead of a write ending at `end`, once it
+    /// passes what is reserved: as far ahead again as the segment holds, from 1 MiB to
+    /// [`PREALLOCATE_BYTES_MAX`], never past the segment's roll size. So a quiet
+    /// partition reserves little, a busy one calls `fallocate` once per 32 MiB, and
+    /// what is reserved and unwritten is at most that per log (freed at the roll). A
+    /// hint: a failure is logged and the write goes on.
+    fn preallocate(&self, w: &mut Writer, end: u64) {
+        if end <= w.preallocated {
+            return;
+        }
+        let ahead = end.clamp(PREALLOCATE_BYTES_MIN, PREALLOCATE_BYTES_MAX);
+        let to = end
+            .saturating_add(ahead)
+            .min(self.config.segment_bytes_max.max(end));
+        // Too little to be worth a call (a small segment near its roll size, or a tiny
+        // write into a new one): reserve nothing now, look again at the next write.
+        if end < PREALLOCATE_BYTES_MIN || to <= end {
+            return;
+        }
+        if let Err(e) = w.file.preallocate(end, to - end) {
+            tracing::debug!(path = %w.active.path.display(), error = %e, "could not reserve blocks ahead of the log's writes");
+        }
+        w.preallocated = to;
     }
 
     /// Rolls to a new segment if a batch of `len` bytes would need one. Under
@@ -369,6 +398,11 @@ impl PartitionLog {
     pub(super) fn roll_to(&self, w: &mut Writer, base: u64) -> Result<(), StorageError> {
         let old = Arc::clone(&w.active);
         let old_file = Arc::clone(&w.file);
+        // Here, under the writer's lock, so no truncation races it (a truncation may
+        // cut into this segment while it is still being sealed).
+        if w.preallocated > 0 {
+            release_preallocated(&old.path, old_file.as_ref());
+        }
         if self.durability() == Durability::Always {
             // Under `always` the old segment is synced already but for appends still
             // waiting on their group commit: syncing it here is cheap, and is what
@@ -411,6 +445,7 @@ impl PartitionLog {
         w.next_offset = base;
         w.segment_first_ts = None;
         w.cadence = IndexCadence::new(self.config.index_interval_bytes, None);
+        w.preallocated = 0;
         Ok(())
     }
 
@@ -458,6 +493,13 @@ impl PartitionLog {
                 self.poison_with("segment seal");
             }
         }
+    }
+}
+
+/// Frees the blocks reserved past a sealed segment's end. A hint: a failure is logged.
+pub(crate) fn release_preallocated(path: &std::path::Path, file: &dyn crate::IoFile) {
+    if let Err(e) = file.release_preallocated() {
+        tracing::warn!(path = %path.display(), error = %e, "could not free the blocks reserved past a sealed segment's end");
     }
 }
 

@@ -41,6 +41,7 @@ mod truncate;
 mod tune;
 
 pub use append::CheckedBatch;
+pub(crate) use append::release_preallocated;
 
 /// What [`PartitionLog::append`] assigned to a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,6 +151,9 @@ pub(crate) struct Writer {
     /// The active segment ends in damage, so nothing may be appended to it: a lower
     /// bound for the offset appends resume at once the loss is accepted.
     pub(crate) tail_damage: Option<u64>,
+    /// How far the active segment's blocks are reserved ahead of its writes
+    /// ([`IoFile::preallocate`]); 0 for a segment not reserved into yet.
+    pub(crate) preallocated: u64,
 }
 
 impl Writer {
@@ -172,6 +176,7 @@ impl Writer {
             closed: false,
             fenced: false,
             tail_damage: state.tail_damage,
+            preallocated: 0,
         }
     }
 }

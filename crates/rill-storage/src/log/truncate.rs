@@ -222,6 +222,7 @@ impl PartitionLog {
         w.last_max_ts = cut.max_ts_before;
         w.segment_first_ts = None;
         w.cadence = IndexCadence::new(self.config.index_interval_bytes, None);
+        w.preallocated = 0;
         // Group commit and write-behind named the old tail: start over from the new one
         // (everything before it is synced).
         {

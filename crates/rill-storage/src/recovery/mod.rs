@@ -304,6 +304,11 @@ pub(crate) fn recover(
         file.sync_data()
             .map_err(io_err("sync segment", &segment.path))?;
     }
+    // A crash may have come between a roll and the old segment's release of the
+    // blocks reserved past its end (see `PartitionLog::preallocate`): free them.
+    for (segment, file, _) in &segments[first_unsafe.min(last)..last] {
+        crate::log::release_preallocated(&segment.path, file.as_ref());
+    }
     // Sealed segments are read through the shared file cache from here on.
     for (segment, _, _) in &segments[..last] {
         segment.index_mut().release_files();
