@@ -31,6 +31,21 @@ impl Broker {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// Frees the disk blocks reserved ahead of the writes of every log, this node's
+    /// replicas' too, that nothing was appended to for `idle` (docs/FORMAT.md §4), so
+    /// partitions that went quiet hold no reservation (blocking: one `ftruncate` each).
+    pub fn release_idle_reservations(&self, idle: Duration) -> usize {
+        let mut released = 0;
+        for (_, _, _, p) in self.all_partitions() {
+            if let Ok(log) = p.log()
+                && log.release_idle_reservation(idle)
+            {
+                released += 1;
+            }
+        }
+        released
+    }
+
     /// Applies retention to every replica this node runs, each through its group
     /// (docs/REPLICATION.md §7.5); a single node's partitions are
     /// [`Broker::apply_retention`]'s.
@@ -163,7 +178,8 @@ impl Broker {
         out
     }
 
-    /// Runs retention every `retention_interval` (first after one interval), expires
+    /// Runs retention every `retention_interval` (first after one interval) and frees
+    /// the reservations of logs idle that long, expires
     /// group sessions every second, reopens failed partitions and runs the elastic
     /// topics' range policy, until the broker shuts down.
     pub async fn run_upkeep(self: Arc<Self>) {
@@ -187,6 +203,8 @@ impl Broker {
                         if let Err(e) = b.apply_retention() {
                             tracing::error!(error = %e, "retention failed");
                         }
+                        // Logs idle for a whole retention interval.
+                        b.release_idle_reservations(b.config().retention_interval);
                     }
                 },
                 _ = sessions.tick() => {

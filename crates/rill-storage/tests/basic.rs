@@ -676,9 +676,35 @@ fn blocks_are_reserved_ahead_of_writes_and_freed_at_the_roll() {
                 size(&active)
             );
         }
+        // A log idle for long enough gives its reservation back; written again, it
+        // reserves again.
+        assert!(!log.release_idle_reservation(secs(30)), "{durability:?}");
+        clock.advance_us(31_000_000);
+        let idle = log.release_idle_reservation(secs(30));
+        if reserves {
+            assert!(idle, "{durability:?}");
+            assert!(
+                allocated(&active) <= size(&active) + (64 << 10),
+                "{durability:?}: {} allocated for {} bytes when idle",
+                allocated(&active),
+                size(&active)
+            );
+        }
+        assert!(!log.release_idle_reservation(secs(30)), "{durability:?}");
+        let b = batch("again", 64, 1000);
+        log.append(&b).unwrap();
+        records += 64;
+        written += b.len() as u64;
+        assert_eq!(size(&active), written, "{durability:?}");
+        if reserves {
+            assert!(
+                allocated(&active) >= size(&active) + (1 << 20),
+                "{durability:?}"
+            );
+        }
         // Rolled by age, far from the segment's size: what was reserved ahead of the
         // writes is freed.
-        clock.advance_us(61_000_000);
+        clock.advance_us(30_000_000);
         log.append(&batch("b", 64, 1000)).unwrap();
         records += 64;
         assert_eq!(log.segment_count(), 2, "{durability:?}");

@@ -338,6 +338,29 @@ impl PartitionLog {
         w.preallocated = to;
     }
 
+    /// Frees the blocks reserved ahead of the active segment's writes if nothing was
+    /// appended for `idle` (by the log's clock): a partition that went quiet holds no
+    /// reservation until it is written again. Returns whether it freed any. A hint: a
+    /// failure is logged.
+    pub fn release_idle_reservation(&self, idle: std::time::Duration) -> bool {
+        let Ok(mut w) = self.lock_writer() else {
+            return false;
+        };
+        if w.preallocated <= w.written_len {
+            return false;
+        }
+        let idle_us = i64::try_from(idle.as_micros()).unwrap_or(i64::MAX);
+        let now = self.env.clock.now_us();
+        if w.last_max_ts
+            .is_some_and(|last| now.saturating_sub(last) < idle_us)
+        {
+            return false;
+        }
+        release_preallocated(&w.active.path, w.file.as_ref());
+        w.preallocated = w.written_len;
+        true
+    }
+
     /// Rolls to a new segment if a batch of `len` bytes would need one. Under
     /// `always` this syncs the old segment (holding only the log's own writer lock).
     pub fn make_room(&self, len: u64) -> Result<(), StorageError> {
