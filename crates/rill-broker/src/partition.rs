@@ -8,8 +8,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
-use rill_format::BatchHeader;
-use rill_storage::{LogConfig, LogEnv, LogRead, PartitionLog, StorageError};
+use rill_format::{BatchHeader, ProducerInfo};
+use rill_storage::{
+    Appended, DurableTicket, LogConfig, LogEnv, LogRead, PartitionLog, StorageError,
+};
 use tokio::sync::watch;
 
 use crate::BrokerError;
@@ -36,6 +38,28 @@ pub struct Produced {
     pub timestamp_us: i64,
     /// The batch was a retry of an appended one; nothing was appended.
     pub duplicate: bool,
+}
+
+impl Produced {
+    /// The answer to a batch just appended.
+    fn appended(appended: &Appended) -> Self {
+        Self {
+            base_offset: appended.base_offset,
+            last_offset: appended.last_offset,
+            timestamp_us: appended.timestamp_us,
+            duplicate: false,
+        }
+    }
+
+    /// The answer to a retry of a batch appended before: its original offsets.
+    fn again(recent: &RecentBatch) -> Self {
+        Self {
+            base_offset: recent.base_offset,
+            last_offset: recent.base_offset + u64::from(recent.count) - 1,
+            timestamp_us: recent.timestamp_us,
+            duplicate: true,
+        }
+    }
 }
 
 /// What stands behind a partition.
@@ -432,6 +456,29 @@ impl Partition {
             })
     }
 
+    /// Records an idempotent producer's appended batch in the table (held by the
+    /// caller) and wakes batches waiting for their predecessor.
+    fn record_appended(
+        &self,
+        table: &mut ProducerTable,
+        p: ProducerInfo,
+        count: u32,
+        appended: &Appended,
+        ticket: DurableTicket,
+    ) {
+        table.record(
+            p,
+            RecentBatch {
+                base_sequence: p.base_sequence,
+                count,
+                base_offset: appended.base_offset,
+                timestamp_us: appended.timestamp_us,
+                ticket,
+            },
+        );
+        self.sequenced.notify_all();
+    }
+
     /// Appends a batch that waits for no fsync, if that needs no blocking work: `None`
     /// if it must go to the blocking pool ([`Partition::append_blocking`]), because the
     /// segment must roll first (which syncs and creates files) or because an idempotent
@@ -459,12 +506,7 @@ impl Partition {
                 Check::Duplicate(recent) => {
                     drop(producers);
                     log.wait_durable(recent.ticket)?;
-                    return Ok(Some(Produced {
-                        base_offset: recent.base_offset,
-                        last_offset: recent.base_offset + u64::from(recent.count) - 1,
-                        timestamp_us: recent.timestamp_us,
-                        duplicate: true,
-                    }));
+                    return Ok(Some(Produced::again(&recent)));
                 }
                 Check::Wait { .. } => return Ok(None),
             }
@@ -476,29 +518,14 @@ impl Partition {
             return Ok(None);
         };
         if let (Some(p), Some(table)) = (producer, producers.as_mut()) {
-            table.record(
-                p,
-                RecentBatch {
-                    base_sequence: p.base_sequence,
-                    count,
-                    base_offset: appended.base_offset,
-                    timestamp_us: appended.timestamp_us,
-                    ticket,
-                },
-            );
             // Its successor may be waiting on the blocking pool.
-            self.sequenced.notify_all();
+            self.record_appended(table, p, count, &appended, ticket);
         }
         drop(producers);
         let durable = log.wait_durable(ticket);
         self.appended.send_replace(log.next_offset());
         durable?;
-        Ok(Some(Produced {
-            base_offset: appended.base_offset,
-            last_offset: appended.last_offset,
-            timestamp_us: appended.timestamp_us,
-            duplicate: false,
-        }))
+        Ok(Some(Produced::appended(&appended)))
     }
 
     /// Appends a batch whose header was parsed from it (blocking: writes, and waits for
@@ -522,12 +549,7 @@ impl Partition {
                     Check::Duplicate(recent) => {
                         drop(producers);
                         log.wait_durable(recent.ticket)?;
-                        return Ok(Produced {
-                            base_offset: recent.base_offset,
-                            last_offset: recent.base_offset + u64::from(recent.count) - 1,
-                            timestamp_us: recent.timestamp_us,
-                            duplicate: true,
-                        });
+                        return Ok(Produced::again(&recent));
                     }
                     Check::Wait { known } => {
                         // A sealed range appends nothing more: its predecessor never
@@ -573,27 +595,9 @@ impl Partition {
                 continue;
             };
             if let Some(p) = producer {
-                producers.record(
-                    p,
-                    RecentBatch {
-                        base_sequence: p.base_sequence,
-                        count,
-                        base_offset: appended.base_offset,
-                        timestamp_us: appended.timestamp_us,
-                        ticket,
-                    },
-                );
-                self.sequenced.notify_all();
+                self.record_appended(&mut producers, p, count, &appended, ticket);
             }
-            break (
-                Produced {
-                    base_offset: appended.base_offset,
-                    last_offset: appended.last_offset,
-                    timestamp_us: appended.timestamp_us,
-                    duplicate: false,
-                },
-                ticket,
-            );
+            break (Produced::appended(&appended), ticket);
         };
         let durable = log.wait_durable(ticket);
         // Wake long polls whether or not this append succeeded: a group sync may have
@@ -832,7 +836,7 @@ impl Partition {
                             count,
                             base_offset: PENDING,
                             timestamp_us: 0,
-                            ticket: rill_storage::DurableTicket::DURABLE,
+                            ticket: DurableTicket::DURABLE,
                         },
                     );
                     let (tx, rx) = watch::channel::<Outcome>(None);
