@@ -112,9 +112,11 @@ pub(crate) fn decide(
 struct TopicState {
     /// Per open range: (when, bytes it had taken by then), oldest first.
     samples: HashMap<u32, VecDeque<(Instant, u64)>>,
-    /// When each range was first seen, for ranges that appeared while the broker ran
-    /// (the others count as old).
+    /// When each range was first seen in the topic's map, for ranges that appeared
+    /// while the broker ran (the others count as old), whoever leads them.
     born: HashMap<u32, Instant>,
+    /// The open ranges of the topic's map at the last tick.
+    known: std::collections::HashSet<u32>,
     /// Whether the topic was seen by an earlier tick (its ranges then are old).
     seen: bool,
     /// When the policy last changed the topic.
@@ -238,7 +240,9 @@ impl Broker {
     ///
     /// In a cluster each node watches the ranges it leads (what it appends) and changes
     /// only those: a split of a hot one, a merge of two cold neighbours it both leads
-    /// (docs/RANGES.md §9). A range led elsewhere is never judged here.
+    /// (docs/RANGES.md §9). A range led elsewhere is never judged here; one whose
+    /// leadership arrives is watched for a whole window before it is, but keeps its age
+    /// (the cooldown counts from when it appeared in the map).
     pub fn range_policy_tick(
         self: &Arc<Self>,
         now: Instant,
@@ -274,6 +278,15 @@ impl Broker {
                 let open_ids: std::collections::HashSet<u32> = map.open().map(|r| r.id).collect();
                 state.samples.retain(|id, _| open_ids.contains(id));
                 state.born.retain(|id, _| open_ids.contains(id));
+                // A range that appeared in the map since the topic's first tick (a
+                // split's or a merge's child) is new, on every node: its age does not
+                // restart when its leadership moves.
+                if !first {
+                    for &id in open_ids.difference(&state.known) {
+                        state.born.insert(id, now);
+                    }
+                }
+                state.known.clone_from(&open_ids);
                 for r in map.open() {
                     let Some(p) = topic.partitions.get(r.id as usize) else {
                         continue;
@@ -289,10 +302,6 @@ impl Broker {
                             young: true,
                         });
                         continue;
-                    }
-                    // A range first seen after the topic's first tick is new.
-                    if !first && !state.samples.contains_key(&r.id) {
-                        state.born.insert(r.id, now);
                     }
                     let samples = state.samples.entry(r.id).or_default();
                     samples.push_back((now, p.bytes_written()));
@@ -364,6 +373,7 @@ impl Broker {
                     continue;
                 }
                 let initial = map.ranges().iter().filter(|r| r.parents.is_empty()).count();
+                tracing::debug!(stream, topic = name, ?open, "the range policy's view");
                 if let Some(d) = decide(&open, auto.bytes_per_s, initial, crate::OPEN_RANGES_MAX) {
                     wanted.push((stream, name, d));
                 }

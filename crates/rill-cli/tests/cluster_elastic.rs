@@ -498,3 +498,68 @@ async fn the_automatic_policy_splits_a_hot_range_through_the_cluster() {
         &ranges[1..]
     );
 }
+
+/// A range whose leadership moves to a node that watched the topic before keeps its age:
+/// the new leader watches it for a whole window and splits it when hot, without waiting
+/// out the cooldown (5 minutes by default) as if it were a new range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_range_splits_under_its_new_leader_without_waiting_out_the_cooldown() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut nodes, url, client) = start_cluster(dir.path()).await;
+    let topic = client.stream("shop").topic("orders");
+    create(
+        &topic,
+        &TopicOptions {
+            partitions: Some(1),
+            elastic: true,
+            replicas: Some(3),
+            auto_split: Some(rill_client::AutoSplit::new(1_000).window(Duration::from_secs(1))),
+            ..Default::default()
+        },
+    )
+    .await;
+    // Every node's policy sees the topic (ticks once a second) while range 0 is idle.
+    let first = leader_of(&url, 0);
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    nodes.iter_mut().find(|n| n.id == first).unwrap().kill9();
+    let status = wait_status(&url, |s| {
+        s["partitions"].as_array().is_some_and(|ps| {
+            ps.iter().any(|p| {
+                p["topic"] == "orders"
+                    && p["partition"] == 0
+                    && p["leader"].as_u64().is_some_and(|l| l != first)
+            })
+        })
+    });
+    let second = status["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["topic"] == "orders" && p["partition"] == 0)
+        .and_then(|p| p["leader"].as_u64())
+        .unwrap();
+    nodes.iter_mut().find(|n| n.id == first).unwrap().start();
+    assert_eq!(
+        topic.describe().await.unwrap().range_epoch,
+        0,
+        "nothing split while idle"
+    );
+    // Hot under its new leader: split within seconds, not after the cooldown.
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = tokio::spawn(produce(topic.clone(), "hot".into(), Arc::clone(&stop)));
+    let ranges = wait_epoch(&topic, 1).await;
+    stop.store(true, Ordering::SeqCst);
+    let acked = producer.await.unwrap();
+    assert!(ranges[0].sealed_at.is_some(), "{ranges:?}");
+    let mut reader = topic.records("after");
+    let mut read = Vec::new();
+    while let Some(r) = reader.next().await {
+        let r = r.unwrap();
+        read.push((r.position(), String::from_utf8(r.value.to_vec()).unwrap()));
+    }
+    check(&read, &acked, "a cursor after the new leader's split");
+    eprintln!(
+        "range 0 led by node {first}, then by node {second}, which split it: {:?}",
+        &ranges[1..]
+    );
+}
