@@ -54,6 +54,10 @@ pub struct BrokerConfig {
     /// Disk space kept in reserve (a file of zeros) so that catalog changes, and above
     /// all topic deletes, still work on a full disk (default 8 MiB; 0 keeps none).
     pub reserved_space_bytes: u64,
+    /// How much of each partition's newest data stays in the page cache; older data,
+    /// once written back, is dropped from it (default 2 GiB; `None` leaves the cache
+    /// to the kernel). See [`rill_storage::LogConfig::cache_tail_bytes`].
+    pub cache_tail_bytes: Option<u64>,
     /// The disk: every file operation of the broker goes through it (default the real
     /// file system; tests use a simulated one).
     pub io: Arc<dyn Io>,
@@ -83,6 +87,7 @@ impl BrokerConfig {
             max_timestamp_ahead: Duration::from_secs(3600),
             open_files_max: OPEN_FILES_DEFAULT,
             reserved_space_bytes: 8 << 20,
+            cache_tail_bytes: rill_storage::LogConfig::default().cache_tail_bytes,
             io: Arc::new(StdIo),
             auth_required: false,
             scram_iterations: rill_auth::password::SCRAM_ITERATIONS_DEFAULT,
@@ -590,14 +595,9 @@ impl Broker {
         self.env.files.open_files()
     }
 
-    /// Re-registers a reopened `interval` log with the flusher.
+    /// Registers a reopened log with the flusher.
     pub(crate) fn register_flush(&self, partition: &Partition) {
-        if let Ok(log) = partition.log()
-            && matches!(
-                log.config().durability,
-                rill_storage::Durability::Interval(_)
-            )
-        {
+        if let Ok(log) = partition.log() {
             self.flusher.register(&log);
         }
     }
@@ -702,6 +702,7 @@ pub(crate) fn partition_options(
 ) -> PartitionOptions {
     let mut log = topic_config.log_config(config.max_batch_bytes);
     log.timestamp_ahead_max = config.max_timestamp_ahead;
+    log.cache_tail_bytes = config.cache_tail_bytes;
     PartitionOptions {
         log,
         producers_max: config.producers_per_partition_max,
@@ -711,7 +712,8 @@ pub(crate) fn partition_options(
 }
 
 /// Opens partition `name.2` of a topic in `topic_dir` (failed, not an error, if its
-/// files cannot be opened) and registers an `interval` log with the flusher.
+/// files cannot be opened) and registers its log with the flusher (write-behind,
+/// drop-behind and `interval` syncs).
 pub(crate) fn open_partition(
     env: &LogEnv,
     flusher: &Flusher,
@@ -726,11 +728,7 @@ pub(crate) fn open_partition(
         options.clone(),
         env,
     );
-    if matches!(
-        options.log.durability,
-        rill_storage::Durability::Interval(_)
-    ) && let Ok(log) = partition.log()
-    {
+    if let Ok(log) = partition.log() {
         flusher.register(&log);
     }
     partition

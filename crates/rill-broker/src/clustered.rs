@@ -139,20 +139,14 @@ impl Broker {
         before: Option<&Topic>,
     ) -> Arc<Topic> {
         let options = partition_options(&self.config, &topic.config);
-        let interval = matches!(
-            topic.config.durability,
-            rill_storage::Durability::Interval(_)
-        );
         let partitions: Vec<Arc<Partition>> = topic
             .partitions
             .iter()
             .enumerate()
             .map(|(p, placement)| {
-                if let Some(replica) = &placement.local
-                    && interval
-                {
-                    // Its timer syncs the replica's log, as a single node's (a log an
-                    // install replaced is not).
+                if let Some(replica) = &placement.local {
+                    // Its timer syncs the replica's log and drops its old pages from
+                    // the cache, as a single node's (a log an install replaced is not).
                     self.flusher.register(&replica.log());
                 }
                 let kept = before.and_then(|t| t.partitions.get(p)).filter(|k| {

@@ -108,7 +108,7 @@ struct FileConfig {
     buffer_bytes_max: Option<usize>,
     write_timeout_ms: Option<u64>,
     /// Milliseconds, or "off".
-    idle_timeout_ms: Option<MsOrOff>,
+    idle_timeout_ms: Option<OrOff>,
     files_reserved: Option<usize>,
     /// always | never | interval:MS
     default_durability: Option<String>,
@@ -117,6 +117,8 @@ struct FileConfig {
     producer_batches_remembered: Option<usize>,
     open_files_max: Option<usize>,
     reserved_space_bytes: Option<u64>,
+    /// Bytes, or "off".
+    cache_tail_bytes: Option<OrOff>,
     /// As `--auth`.
     auth: Option<bool>,
     /// As `--http-admin-writes`.
@@ -129,46 +131,50 @@ struct FileConfig {
     tls_client_ca: Option<PathBuf>,
 }
 
-/// A timeout that can be turned off: a number of milliseconds, or the word `off`.
+/// A setting that can be turned off: a number (milliseconds, bytes), or the word `off`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum MsOrOff {
-    Ms(u64),
+enum OrOff {
+    N(u64),
     Off,
 }
 
-impl MsOrOff {
+impl OrOff {
     fn duration(self) -> Option<Duration> {
+        self.number().map(Duration::from_millis)
+    }
+
+    fn number(self) -> Option<u64> {
         match self {
-            MsOrOff::Ms(ms) => Some(Duration::from_millis(ms)),
-            MsOrOff::Off => None,
+            OrOff::N(n) => Some(n),
+            OrOff::Off => None,
         }
     }
 }
 
-impl std::str::FromStr for MsOrOff {
+impl std::str::FromStr for OrOff {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
         if s.trim() == "off" {
-            return Ok(MsOrOff::Off);
+            return Ok(OrOff::Off);
         }
         s.trim()
             .parse()
-            .map(MsOrOff::Ms)
-            .map_err(|e| format!("{e} (milliseconds, or \"off\")"))
+            .map(OrOff::N)
+            .map_err(|e| format!("{e} (a number, or \"off\")"))
     }
 }
 
-impl<'de> Deserialize<'de> for MsOrOff {
+impl<'de> Deserialize<'de> for OrOff {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
         #[serde(untagged)]
         enum Raw {
-            Ms(u64),
+            N(u64),
             Word(String),
         }
         match Raw::deserialize(d)? {
-            Raw::Ms(ms) => Ok(MsOrOff::Ms(ms)),
+            Raw::N(n) => Ok(OrOff::N(n)),
             Raw::Word(word) => word.parse().map_err(serde::de::Error::custom),
         }
     }
@@ -235,6 +241,9 @@ fn apply_env(file: &mut FileConfig, env: impl Fn(&str) -> Option<String>) -> any
     if let Some(v) = env("RILL_RESERVED_SPACE_BYTES") {
         file.reserved_space_bytes = Some(parse("RILL_RESERVED_SPACE_BYTES", &v)?);
     }
+    if let Some(v) = env("RILL_CACHE_TAIL_BYTES") {
+        file.cache_tail_bytes = Some(parse("RILL_CACHE_TAIL_BYTES", &v)?);
+    }
     if let Some(v) = env("RILL_HTTP_ADMIN_WRITES") {
         file.http_admin_writes = Some(parse("RILL_HTTP_ADMIN_WRITES", &v)?);
     }
@@ -269,6 +278,9 @@ fn broker_config(
     }
     if let Some(n) = file.reserved_space_bytes {
         config.reserved_space_bytes = n;
+    }
+    if let Some(t) = file.cache_tail_bytes {
+        config.cache_tail_bytes = t.number();
     }
     if let Some(n) = file.scram_iterations {
         rill_auth::password::check_iterations(n).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -428,7 +440,7 @@ fn server_config(args: &ServeArgs, file: &FileConfig) -> anyhow::Result<ServerCo
         config.write_timeout = Duration::from_millis(ms);
     }
     match file.idle_timeout_ms {
-        Some(MsOrOff::Ms(0)) => {
+        Some(OrOff::N(0)) => {
             anyhow::bail!("idle_timeout_ms must be positive (\"off\" turns the timeout off)")
         }
         Some(t) => config.idle_timeout = t.duration(),
@@ -634,6 +646,7 @@ async fn start_node(
         .with_context(|| format!("cannot listen for peers on {own}"))?;
     let max_batch_bytes = broker_config.max_batch_bytes;
     let ahead = broker_config.max_timestamp_ahead;
+    let cache_tail = broker_config.cache_tail_bytes;
     let log_config: rill_cluster::node::LogConfigFn = Arc::new(move |options: &[u8]| {
         let topic: rill_broker::TopicConfig = serde_json::from_slice(options).unwrap_or_else(|e| {
             tracing::error!(error = %e, "a topic's options do not decode: using the defaults");
@@ -641,6 +654,7 @@ async fn start_node(
         });
         let mut log = topic.log_config(max_batch_bytes);
         log.timestamp_ahead_max = ahead;
+        log.cache_tail_bytes = cache_tail;
         log
     });
     let env = rill_storage::LogEnv::new(
@@ -841,6 +855,30 @@ mod tests {
         apply_env(&mut file, env).unwrap();
         let config = server_config(&args(), &file).unwrap();
         assert_eq!(config.idle_timeout, Some(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn the_cache_tail_is_bytes_or_off_from_the_file_or_the_environment() {
+        let dir = Path::new("/tmp/unused");
+        let defaults = broker_config(&FileConfig::default(), dir, 1 << 20).unwrap();
+        assert_eq!(defaults.cache_tail_bytes, Some(2 << 30));
+        let file: FileConfig = toml::from_str("cache_tail_bytes = 1048576\n").unwrap();
+        let config = broker_config(&file, dir, 1 << 20).unwrap();
+        assert_eq!(config.cache_tail_bytes, Some(1 << 20));
+        let file: FileConfig = toml::from_str("cache_tail_bytes = \"off\"\n").unwrap();
+        let config = broker_config(&file, dir, 1 << 20).unwrap();
+        assert_eq!(config.cache_tail_bytes, None);
+        let mut file = FileConfig::default();
+        let env = |name: &str| (name == "RILL_CACHE_TAIL_BYTES").then(|| "off".to_owned());
+        apply_env(&mut file, env).unwrap();
+        assert_eq!(
+            broker_config(&file, dir, 1 << 20).unwrap().cache_tail_bytes,
+            None
+        );
+        let bad = |name: &str| (name == "RILL_CACHE_TAIL_BYTES").then(|| "lots".to_owned());
+        let e = apply_env(&mut FileConfig::default(), bad).unwrap_err();
+        assert!(e.to_string().contains("RILL_CACHE_TAIL_BYTES"), "{e}");
+        assert!(toml::from_str::<FileConfig>("cache_tail_bytes = \"some\"\n").is_err());
     }
 
     #[test]

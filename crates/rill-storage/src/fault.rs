@@ -33,6 +33,8 @@ struct Plan {
     writes: u64,
     /// Write-behind hints: (position, length) of each.
     writebacks: Vec<(u64, u64)>,
+    /// Ranges dropped from the page cache: (position, length) of each.
+    drops: Vec<(u64, u64)>,
 }
 
 /// A handle to change the faults of a [`FaultyIo`] while it is in use.
@@ -87,6 +89,11 @@ impl Faults {
     /// The write-behind hints seen on affected files: (position, length) of each.
     pub fn writebacks(&self) -> Vec<(u64, u64)> {
         self.plan().writebacks.clone()
+    }
+
+    /// The ranges of affected files dropped from the page cache: (position, length).
+    pub fn drops(&self) -> Vec<(u64, u64)> {
+        self.plan().drops.clone()
     }
 
     /// Number of writes seen on affected files.
@@ -292,6 +299,13 @@ impl IoFile for FaultyFile {
 
     fn preallocate(&self, pos: u64, len: u64) -> io::Result<()> {
         self.inner.preallocate(pos, len)
+    }
+
+    fn drop_cached(&self, pos: u64, len: u64) -> io::Result<()> {
+        if self.affected {
+            self.faults.plan().drops.push((pos, len));
+        }
+        self.inner.drop_cached(pos, len)
     }
 
     fn release_preallocated(&self) -> io::Result<()> {

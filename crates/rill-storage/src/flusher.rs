@@ -1,5 +1,6 @@
 //! A background thread that syncs [`Durability::Interval`](crate::Durability) logs
-//! whose unsynced data has waited long enough, so an idle tail is synced too.
+//! whose unsynced data has waited long enough, so an idle tail is synced too, and runs
+//! every log's write-behind and drop-behind ([`PartitionLog::write_behind`]).
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Weak};

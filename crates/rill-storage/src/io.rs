@@ -68,6 +68,18 @@ pub trait IoFile: Send + Sync + fmt::Debug {
         Ok(())
     }
 
+    /// Writes `len` bytes at `pos` back to the device, waits for that, and drops them
+    /// from the page cache (`sync_file_range` with its waits, then
+    /// `posix_fadvise(DONTNEED)` on Linux; a no-op elsewhere). For data written long
+    /// enough ago that readers are unlikely to want it from memory: a log that ingests
+    /// for hours otherwise fills the cache, and every later write then waits for the
+    /// kernel to reclaim a page. It promises no durability and changes nothing a read
+    /// returns (a read of dropped data goes to the disk).
+    fn drop_cached(&self, pos: u64, len: u64) -> io::Result<()> {
+        let _ = (pos, len);
+        Ok(())
+    }
+
     /// Writes all of `bufs`, one after another, at `pos`: one system call where the
     /// file can (`pwritev` on Linux). The default writes them in turn. A crash in the
     /// middle may keep any prefix, as with separate writes.
@@ -271,6 +283,10 @@ impl IoFile for StdFile {
 
     fn start_writeback(&self, pos: u64, len: u64) -> io::Result<()> {
         crate::sys::start_writeback(&self.0, pos, len)
+    }
+
+    fn drop_cached(&self, pos: u64, len: u64) -> io::Result<()> {
+        crate::sys::drop_cached(&self.0, pos, len)
     }
 
     fn write_all_vectored_at(&self, bufs: &[&[u8]], pos: u64) -> io::Result<()> {

@@ -42,6 +42,34 @@ pub(crate) fn start_writeback(file: &File, pos: u64, len: u64) -> io::Result<()>
     }
 }
 
+/// Writes `len` bytes at `pos` of `file` back to the device and waits for it
+/// (`sync_file_range` with both waits: no metadata and no device cache flush, so no
+/// durability), then drops those pages from the page cache (`POSIX_FADV_DONTNEED`).
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+pub(crate) fn drop_cached(file: &File, pos: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let pos = libc::off64_t::try_from(pos).map_err(io::Error::other)?;
+    let len = libc::off64_t::try_from(len).map_err(io::Error::other)?;
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // SAFETY: the descriptor is owned by `file`, which outlives both calls; they take
+    // only integers and read or write no memory of ours.
+    let rc = unsafe { libc::sync_file_range(file.as_raw_fd(), pos, len, flags) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), pos, len, libc::POSIX_FADV_DONTNEED) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        // posix_fadvise returns the error number instead of setting errno.
+        Err(io::Error::from_raw_os_error(rc))
+    }
+}
+
 /// Writes all of `bufs` in order at `pos` with `pwritev`, again for what a short write
 /// left.
 #[cfg(target_os = "linux")]
@@ -250,5 +278,11 @@ pub(crate) fn preallocate(_file: &File, _pos: u64, _len: u64) -> io::Result<()> 
 /// Elsewhere a no-op: the periodic fsync does all the work.
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn start_writeback(_file: &File, _pos: u64, _len: u64) -> io::Result<()> {
+    Ok(())
+}
+
+/// Elsewhere a no-op: the kernel's cache keeps what it likes.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn drop_cached(_file: &File, _pos: u64, _len: u64) -> io::Result<()> {
     Ok(())
 }

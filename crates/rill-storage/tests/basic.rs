@@ -533,6 +533,135 @@ fn interval_durability_syncs_when_due() {
     assert!(!log.sync_if_due().unwrap(), "nothing new to sync");
 }
 
+/// The sizes of the segment files in `dir`, oldest first.
+fn segment_sizes(dir: &std::path::Path) -> Vec<u64> {
+    let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                e.metadata().unwrap().len(),
+            )
+        })
+        .collect();
+    files.sort();
+    files.into_iter().map(|(_, len)| len).collect()
+}
+
+#[test]
+fn drop_behind_drops_what_lies_beyond_the_cache_tail_once_written_back() {
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let (io, faults) = rill_storage::fault::FaultyIo::new();
+    faults.only_files_ending_with(".log");
+    let config = LogConfig {
+        durability: Durability::Never,
+        segment_bytes_max: 40 * MIB,
+        cache_tail_bytes: Some(16 * MIB),
+        ..LogConfig::default()
+    };
+    let log = PartitionLog::open_with(
+        dir.path(),
+        config,
+        Arc::new(io),
+        Arc::new(ManualClock::new(1_000_000)),
+    )
+    .unwrap();
+    // About 100 KiB per batch; the flusher's call after every ten.
+    let mut batches = 0;
+    let mut append = |n: usize| {
+        for _ in 0..n {
+            log.append(&batch(&format!("b{batches}"), 100, 1000))
+                .unwrap();
+            batches += 1;
+            if batches % 10 == 0 {
+                log.write_behind();
+            }
+        }
+    };
+    // 8 MiB: all of it within the tail, nothing dropped (but written back, even under
+    // `never`).
+    append(80);
+    assert!(faults.drops().is_empty(), "{:?}", faults.drops());
+    assert!(!faults.writebacks().is_empty());
+    // 30 MiB: what lies more than 16 MiB behind the end goes, in whole pages, from the
+    // start, 8 MiB or more at a time, never past what writeback was started for.
+    append(220);
+    let end = *segment_sizes(dir.path()).last().unwrap();
+    let drops = faults.drops();
+    assert!(!drops.is_empty());
+    let mut at = 0;
+    for &(pos, len) in &drops {
+        assert_eq!(pos, at, "{drops:?}");
+        assert!(
+            len >= 8 * MIB && pos % 4096 == 0 && len % 4096 == 0,
+            "{drops:?}"
+        );
+        at = pos + len;
+    }
+    // Writeback follows the end, even under `never`, so that what is dropped is clean.
+    let written_back: u64 = faults.writebacks().iter().map(|w| w.0 + w.1).max().unwrap();
+    assert!(written_back + 2 * MIB >= end, "{written_back} {end}");
+    assert!(at <= end - 16 * MIB && at <= written_back, "{at} {end}");
+    assert!(at + 8 * MIB + 2 * MIB >= end - 16 * MIB, "{at} {end}");
+    // Past the roll (40 MiB): once the new segment alone holds the tail, the rest of the
+    // sealed one goes too, to its end; the new segment's drops start at its start.
+    append(400);
+    let sizes = segment_sizes(dir.path());
+    assert_eq!(sizes.len(), 2, "{sizes:?}");
+    assert!(sizes[1] >= 24 * MIB + 2 * MIB, "{sizes:?}");
+    let drops = faults.drops();
+    let sealed_end = drops
+        .iter()
+        .position(|&(pos, len)| pos + len == sizes[0])
+        .expect("the sealed segment dropped to its end");
+    // The sealed segment's drops cover it from its start to its end, in order.
+    let mut at = 0;
+    for &(pos, len) in &drops[..=sealed_end] {
+        assert_eq!(pos, at, "{drops:?}");
+        at = pos + len;
+    }
+    let active = &drops[sealed_end + 1..];
+    assert!(active.first().is_some_and(|d| d.0 == 0), "{drops:?}");
+    let dropped: u64 = active.iter().map(|d| d.1).sum();
+    assert!(dropped <= sizes[1] - 16 * MIB, "{drops:?}");
+    // Nothing a reader sees changed.
+    let all = read_all(&log, 0);
+    assert_eq!(all.len(), batches * 100);
+    assert!(all.iter().enumerate().all(|(i, (o, _))| *o == i as u64));
+    assert!(
+        all[all.len() - 1]
+            .1
+            .starts_with(format!("b{}-99", batches - 1).as_bytes())
+    );
+}
+
+#[test]
+fn without_a_cache_tail_a_never_log_leaves_the_cache_to_the_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let (io, faults) = rill_storage::fault::FaultyIo::new();
+    faults.only_files_ending_with(".log");
+    let config = LogConfig {
+        durability: Durability::Never,
+        cache_tail_bytes: None,
+        ..LogConfig::default()
+    };
+    let log = PartitionLog::open_with(
+        dir.path(),
+        config,
+        Arc::new(io),
+        Arc::new(ManualClock::new(1_000_000)),
+    )
+    .unwrap();
+    for i in 0..40 {
+        log.append(&batch(&format!("a{i}"), 100, 1000)).unwrap();
+        log.write_behind();
+    }
+    assert!(faults.writebacks().is_empty() && faults.drops().is_empty());
+}
+
 #[test]
 fn write_behind_hints_whole_pages_once_a_mib_is_new() {
     let dir = tempfile::tempdir().unwrap();

@@ -119,9 +119,8 @@ pub struct PartitionLog {
     /// moves while this is zero: it may only name data with everything before it durable.
     seals_pending: Arc<AtomicUsize>,
     seal_threads: parking_lot::Mutex<Vec<std::thread::JoinHandle<()>>>,
-    /// Write-behind under `interval`: the segment (base offset) and position up to
-    /// which writeback was started.
-    written_back: parking_lot::Mutex<(u64, u64)>,
+    /// Write-behind and drop-behind: how far the flusher got.
+    behind: parking_lot::Mutex<sync::Behind>,
     /// Damaged ranges, by first offset.
     damage: RwLock<Vec<DamagedRange>>,
     /// Whether `damage` is non-empty (read on every read, so not behind the lock).
@@ -243,7 +242,7 @@ impl PartitionLog {
             poison: Arc::new(OnceLock::new()),
             seals_pending: Arc::new(AtomicUsize::new(0)),
             seal_threads: parking_lot::Mutex::new(Vec::new()),
-            written_back: parking_lot::Mutex::new((u64::MAX, 0)),
+            behind: parking_lot::Mutex::default(),
             damage: RwLock::new(recovered.damage),
             has_damage: AtomicBool::new(has_damage),
         })

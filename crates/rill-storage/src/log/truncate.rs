@@ -230,7 +230,7 @@ impl PartitionLog {
             st.latest = None;
             st.synced_seq = w.seq;
         }
-        *self.written_back.lock() = (u64::MAX, 0);
+        *self.behind.lock() = super::sync::Behind::default();
         Ok(())
     }
 }
