@@ -8,7 +8,7 @@ use rill_storage::LogRead;
 
 use crate::names::validate_name;
 use crate::offsets::OffsetKey;
-use crate::partition::{Partition, Produced};
+use crate::partition::{Inline, Partition, Produced};
 use crate::{Broker, BrokerError, Fetch};
 
 impl Broker {
@@ -64,27 +64,51 @@ impl Broker {
             return Ok(produced);
         }
         // A batch that waits for no fsync is a write into the page cache: append it
-        // here rather than paying a hop to the blocking pool and back, unless it needs a
-        // segment roll (files and syncs) or its producer sequence must wait for an
-        // earlier batch, which go to the pool like everything else.
+        // here rather than paying a hop to the blocking pool and back. An idempotent
+        // batch that arrived before its predecessor (a pipelining producer's requests
+        // are handled concurrently) waits for it here too. A segment roll (files and
+        // syncs), and `always` appends, go to the pool.
         let bytes = batch.len() as u64;
         let count = |p: &Partition, produced: &Produced| {
             if !produced.duplicate {
                 p.count_written(bytes);
             }
         };
-        if !p.append_waits_for_sync()
-            && let Some(produced) = p.try_append_inline(&batch, &header)?
-        {
-            count(&p, &produced);
-            return Ok(produced);
+        let deadline = p.sequence_deadline();
+        if !p.append_waits_for_sync() {
+            // The whole batch is checked first, so a bad batch is refused at once
+            // rather than after a sequence wait. (The blocking pool checks it again
+            // when a roll or the deadline sends it there: rarely.)
+            let checked = p.check(&batch)?;
+            loop {
+                let sequenced = p.sequenced();
+                tokio::pin!(sequenced);
+                sequenced.as_mut().enable();
+                match p.try_append_inline(&checked, &header)? {
+                    Inline::Appended(produced) => {
+                        count(&p, &produced);
+                        return Ok(produced);
+                    }
+                    Inline::Blocking => break,
+                    // Past the deadline the blocking path answers why.
+                    Inline::Wait => {
+                        let until = tokio::time::Instant::from_std(deadline);
+                        if tokio::time::timeout_at(until, sequenced).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
         }
         // The log stamps a copy of the header and writes the records from this shared
         // buffer as they are: no copy of the batch, whoever else holds it.
         let counted = Arc::clone(&p);
-        let produced = tokio::task::spawn_blocking(move || p.append_blocking(&batch, &header))
-            .await
-            .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))??;
+        let produced = tokio::task::spawn_blocking(move || {
+            let checked = p.check(&batch)?;
+            p.append_blocking(&checked, &header, deadline)
+        })
+        .await
+        .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))??;
         count(&counted, &produced);
         Ok(produced)
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::RwLock;
 use rill_format::{BatchHeader, ProducerInfo};
 use rill_storage::{
-    Appended, DurableTicket, LogConfig, LogEnv, LogRead, PartitionLog, StorageError,
+    Appended, CheckedBatch, DurableTicket, LogConfig, LogEnv, LogRead, PartitionLog, StorageError,
 };
 use tokio::sync::watch;
 
@@ -26,6 +26,17 @@ const PRODUCER_SCAN_SEGMENTS: usize = 2;
 /// First wait before a failed partition is reopened again; it doubles up to the max.
 const HEAL_BACKOFF: Duration = Duration::from_secs(1);
 const HEAL_BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// What [`Partition::try_append_inline`] did.
+#[derive(Debug)]
+pub(crate) enum Inline {
+    /// Appended (or acknowledged again, a retry's).
+    Appended(Produced),
+    /// An idempotent batch whose predecessor has not been appended yet.
+    Wait,
+    /// Needs the blocking pool: a segment roll, or a sealed range's answer.
+    Blocking,
+}
 
 /// The outcome of a produce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,8 +143,11 @@ pub(crate) struct Partition {
     /// A std mutex on purpose: a panic while it is held leaves the table in doubt, and
     /// its poisoning then refuses appends until a reopen rebuilds the table.
     producers: Mutex<ProducerTable>,
-    /// Signalled after every idempotent append, for batches waiting on a predecessor.
+    /// Signalled after every idempotent append (and when a seal is committed), for
+    /// batches waiting on a predecessor: on the blocking pool (`sequenced`), and on a
+    /// request's task (`sequenced_async`).
     sequenced: Condvar,
+    sequenced_async: tokio::sync::Notify,
     /// The visible next offset, for long polls.
     appended: watch::Sender<u64>,
     /// Set by `close`: long polls waiting on the partition end at once.
@@ -205,6 +219,7 @@ impl Partition {
             state: RwLock::new(state),
             producers: Mutex::new(producers),
             sequenced: Condvar::new(),
+            sequenced_async: tokio::sync::Notify::new(),
             appended,
             closed: std::sync::atomic::AtomicBool::new(false),
             seal: RwLock::new(Seal::Open),
@@ -375,6 +390,7 @@ impl Partition {
         };
         let _guard = self.producers.lock();
         self.sequenced.notify_all();
+        self.sequenced_async.notify_waiters();
     }
 
     /// The seal failed before it was committed: appends resume.
@@ -477,24 +493,43 @@ impl Partition {
             },
         );
         self.sequenced.notify_all();
+        self.sequenced_async.notify_waiters();
     }
 
-    /// Appends a batch that waits for no fsync, if that needs no blocking work: `None`
-    /// if it must go to the blocking pool ([`Partition::append_blocking`]), because the
-    /// segment must roll first (which syncs and creates files) or because an idempotent
-    /// producer's batch must wait for its predecessor (a pipelining client's batches
-    /// may arrive out of order). Nothing is appended or recorded when it answers `None`.
+    /// Checks a produced batch whole (its CRC, its records, the log's size limit),
+    /// once: the checked batch is what an append, or its retry, writes.
+    pub(crate) fn check<'a>(&self, batch: &'a [u8]) -> Result<CheckedBatch<'a>, BrokerError> {
+        Ok(self.log()?.check(batch)?)
+    }
+
+    /// When an idempotent batch arriving now stops waiting for its predecessor.
+    pub(crate) fn sequence_deadline(&self) -> Instant {
+        Instant::now() + self.options.read().sequence_wait
+    }
+
+    /// Resolves at the next idempotent append or committed seal; to be enabled before
+    /// the batch is tried, so that one in between is not missed.
+    pub(crate) fn sequenced(&self) -> tokio::sync::futures::Notified<'_> {
+        self.sequenced_async.notified()
+    }
+
+    /// Appends a checked batch that waits for no fsync, if that needs no blocking work.
+    /// Otherwise it answers why not, having appended and recorded nothing: the segment
+    /// must roll first, which syncs and creates files (the blocking pool's work,
+    /// [`Partition::append_blocking`]), or an idempotent producer's batch must wait for
+    /// its predecessor (a pipelining client's requests are handled concurrently, so
+    /// they may arrive out of order), which the caller awaits with
+    /// [`Partition::sequenced`] before trying again.
     ///
     /// An idempotent batch is checked against the producer table and recorded in it
     /// under the table's lock, held across the write only, as on the blocking path; a
     /// retry of a batch already stored is acknowledged again without a second append.
     pub(crate) fn try_append_inline(
         &self,
-        batch: &[u8],
+        checked: &CheckedBatch<'_>,
         header: &BatchHeader,
-    ) -> Result<Option<Produced>, BrokerError> {
+    ) -> Result<Inline, BrokerError> {
         let log = self.log()?;
-        let checked = log.check(batch)?;
         let (producer, count) = (header.producer, header.record_count);
         let mut producers = match producer {
             Some(_) => Some(self.lock_producers()?),
@@ -506,16 +541,20 @@ impl Partition {
                 Check::Duplicate(recent) => {
                     drop(producers);
                     log.wait_durable(recent.ticket)?;
-                    return Ok(Some(Produced::again(&recent)));
+                    return Ok(Inline::Appended(Produced::again(&recent)));
                 }
-                Check::Wait { .. } => return Ok(None),
+                // A sealed range appends nothing more: the blocking path says so.
+                Check::Wait { .. } if self.sealed_error().is_some() => {
+                    return Ok(Inline::Blocking);
+                }
+                Check::Wait { .. } => return Ok(Inline::Wait),
             }
         }
         let Some((appended, ticket)) = log
-            .try_append(&checked)
+            .try_append(checked)
             .map_err(|e| self.append_refused(e))?
         else {
-            return Ok(None);
+            return Ok(Inline::Blocking);
         };
         if let (Some(p), Some(table)) = (producer, producers.as_mut()) {
             // Its successor may be waiting on the blocking pool.
@@ -525,22 +564,22 @@ impl Partition {
         let durable = log.wait_durable(ticket);
         self.appended.send_replace(log.next_offset());
         durable?;
-        Ok(Some(Produced::appended(&appended)))
+        Ok(Inline::Appended(Produced::appended(&appended)))
     }
 
-    /// Appends a batch whose header was parsed from it (blocking: writes, and waits for
-    /// the durability policy). The whole batch is checked first, so a bad batch is
-    /// refused at once rather than after a sequence wait; the producer-table lock is
-    /// held across the write only (not across a roll's fsync or the durability wait).
+    /// Appends a checked batch whose header was parsed from it (blocking: writes, and
+    /// waits for the durability policy). An idempotent batch waits for its predecessor
+    /// until `deadline` ([`Partition::sequence_deadline`], taken when it arrived); the
+    /// producer-table lock is held across the write only (not across a roll's fsync or
+    /// the durability wait).
     pub(crate) fn append_blocking(
         &self,
-        batch: &[u8],
+        checked: &CheckedBatch<'_>,
         header: &BatchHeader,
+        deadline: Instant,
     ) -> Result<Produced, BrokerError> {
         let log = self.log()?;
-        let checked = log.check(batch)?;
         let (producer, count) = (header.producer, header.record_count);
-        let deadline = Instant::now() + self.options.read().sequence_wait;
         let (produced, ticket) = loop {
             let mut producers = self.lock_producers()?;
             while let Some(p) = producer {
@@ -585,7 +624,7 @@ impl Partition {
                 }
             }
             let Some((appended, ticket)) = log
-                .try_append(&checked)
+                .try_append(checked)
                 .map_err(|e| self.append_refused(e))?
             else {
                 // The segment must roll: do it without the producer lock, then decide

@@ -285,6 +285,42 @@ async fn a_split_seals_the_parent_at_its_end_and_the_children_take_its_keys() {
     assert_eq!(describe(&broker).await.range_epoch, 1);
 }
 
+/// A batch waiting for its predecessor when its range is sealed is answered
+/// `NOT_OWNER` by the seal, not by its wait running out, whether it waits on the
+/// blocking pool (`always`) or on its request's task (`never`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_waiting_for_its_predecessor_is_answered_by_the_seal() {
+    for durability in [pb::Durability::Always, pb::Durability::Never] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = BrokerConfig::new(dir.path());
+        config.sequence_wait = std::time::Duration::from_secs(90);
+        let broker = Arc::new(Broker::open(config).unwrap());
+        create(&broker, 2, durability);
+        produce(&broker, 0, true, idempotent(78, 0, &["p0"]))
+            .await
+            .unwrap();
+        let waiting = {
+            let broker = Arc::clone(&broker);
+            tokio::spawn(async move { produce(&broker, 0, true, idempotent(78, 3, &["p3"])).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "{durability:?}: it did not wait");
+        broker.split_range("s", "t", Some(0), None).unwrap();
+        let answered = tokio::time::timeout(std::time::Duration::from_secs(30), waiting)
+            .await
+            .unwrap_or_else(|_| panic!("{durability:?}: the seal did not answer it"))
+            .unwrap();
+        let e = answered.unwrap_err();
+        assert_eq!(
+            code(&e),
+            ErrorCode::NotOwner,
+            "{durability:?}: {}",
+            e.message
+        );
+        assert!(e.message.contains("sealed at offset 1"), "{}", e.message);
+    }
+}
+
 #[tokio::test]
 async fn merges_and_splits_survive_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
