@@ -54,9 +54,10 @@ pub struct BrokerConfig {
     /// Disk space kept in reserve (a file of zeros) so that catalog changes, and above
     /// all topic deletes, still work on a full disk (default 8 MiB; 0 keeps none).
     pub reserved_space_bytes: u64,
-    /// How much of each partition's newest data stays in the page cache; older data,
-    /// once written back, is dropped from it (default 2 GiB; `None` leaves the cache
-    /// to the kernel). See [`rill_storage::LogConfig::cache_tail_bytes`].
+    /// How much of each partition's newest data stays in the page cache when memory is
+    /// short; older data, once written back, is dropped from it then (default 2 GiB;
+    /// `None` leaves the cache to the kernel). See
+    /// [`rill_storage::LogConfig::cache_tail_bytes`].
     pub cache_tail_bytes: Option<u64>,
     /// The disk: every file operation of the broker goes through it (default the real
     /// file system; tests use a simulated one).

@@ -36,12 +36,14 @@ pub struct LogConfig {
     /// timestamps are the append time plus the producer's deltas; without a bound a
     /// producer could push the partition's clock (which never goes back) years ahead.
     pub timestamp_ahead_max: Duration,
-    /// How much of the newest data the log leaves in the page cache: older data, once
-    /// written back, is dropped from it (`posix_fadvise(DONTNEED)`, by the broker's
-    /// flusher, a few MiB at a time). `None` leaves the cache to the kernel. Default
-    /// 2 GiB: readers near the head (nearly all of them) read from memory, and a log
-    /// that ingests for hours does not fill the cache, which makes every later write
-    /// wait for the kernel to reclaim a page (0.3 against 1.2 GB/s sustained here).
+    /// How much of the newest data the log leaves in the page cache when memory is
+    /// short ([`MemoryWatch`](crate::MemoryWatch)): older data, once written back, is
+    /// dropped from it then (`posix_fadvise(DONTNEED)`, by the broker's flusher, a few
+    /// MiB at a time). `None` leaves the cache to the kernel. Default 2 GiB: readers
+    /// near the head (nearly all of them) read from memory, and a log that ingests for
+    /// hours does not leave every later write waiting for the kernel to reclaim a page
+    /// (0.3 against 1.2 GB/s sustained here). While memory is ample nothing is dropped,
+    /// so a reader catching up reads from memory what is still there.
     pub cache_tail_bytes: Option<u64>,
 }
 

@@ -10,9 +10,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::PartitionLog;
+use crate::memory::MemoryWatch;
 
-/// Calls [`PartitionLog::write_behind`] and [`PartitionLog::sync_if_due`] on registered
-/// logs every `tick`.
+/// Calls [`PartitionLog::write_behind`] (with whether memory is short now, from a
+/// [`MemoryWatch`] of the machine) and [`PartitionLog::sync_if_due`] on registered logs
+/// every `tick`.
 ///
 /// Logs are held weakly: a dropped log is forgotten. Dropping the flusher stops the
 /// thread.
@@ -32,6 +34,7 @@ impl Flusher {
         let thread = std::thread::Builder::new()
             .name("rill-flusher".into())
             .spawn(move || {
+                let mut memory = MemoryWatch::system();
                 loop {
                     match stopped.recv_timeout(tick) {
                         Err(RecvTimeoutError::Timeout) => {}
@@ -42,8 +45,9 @@ impl Flusher {
                         logs.retain(|w| w.strong_count() > 0);
                         logs.iter().filter_map(Weak::upgrade).collect()
                     };
+                    let memory = memory.check();
                     for log in live {
-                        log.write_behind();
+                        log.write_behind(memory);
                         if let Err(e) = log.sync_if_due() {
                             tracing::error!(dir = %log.dir().display(), error = %e, "interval sync failed");
                         }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use common::*;
 use rill_format::{BatchBuilder, NewRecord};
-use rill_storage::{Durability, LogConfig, ManualClock, PartitionLog, StorageError};
+use rill_storage::{Durability, LogConfig, ManualClock, Memory, PartitionLog, StorageError};
 
 #[test]
 fn append_assigns_dense_offsets_and_reads_back() {
@@ -577,7 +577,7 @@ fn drop_behind_drops_what_lies_beyond_the_cache_tail_once_written_back() {
                 .unwrap();
             batches += 1;
             if batches % 10 == 0 {
-                log.write_behind();
+                log.write_behind(Memory::Short);
             }
         }
     };
@@ -638,6 +638,75 @@ fn drop_behind_drops_what_lies_beyond_the_cache_tail_once_written_back() {
     );
 }
 
+/// While memory is ample nothing is dropped (writeback still follows the end); once
+/// it is short, what lies beyond the tail goes from where dropping last got, the
+/// segment sealed meanwhile to its end.
+#[test]
+fn drop_behind_waits_until_memory_is_short() {
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let (io, faults) = rill_storage::fault::FaultyIo::new();
+    faults.only_files_ending_with(".log");
+    let config = LogConfig {
+        durability: Durability::Never,
+        segment_bytes_max: 40 * MIB,
+        cache_tail_bytes: Some(16 * MIB),
+        ..LogConfig::default()
+    };
+    let log = PartitionLog::open_with(
+        dir.path(),
+        config,
+        Arc::new(io),
+        Arc::new(ManualClock::new(1_000_000)),
+    )
+    .unwrap();
+    let mut batches = 0;
+    let mut append = |n: usize, memory: Memory| {
+        for _ in 0..n {
+            log.append(&batch(&format!("b{batches}"), 100, 1000))
+                .unwrap();
+            batches += 1;
+            if batches % 10 == 0 {
+                log.write_behind(memory);
+            }
+        }
+    };
+    // 30 MiB with memory ample: written back as it comes, nothing dropped.
+    append(300, Memory::Ample);
+    assert!(faults.drops().is_empty(), "{:?}", faults.drops());
+    let end = *segment_sizes(dir.path()).last().unwrap();
+    let written_back: u64 = faults.writebacks().iter().map(|w| w.0 + w.1).max().unwrap();
+    assert!(written_back + 2 * MIB >= end, "{written_back} {end}");
+    // Short: everything beyond the tail goes at once, from the start.
+    log.write_behind(Memory::Short);
+    let drops = faults.drops();
+    assert_eq!(drops.len(), 1, "{drops:?}");
+    let (pos, len) = drops[0];
+    assert_eq!(pos, 0);
+    assert!(
+        len <= end - 16 * MIB && len + MIB >= end - 16 * MIB,
+        "{len} {end}"
+    );
+    // Past the roll with memory ample again: the sealed segment is not dropped...
+    append(400, Memory::Ample);
+    let sizes = segment_sizes(dir.path());
+    assert_eq!(sizes.len(), 2, "{sizes:?}");
+    assert!(sizes[1] >= 16 * MIB, "{sizes:?}");
+    assert_eq!(faults.drops().len(), 1, "{:?}", faults.drops());
+    // ...until memory is short: then from where its dropping got to its end, and the
+    // active segment from its start.
+    log.write_behind(Memory::Short);
+    let drops = faults.drops();
+    assert_eq!(drops.len(), 3, "{drops:?}");
+    assert_eq!(drops[1], (len, sizes[0] - len), "{drops:?}");
+    assert_eq!(drops[2].0, 0, "{drops:?}");
+    assert!(drops[2].1 <= sizes[1] - 16 * MIB, "{drops:?}");
+    // Nothing a reader sees changed.
+    let all = read_all(&log, 0);
+    assert_eq!(all.len(), batches * 100);
+    assert!(all.iter().enumerate().all(|(i, (o, _))| *o == i as u64));
+}
+
 #[test]
 fn without_a_cache_tail_a_never_log_leaves_the_cache_to_the_kernel() {
     let dir = tempfile::tempdir().unwrap();
@@ -657,7 +726,7 @@ fn without_a_cache_tail_a_never_log_leaves_the_cache_to_the_kernel() {
     .unwrap();
     for i in 0..40 {
         log.append(&batch(&format!("a{i}"), 100, 1000)).unwrap();
-        log.write_behind();
+        log.write_behind(Memory::Short);
     }
     assert!(faults.writebacks().is_empty() && faults.drops().is_empty());
 }
@@ -682,12 +751,12 @@ fn write_behind_hints_whole_pages_once_a_mib_is_new() {
     for i in 0..6 {
         log.append(&batch(&format!("a{i}"), 100, 1000)).unwrap();
     }
-    log.write_behind();
+    log.write_behind(Memory::Short);
     assert!(faults.writebacks().is_empty());
     for i in 0..6 {
         log.append(&batch(&format!("b{i}"), 100, 1000)).unwrap();
     }
-    log.write_behind();
+    log.write_behind(Memory::Short);
     let hints = faults.writebacks();
     assert_eq!(hints.len(), 1, "{hints:?}");
     let (pos, len) = hints[0];
@@ -698,7 +767,7 @@ fn write_behind_hints_whole_pages_once_a_mib_is_new() {
     for i in 0..12 {
         log.append(&batch(&format!("c{i}"), 100, 1000)).unwrap();
     }
-    log.write_behind();
+    log.write_behind(Memory::Short);
     let hints = faults.writebacks();
     assert_eq!(hints.len(), 2, "{hints:?}");
     assert_eq!(hints[1].0, pos + len);

@@ -12,6 +12,7 @@ use crate::StorageError;
 use crate::config::Durability;
 use crate::error::io_err;
 use crate::io::IoFile;
+use crate::memory::Memory;
 use crate::recovery_point::RecoveryPoint;
 use crate::segment::Segment;
 
@@ -226,15 +227,18 @@ impl PartitionLog {
     /// never holds enough dirty pages to throttle writers. (Starting it only half the
     /// tail behind the end was measured too: 0.77x the sustained rate.)
     ///
-    /// With a cache tail ([`LogConfig::cache_tail_bytes`](crate::LogConfig)), drops
-    /// from the page cache what lies more than the tail behind the log's end and was
-    /// written back (waiting for that writeback, which started long before): 8 MiB or
-    /// more of the active segment at a time, and the segment sealed before it once the
-    /// active segment alone holds the tail.
+    /// With a cache tail ([`LogConfig::cache_tail_bytes`](crate::LogConfig)), and while
+    /// `memory` is [`Memory::Short`] ([`MemoryWatch`](crate::MemoryWatch)), drops from
+    /// the page cache what lies more than the tail behind the log's end and was written
+    /// back (waiting for that writeback, which started long before): 8 MiB or more of
+    /// the active segment at a time, from where the last drop ended, and the segment
+    /// sealed before it once the active segment alone holds the tail. While memory is
+    /// ample nothing is dropped: readers catching up find the log in the cache, and
+    /// segments sealed meanwhile are left to the kernel's reclaim.
     ///
     /// Both are hints: failures are logged, not returned; durability still comes only
     /// from the sync, and what a read returns does not change.
-    pub fn write_behind(&self) {
+    pub fn write_behind(&self, memory: Memory) {
         let tail = self.config.cache_tail_bytes;
         let interval = matches!(self.durability(), Durability::Interval(_));
         if tail.is_none() && !interval {
@@ -250,9 +254,11 @@ impl PartitionLog {
             .is_some_and(|a| std::ptr::eq(a.as_ptr(), Arc::as_ptr(&latest.segment)));
         if !current {
             // A roll, or the first call: the old active segment is sealed. At most one
-            // sealed segment waits; an older one still waiting is dropped now.
+            // sealed segment waits; an older one still waiting is dropped now (or left
+            // to the kernel while memory is ample).
             if let Some(older) = b.sealed.take()
                 && tail.is_some()
+                && memory == Memory::Short
                 && let Some(seg) = older.0.upgrade()
             {
                 drop_cached(&seg, None, older.1, seg.visible_len());
@@ -273,7 +279,7 @@ impl PartitionLog {
             }
             b.written_back = to;
         }
-        let Some(tail) = tail else {
+        let Some(tail) = tail.filter(|_| memory == Memory::Short) else {
             return;
         };
         if latest.len >= tail

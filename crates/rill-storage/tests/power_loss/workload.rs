@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rill_format::BatchBuilder;
 use rill_storage::sim::{SimConfig, SimIo, SimRng};
-use rill_storage::{Durability, Io, LogConfig, ManualClock, PartitionLog, StorageError};
+use rill_storage::{Durability, Io, LogConfig, ManualClock, Memory, PartitionLog, StorageError};
 
 use super::check::{Restart, durable_batches, ensure};
 use super::{CRASH_OPS_EARLY_MAX, CRASH_OPS_MAX, DIR, EPOCHS, STEPS_MAX, TRACE_KEEP, Totals};
@@ -364,9 +364,16 @@ impl Run {
                     self.note(format!("s{step} clock +{us} µs"));
                 }
                 85..93 => {
-                    log.write_behind();
+                    // Drop-behind both with memory short and ample (from the step
+                    // number, so the random stream of recorded seeds is unchanged).
+                    let memory = if step % 2 == 0 {
+                        Memory::Short
+                    } else {
+                        Memory::Ample
+                    };
+                    log.write_behind(memory);
                     let synced = log.sync_if_due();
-                    self.note(format!("s{step} interval tick -> {synced:?}"));
+                    self.note(format!("s{step} interval tick ({memory:?}) -> {synced:?}"));
                     if let Err(e) = synced {
                         ensure(disk.crashed(), || format!("sync_if_due failed: {e}"))?;
                     }
