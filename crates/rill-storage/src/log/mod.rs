@@ -589,7 +589,7 @@ impl PartitionLog {
             });
         }
         drop(w);
-        active.index().sync()
+        active.index_mut().sync()
     }
 }
 

@@ -451,7 +451,23 @@ fn open_sealed(
     {
         let mut scanner = Scanner::new(file, &segment.path, u64::from(entry.position), len)
             .chaining(segment.base_offset + u64::from(entry.rel_offset));
-        if let Some(tail) = scan_to_end(&mut scanner, |_| Ok(()))? {
+        // The files may lack the last entries made before a crash: made again here.
+        let mut cadence = IndexCadence::new(config.index_interval_bytes, Some(entry));
+        let mut missing = Vec::new();
+        let chained = scan_to_end(&mut scanner, |found| {
+            if cadence.take(found.position)
+                && let Some(e) = entry_for(segment.base_offset, found)
+            {
+                missing.push(e);
+            }
+            Ok(())
+        })?;
+        if let Some(tail) = chained {
+            let mut index = segment.index_mut();
+            for e in missing {
+                index.push(e)?;
+            }
+            drop(index);
             segment.set_visible_len(len);
             let first_ts = first_timestamp(segment, file, len)?;
             return Ok(Some(Tail { first_ts, ..tail }));
@@ -519,4 +535,39 @@ fn first_timestamp(
         Ok(Some(found)) => Some(found.header.first_timestamp_us),
         _ => None,
     })
+}
+
+/// Makes again the index entries missing between the index's last entry before `end`
+/// (or the segment's start) and `end`, walking the batch headers in between: the files
+/// may lack the last entries made before a crash (docs/FORMAT.md §4), and a reader
+/// would otherwise scan that stretch batch by batch for every read in it. A break in
+/// the chain stops it quietly: entries are hints, and validation finds damage.
+pub(super) fn complete_index(
+    segment: &Segment,
+    file: &dyn IoFile,
+    config: &LogConfig,
+    end: u64,
+) -> Result<(), StorageError> {
+    let last = segment.index().last();
+    let (from, offset) = match last {
+        Some(e) => (
+            u64::from(e.position),
+            segment.base_offset + u64::from(e.rel_offset),
+        ),
+        None => (0, segment.base_offset),
+    };
+    if from >= end {
+        return Ok(());
+    }
+    let mut cadence = IndexCadence::new(config.index_interval_bytes, last);
+    let mut scanner = Scanner::new(file, &segment.path, from, end).chaining(offset);
+    let mut index = segment.index_mut();
+    while let Ok(Some(found)) = scanner.next_batch()? {
+        if cadence.take(found.position)
+            && let Some(e) = entry_for(segment.base_offset, &found)
+        {
+            index.push(e)?;
+        }
+    }
+    Ok(())
 }

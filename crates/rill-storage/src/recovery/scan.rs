@@ -80,6 +80,9 @@ impl Scan<'_> {
                 index.truncate(keep)?;
             }
         }
+        if start > 0 {
+            super::complete_index(segment, self.file, self.config, start)?;
+        }
         let mut cadence =
             IndexCadence::new(self.config.index_interval_bytes, segment.index().last());
         let mut position = start;
