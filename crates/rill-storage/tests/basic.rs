@@ -989,3 +989,52 @@ fn entries_lost_with_the_process_are_made_again_at_the_reopen() {
         .unwrap();
     assert_eq!(std::fs::metadata(index).unwrap().len(), 610 * 8);
 }
+
+/// A sealed segment whose index files lost their last entries (a crash between a roll
+/// and its seal) gets them back at the reopen, from its batch headers.
+#[test]
+fn a_sealed_segments_missing_index_entries_are_made_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        durability: Durability::Never,
+        segment_bytes_max: 4 << 20,
+        ..LogConfig::default()
+    };
+    let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
+    for i in 0..1000 {
+        log.append(&batch(&format!("i{i}"), 5, 1000)).unwrap();
+    }
+    let before = read_all(&log, 0);
+    log.close().unwrap();
+    drop(log);
+    let mut indexes: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.extension()
+                .is_some_and(|e| e == "index" || e == "timeindex")
+        })
+        .collect();
+    indexes.sort();
+    let len = |p: &std::path::PathBuf| std::fs::metadata(p).unwrap().len();
+    let (first, first_time) = (&indexes[0], &indexes[1]);
+    let whole = (len(first), len(first_time));
+    assert!(whole.0 > 200 * 8, "{whole:?}");
+    // Only the first 100 entries of the first (sealed) segment survive.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(first)
+        .unwrap()
+        .set_len(100 * 8)
+        .unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(first_time)
+        .unwrap()
+        .set_len(100 * 12)
+        .unwrap();
+    let log = PartitionLog::open(dir.path(), config).unwrap();
+    assert_eq!((len(first), len(first_time)), whole);
+    assert_eq!(read_all(&log, 0), before);
+    assert_eq!(read_all(&log, 555)[0].0, 555);
+}
