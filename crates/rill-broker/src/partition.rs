@@ -4,6 +4,7 @@
 //! on other nodes (docs/REPLICATION.md §11.1).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -148,6 +149,9 @@ pub(crate) struct Partition {
     /// request's task (`sequenced_async`).
     sequenced: Condvar,
     sequenced_async: tokio::sync::Notify,
+    /// Batches waiting on `sequenced`, changed and read under the table's lock: a
+    /// condition variable's `notify_all` is a system call even with nobody to wake.
+    sequence_waiters: AtomicUsize,
     /// The visible next offset, for long polls.
     appended: watch::Sender<u64>,
     /// Set by `close`: long polls waiting on the partition end at once.
@@ -220,6 +224,7 @@ impl Partition {
             producers: Mutex::new(producers),
             sequenced: Condvar::new(),
             sequenced_async: tokio::sync::Notify::new(),
+            sequence_waiters: AtomicUsize::new(0),
             appended,
             closed: std::sync::atomic::AtomicBool::new(false),
             seal: RwLock::new(Seal::Open),
@@ -352,13 +357,12 @@ impl Partition {
 
     /// Counts `bytes` of a batch appended (not a duplicate's).
     pub(crate) fn count_written(&self, bytes: u64) {
-        self.written
-            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        self.written.fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// Bytes appended since the partition was opened.
     pub(crate) fn bytes_written(&self) -> u64 {
-        self.written.load(std::sync::atomic::Ordering::Relaxed)
+        self.written.load(Ordering::Relaxed)
     }
 
     /// The range's state (an elastic topic's; `Open` otherwise).
@@ -389,8 +393,7 @@ impl Partition {
             conflict: None,
         };
         let _guard = self.producers.lock();
-        self.sequenced.notify_all();
-        self.sequenced_async.notify_waiters();
+        self.wake_sequence_waiters();
     }
 
     /// The seal failed before it was committed: appends resume.
@@ -492,7 +495,14 @@ impl Partition {
                 ticket,
             },
         );
-        self.sequenced.notify_all();
+        self.wake_sequence_waiters();
+    }
+
+    /// Wakes the batches waiting for a predecessor; the caller holds the table's lock.
+    fn wake_sequence_waiters(&self) {
+        if self.sequence_waiters.load(Ordering::Relaxed) > 0 {
+            self.sequenced.notify_all();
+        }
         self.sequenced_async.notify_waiters();
     }
 
@@ -613,9 +623,11 @@ impl Partition {
                                 }
                             });
                         }
-                        producers = self
-                            .sequenced
-                            .wait_timeout(producers, deadline - now)
+                        // Counted under the table's lock, as the notifier checks it.
+                        self.sequence_waiters.fetch_add(1, Ordering::Relaxed);
+                        let woken = self.sequenced.wait_timeout(producers, deadline - now);
+                        self.sequence_waiters.fetch_sub(1, Ordering::Relaxed);
+                        producers = woken
                             .map_err(|_| StorageError::Poisoned {
                                 cause: "append (a panic while the producer table was held)",
                             })?
@@ -669,7 +681,7 @@ impl Partition {
             }
             // A closed partition (its topic deleted, the broker shutting down) has
             // nothing more to wait for: the caller finds out why.
-            if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            if self.closed.load(Ordering::Acquire) {
                 return Err(StorageError::Closed.into());
             }
             // The waiter was subscribed before the read (and `changed` marks what it
@@ -758,8 +770,7 @@ impl Partition {
     pub(crate) fn close(&self) -> Result<(), BrokerError> {
         // A cluster's replicas are closed by the cluster node.
         if let State::Open(log) = &*self.state.read() {
-            self.closed
-                .store(true, std::sync::atomic::Ordering::Release);
+            self.closed.store(true, Ordering::Release);
             log.close()?;
             // Wake long polls so they answer now.
             self.appended.send_replace(log.next_offset());
