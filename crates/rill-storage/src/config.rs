@@ -42,8 +42,10 @@ pub struct LogConfig {
     /// MiB at a time). `None` leaves the cache to the kernel. Default 2 GiB: readers
     /// near the head (nearly all of them) read from memory, and a log that ingests for
     /// hours does not leave every later write waiting for the kernel to reclaim a page
-    /// (0.3 against 1.2 GB/s sustained here). While memory is ample nothing is dropped,
-    /// so a reader catching up reads from memory what is still there.
+    /// (0.3 against 1.2 GB/s sustained here). While memory is short the flusher also
+    /// starts writeback of each new MiB (write-behind), so what it drops is clean. While
+    /// memory is ample nothing is dropped, so a reader catching up reads from memory
+    /// what is still there, and a `never` log's writeback is left to the kernel.
     pub cache_tail_bytes: Option<u64>,
 }
 
