@@ -541,8 +541,15 @@ fn first_timestamp(
 /// (or the segment's start) and `end`, walking the batch headers in between: the files
 /// may lack the last entries made before a crash (docs/FORMAT.md §4), and a reader
 /// would otherwise scan that stretch batch by batch for every read in it. A break in
-/// the chain stops it quietly: entries are hints, and validation finds damage.
-pub(super) fn complete_index(
+/// the chain, or a failed read or write, stops it with a warning at most: entries are
+/// hints, and what lies below the recovery point was not read by an open before.
+pub(super) fn complete_index(segment: &Segment, file: &dyn IoFile, config: &LogConfig, end: u64) {
+    if let Err(e) = make_missing_entries(segment, file, config, end) {
+        tracing::warn!(path = %segment.path.display(), error = %e, "could not make the segment's missing index entries again");
+    }
+}
+
+fn make_missing_entries(
     segment: &Segment,
     file: &dyn IoFile,
     config: &LogConfig,

@@ -81,7 +81,7 @@ impl Scan<'_> {
             }
         }
         if start > 0 {
-            super::complete_index(segment, self.file, self.config, start)?;
+            super::complete_index(segment, self.file, self.config, start);
         }
         let mut cadence =
             IndexCadence::new(self.config.index_interval_bytes, segment.index().last());
