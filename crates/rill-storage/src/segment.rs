@@ -447,6 +447,15 @@ impl IndexCadence {
         }
         due
     }
+    /// The entry for a found batch, if it is due one ([`IndexCadence::take`]) and its
+    /// fields fit ([`entry_for`]).
+    pub(crate) fn entry(&mut self, segment_base: u64, found: &Found) -> Option<IndexEntry> {
+        if self.take(found.position) {
+            entry_for(segment_base, found)
+        } else {
+            None
+        }
+    }
 }
 
 /// The index entry for a found batch, if its relative offset and position fit the

@@ -550,10 +550,10 @@ fn segment_sizes(dir: &std::path::Path) -> Vec<u64> {
     files.into_iter().map(|(_, len)| len).collect()
 }
 
-#[test]
-fn drop_behind_drops_what_lies_beyond_the_cache_tail_once_written_back() {
+/// A `never` log of 40 MiB segments with a 16 MiB cache tail, its `.log` files' hints
+/// recorded.
+fn drop_behind_log(dir: &std::path::Path) -> (PartitionLog, rill_storage::fault::Faults) {
     const MIB: u64 = 1 << 20;
-    let dir = tempfile::tempdir().unwrap();
     let (io, faults) = rill_storage::fault::FaultyIo::new();
     faults.only_files_ending_with(".log");
     let config = LogConfig {
@@ -563,12 +563,29 @@ fn drop_behind_drops_what_lies_beyond_the_cache_tail_once_written_back() {
         ..LogConfig::default()
     };
     let log = PartitionLog::open_with(
-        dir.path(),
+        dir,
         config,
         Arc::new(io),
         Arc::new(ManualClock::new(1_000_000)),
     )
     .unwrap();
+    (log, faults)
+}
+
+/// The first `.index` file in `dir`.
+fn index_file(dir: &std::path::Path) -> std::path::PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "index"))
+        .unwrap()
+}
+
+#[test]
+fn drop_behind_drops_what_lies_beyond_the_cache_tail_once_written_back() {
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let (log, faults) = drop_behind_log(dir.path());
     // About 100 KiB per batch; the flusher's call after every ten.
     let mut batches = 0;
     let mut append = |n: usize| {
@@ -645,21 +662,7 @@ fn drop_behind_drops_what_lies_beyond_the_cache_tail_once_written_back() {
 fn drop_behind_waits_until_memory_is_short() {
     const MIB: u64 = 1 << 20;
     let dir = tempfile::tempdir().unwrap();
-    let (io, faults) = rill_storage::fault::FaultyIo::new();
-    faults.only_files_ending_with(".log");
-    let config = LogConfig {
-        durability: Durability::Never,
-        segment_bytes_max: 40 * MIB,
-        cache_tail_bytes: Some(16 * MIB),
-        ..LogConfig::default()
-    };
-    let log = PartitionLog::open_with(
-        dir.path(),
-        config,
-        Arc::new(io),
-        Arc::new(ManualClock::new(1_000_000)),
-    )
-    .unwrap();
+    let (log, faults) = drop_behind_log(dir.path());
     let mut batches = 0;
     let mut append = |n: usize, memory: Memory| {
         for _ in 0..n {
@@ -935,14 +938,7 @@ fn index_entries_are_written_in_groups_and_the_rest_at_a_close() {
         durability: Durability::Never,
         ..LogConfig::default()
     };
-    let index_len = || {
-        let path = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.extension().is_some_and(|e| e == "index"))
-            .unwrap();
-        std::fs::metadata(path).unwrap().len()
-    };
+    let index_len = || std::fs::metadata(index_file(dir.path())).unwrap().len();
     let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
     // Batches of 5 KB: one entry each (one per 4 KiB of log).
     for i in 0..600 {
@@ -983,12 +979,10 @@ fn entries_lost_with_the_process_are_made_again_at_the_reopen() {
     let log = PartitionLog::open(dir.path(), config).unwrap();
     assert_eq!(read_all(&log, 0), before);
     log.close().unwrap();
-    let index = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "index"))
-        .unwrap();
-    assert_eq!(std::fs::metadata(index).unwrap().len(), 610 * 8);
+    assert_eq!(
+        std::fs::metadata(index_file(dir.path())).unwrap().len(),
+        610 * 8
+    );
 }
 
 /// A sealed segment whose index files lost their last entries (a crash between a roll

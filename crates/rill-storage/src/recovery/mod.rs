@@ -23,9 +23,7 @@ use self::scan::{Scan, apply_accepted, drop_contained};
 
 mod scan;
 use crate::recovery_point::RecoveryPoint;
-use crate::segment::{
-    Found, IndexCadence, ScanStop, Scanner, Segment, entry_for, log_path, parse_log_name,
-};
+use crate::segment::{Found, IndexCadence, ScanStop, Scanner, Segment, log_path, parse_log_name};
 
 pub(crate) struct Recovered {
     pub(crate) segments: Vec<Arc<Segment>>,
@@ -455,9 +453,7 @@ fn open_sealed(
         let mut cadence = IndexCadence::new(config.index_interval_bytes, Some(entry));
         let mut missing = Vec::new();
         let chained = scan_to_end(&mut scanner, |found| {
-            if cadence.take(found.position)
-                && let Some(e) = entry_for(segment.base_offset, found)
-            {
+            if let Some(e) = cadence.entry(segment.base_offset, found) {
                 missing.push(e);
             }
             Ok(())
@@ -478,9 +474,7 @@ fn open_sealed(
     let mut cadence = IndexCadence::new(config.index_interval_bytes, None);
     let mut scanner = Scanner::new(file, &segment.path, 0, len).chaining(segment.base_offset);
     let tail = scan_to_end(&mut scanner, |found| {
-        if cadence.take(found.position)
-            && let Some(e) = entry_for(segment.base_offset, found)
-        {
+        if let Some(e) = cadence.entry(segment.base_offset, found) {
             entries.push(e);
         }
         Ok(())
@@ -570,9 +564,7 @@ fn make_missing_entries(
     let mut scanner = Scanner::new(file, &segment.path, from, end).chaining(offset);
     let mut index = segment.index_mut();
     while let Ok(Some(found)) = scanner.next_batch()? {
-        if cadence.take(found.position)
-            && let Some(e) = entry_for(segment.base_offset, &found)
-        {
+        if let Some(e) = cadence.entry(segment.base_offset, &found) {
             index.push(e)?;
         }
     }

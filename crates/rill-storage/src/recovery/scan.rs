@@ -11,7 +11,7 @@ use crate::damage::{Accepted, DamagedRange, search_after};
 use crate::error::io_err;
 use crate::io::IoFile;
 use crate::recovery_point::RecoveryPoint;
-use crate::segment::{DamagedBytes, IndexCadence, ScanStop, Scanner, Segment, entry_for};
+use crate::segment::{DamagedBytes, IndexCadence, ScanStop, Scanner, Segment};
 
 /// A full validation of one segment, recording the damage it quarantines.
 pub(super) struct Scan<'a> {
@@ -96,9 +96,7 @@ impl Scan<'_> {
             loop {
                 match scanner.next_batch()? {
                     Ok(Some(found)) => {
-                        if cadence.take(found.position)
-                            && let Some(entry) = entry_for(base, &found)
-                        {
+                        if let Some(entry) = cadence.entry(base, &found) {
                             segment.index_mut().push(entry)?;
                         }
                         next_offset = found.header.next_offset().expect("validated batch");
