@@ -339,6 +339,7 @@ fn pipelined_produce_with_the_limits_measured_first() {
         "loopback_mb_per_s",
         "disk_sync_mb_per_s",
         "disk_syncs_per_s",
+        "page_cache_mb_per_s",
         "memcpy_mb_per_s",
     ] {
         assert!(v["limits"][k].as_f64().unwrap() > 0.0, "limits.{k} in {v}");
@@ -382,6 +383,8 @@ fn limits_json() {
     assert_eq!(v["dir"], dir.path().to_str().unwrap());
     assert!(v["loopback_mb_per_s"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["memcpy_mb_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["page_cache_mb_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["loopback_rtt_us"].as_f64().unwrap() > 0.0, "{v}");
     assert!(
         v["disk_direct_mb_per_s"].is_null() || v["disk_direct_mb_per_s"].as_f64().unwrap() > 0.0,
         "{v}"

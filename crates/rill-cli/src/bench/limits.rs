@@ -1,17 +1,25 @@
 //! `rill bench limits`, and `--limits` before a workload: what this machine allows,
 //! measured in the same run as the workloads it is compared with (docs/CLI.md, "Bench").
 //!
-//! Four figures, each a short loop after a short uncounted warm-up:
+//! Six figures, each a short loop after a short uncounted warm-up:
 //!
 //! - **loopback**: TCP over 127.0.0.1 between two threads of this process, 1 MiB writes
 //!   and 1 MiB reads (what a client and a server on this host could move at best; no
 //!   iperf needed);
+//! - **loopback_rtt**: one byte sent back and forth over such a connection, the median
+//!   round trip (what every request waited for in turn pays at least: two wake-ups of a
+//!   sleeping thread, which on a virtual machine may cost the hypervisor's time too);
 //! - **disk_sync**: the log's `always` pattern on the disk of a directory (the data
 //!   directory's, when known): append one batch's bytes to a new file, `fdatasync`,
 //!   repeat;
 //! - **disk_direct**: sequential 1 MiB `O_DIRECT` writes to a new file of that directory,
 //!   then one `fdatasync` (the disk's own bandwidth, without the page cache; `None`
 //!   where the file system refuses `O_DIRECT`, as tmpfs does);
+//! - **page_cache**: buffered 1 MiB writes into new files of that directory, each file
+//!   removed at 256 MiB, before the kernel writes it back (what an append that waits for
+//!   no sync costs at least: the kernel's copy into page-cache pages it allocates; on a
+//!   virtual machine that gives freed memory back to its host, those are pages the host
+//!   must fault in again);
 //! - **memcpy**: copying a 64 MiB buffer into another (the ceiling of any path that
 //!   copies each byte once, such as the embedded mode's).
 //!
@@ -34,6 +42,13 @@ const CHUNK: usize = 1 << 20;
 const WARM_UP: Duration = Duration::from_millis(300);
 /// Bytes the disk loops write at most (they stop at their time or at this, first).
 const DISK_BYTES_MAX: u64 = 2 << 30;
+/// Round trips the loopback round-trip loop makes at most (it stops at its time or at
+/// this, first), so its samples stay a bounded buffer.
+const RTT_SAMPLES_MAX: usize = 200_000;
+/// Bytes the page-cache loop writes into one file before it removes it: far below the
+/// kernel's background writeback threshold on any machine worth benchmarking, so the
+/// loop measures the copy into the page cache and not the disk.
+const PAGE_CACHE_FILE_BYTES: u64 = 256 << 20;
 /// The memory copy's buffers.
 const MEMCPY_BYTES: usize = 64 << 20;
 /// `O_DIRECT` wants buffers, offsets and lengths aligned to the logical block size;
@@ -44,11 +59,14 @@ const ALIGN: usize = 4096;
 #[derive(Debug, Clone)]
 pub(super) struct Limits {
     pub(super) loopback_mb_per_s: f64,
+    /// Median round trip of one byte, µs.
+    pub(super) loopback_rtt_us: f64,
     pub(super) disk_sync_mb_per_s: f64,
     pub(super) disk_syncs_per_s: f64,
     /// Bytes per write of the sync loop (one batch).
     pub(super) disk_sync_write_bytes: usize,
     pub(super) disk_direct_mb_per_s: Option<f64>,
+    pub(super) page_cache_mb_per_s: f64,
     pub(super) memcpy_mb_per_s: f64,
     /// The directory whose disk was measured.
     pub(super) dir: PathBuf,
@@ -73,7 +91,7 @@ impl Bound {
 }
 
 impl Limits {
-    /// Measures every limit, `seconds` per loop (about `3 × seconds + 1 s` in all).
+    /// Measures every limit, `seconds` per loop (about `4 × seconds + 1.5 s` in all).
     /// `sync_write_bytes` is one batch's size, the sync loop's write.
     pub(super) async fn measure(
         dir: &Path,
@@ -84,17 +102,22 @@ impl Limits {
         let dir = dir.to_path_buf();
         tokio::task::spawn_blocking(move || {
             let loopback = loopback(period).context("measuring loopback TCP")?;
+            let rtt = loopback_rtt(period).context("measuring loopback round trips")?;
             let (sync, syncs) = disk_sync(&dir, sync_write_bytes.max(1), period)
                 .with_context(|| format!("measuring write+fdatasync in {}", dir.display()))?;
             let direct = disk_direct(&dir, period)
                 .with_context(|| format!("measuring O_DIRECT writes in {}", dir.display()))?;
+            let page_cache = page_cache(&dir, period)
+                .with_context(|| format!("measuring page-cache writes in {}", dir.display()))?;
             let memcpy = memcpy(period.min(Duration::from_secs(1)));
             Ok(Self {
                 loopback_mb_per_s: loopback,
+                loopback_rtt_us: rtt,
                 disk_sync_mb_per_s: sync,
                 disk_syncs_per_s: syncs,
                 disk_sync_write_bytes: sync_write_bytes.max(1),
                 disk_direct_mb_per_s: direct,
+                page_cache_mb_per_s: page_cache,
                 memcpy_mb_per_s: memcpy,
                 dir,
             })
@@ -114,10 +137,12 @@ impl Limits {
     pub(super) fn to_json(&self) -> Value {
         json!({
             "loopback_mb_per_s": round1(self.loopback_mb_per_s),
+            "loopback_rtt_us": round1(self.loopback_rtt_us),
             "disk_sync_mb_per_s": round1(self.disk_sync_mb_per_s),
             "disk_syncs_per_s": round1(self.disk_syncs_per_s),
             "disk_sync_write_bytes": self.disk_sync_write_bytes,
             "disk_direct_mb_per_s": self.disk_direct_mb_per_s.map(round1),
+            "page_cache_mb_per_s": round1(self.page_cache_mb_per_s),
             "memcpy_mb_per_s": round1(self.memcpy_mb_per_s),
             "dir": self.dir.display().to_string(),
         })
@@ -138,6 +163,7 @@ impl Limits {
             "loopback": f(self.loopback_mb_per_s),
             "disk_sync": f(self.disk_sync_mb_per_s),
             "disk_direct": self.disk_direct_mb_per_s.map_or(Value::Null, f),
+            "page_cache": f(self.page_cache_mb_per_s),
             "memcpy": f(self.memcpy_mb_per_s),
         })
     }
@@ -150,6 +176,10 @@ impl Limits {
                 self.loopback_mb_per_s
             ),
             format!(
+                "  loopback TCP round trip (1 byte): {:.1} µs median",
+                self.loopback_rtt_us
+            ),
+            format!(
                 "  write+fdatasync ({} B per write) in {}: {:.0} MB/s, {:.0} syncs/s",
                 self.disk_sync_write_bytes,
                 self.dir.display(),
@@ -160,6 +190,10 @@ impl Limits {
                 Some(d) => format!("  O_DIRECT writes (1 MiB): {d:.0} MB/s"),
                 None => "  O_DIRECT writes: not supported by this file system".to_owned(),
             },
+            format!(
+                "  page-cache writes (1 MiB, new files): {:.0} MB/s",
+                self.page_cache_mb_per_s
+            ),
             format!("  memory copy: {:.0} MB/s", self.memcpy_mb_per_s),
         ]
     }
@@ -241,6 +275,49 @@ fn loopback(period: Duration) -> anyhow::Result<f64> {
     sent.context("sending")?;
     read.context("receiving")?;
     Ok(mb_per_s(c1 - c0, t1 - t0))
+}
+
+/// Loopback TCP round trips: a thread sends one byte, another sends it back, again and
+/// again; the median round trip in µs over `period` after the warm-up.
+fn loopback_rtt(period: Duration) -> anyhow::Result<f64> {
+    let listener = TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut socket, _) = listener.accept()?;
+        socket.set_nodelay(true)?;
+        let mut byte = [0u8; 1];
+        loop {
+            match socket.read(&mut byte)? {
+                0 => return Ok(()),
+                _ => socket.write_all(&byte)?,
+            }
+        }
+    });
+    let mut socket = TcpStream::connect(addr)?;
+    socket.set_nodelay(true)?;
+    let mut byte = [0x42u8; 1];
+    let mut round_trip = |socket: &mut TcpStream| -> std::io::Result<Duration> {
+        let start = Instant::now();
+        socket.write_all(&byte)?;
+        socket.read_exact(&mut byte)?;
+        Ok(start.elapsed())
+    };
+    let warm = Instant::now();
+    while warm.elapsed() < WARM_UP {
+        round_trip(&mut socket)?;
+    }
+    let start = Instant::now();
+    let mut samples = Vec::new();
+    while start.elapsed() < period && samples.len() < RTT_SAMPLES_MAX {
+        samples.push(round_trip(&mut socket)?);
+    }
+    socket.shutdown(std::net::Shutdown::Write)?;
+    echo.join()
+        .map_err(|_| anyhow::anyhow!("the echoing thread panicked"))?
+        .context("echoing")?;
+    samples.sort_unstable();
+    let median = samples.get(samples.len() / 2).copied().unwrap_or_default();
+    Ok(median.as_secs_f64() * 1e6)
 }
 
 /// A file of this process in `dir`, removed when dropped.
@@ -333,6 +410,39 @@ fn disk_direct(dir: &Path, period: Duration) -> anyhow::Result<Option<f64>> {
     }
 }
 
+/// Buffered 1 MiB writes into a new file, which is removed (its pages freed unwritten)
+/// at [`PAGE_CACHE_FILE_BYTES`] and replaced by another: MB/s written over `period`
+/// after the warm-up. The files' removal is not counted.
+fn page_cache(dir: &Path, period: Duration) -> anyhow::Result<f64> {
+    let buf = vec![0xc3u8; CHUNK];
+    let mut file_no = 0u32;
+    let mut fill = |until: Instant, bytes: &mut u64, spent: &mut Duration| -> anyhow::Result<()> {
+        while Instant::now() < until && *bytes < DISK_BYTES_MAX * 4 {
+            let scratch = Scratch::new(dir, &format!("page-cache-{file_no}"));
+            file_no += 1;
+            let mut file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&scratch.0)?;
+            let (start, mut written) = (Instant::now(), 0u64);
+            while written < PAGE_CACHE_FILE_BYTES && Instant::now() < until {
+                file.write_all(&buf)?;
+                written += CHUNK as u64;
+            }
+            *spent += start.elapsed();
+            *bytes += written;
+            // Emptied before it is removed, so no writeback of it ever starts.
+            file.set_len(0)?;
+        }
+        Ok(())
+    };
+    let (mut warm_bytes, mut warm_spent) = (0, Duration::ZERO);
+    fill(Instant::now() + WARM_UP, &mut warm_bytes, &mut warm_spent)?;
+    let (mut bytes, mut spent) = (0, Duration::ZERO);
+    fill(Instant::now() + period, &mut bytes, &mut spent)?;
+    Ok(mb_per_s(bytes, spent))
+}
+
 /// Copies a 64 MiB buffer into another, again and again: MB/s copied over `period`.
 fn memcpy(period: Duration) -> f64 {
     let from = vec![0x77u8; MEMCPY_BYTES];
@@ -356,9 +466,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let limits = Limits::measure(dir.path(), 64 << 10, 0.05).await.unwrap();
         assert!(limits.loopback_mb_per_s > 0.0, "{limits:?}");
+        assert!(limits.loopback_rtt_us > 0.0, "{limits:?}");
         assert!(limits.disk_sync_mb_per_s > 0.0, "{limits:?}");
         assert!(limits.disk_syncs_per_s > 0.0, "{limits:?}");
         assert!(limits.memcpy_mb_per_s > 0.0, "{limits:?}");
+        assert!(limits.page_cache_mb_per_s > 0.0, "{limits:?}");
         if let Some(d) = limits.disk_direct_mb_per_s {
             assert!(d > 0.0, "{limits:?}");
         }
@@ -368,6 +480,7 @@ mod tests {
         assert_eq!(f["bound"], "loopback");
         assert_eq!(f["of_bound"], 0.5);
         assert_eq!(f["loopback"], 0.5);
+        assert!(f["page_cache"].as_f64().unwrap() > 0.0, "{f}");
     }
 
     #[test]
