@@ -91,7 +91,7 @@ impl Bound {
 }
 
 impl Limits {
-    /// Measures every limit, `seconds` per loop (about `4 × seconds + 1.5 s` in all).
+    /// Measures every limit, `seconds` per loop (about `5 × seconds + 3 s` in all).
     /// `sync_write_bytes` is one batch's size, the sync loop's write.
     pub(super) async fn measure(
         dir: &Path,
