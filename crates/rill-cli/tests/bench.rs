@@ -385,6 +385,11 @@ fn limits_json() {
     assert!(v["memcpy_mb_per_s"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["page_cache_mb_per_s"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["loopback_rtt_us"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["host"]["free_page_reporting"].is_boolean(), "{v}");
+    assert!(
+        v["host"]["guest_halt_poll_ns"].is_null() || v["host"]["guest_halt_poll_ns"].is_u64(),
+        "{v}"
+    );
     assert!(
         v["disk_direct_mb_per_s"].is_null() || v["disk_direct_mb_per_s"].as_f64().unwrap() > 0.0,
         "{v}"

@@ -24,6 +24,10 @@
 //!   copies each byte once, such as the embedded mode's).
 //!
 //! The temporary files are removed afterwards, also when a step fails.
+//!
+//! Besides the figures, two facts of a virtual machine's host that move them, read from
+//! `/sys` ([`Host`]): whether freed memory goes back to the hypervisor (free page
+//! reporting), and whether an idle vCPU halts at once (guest halt polling off).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -70,6 +74,85 @@ pub(super) struct Limits {
     pub(super) memcpy_mb_per_s: f64,
     /// The directory whose disk was measured.
     pub(super) dir: PathBuf,
+    pub(super) host: Host,
+}
+
+/// What a virtual machine's host does that moves these figures, as Linux's `/sys` tells.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Host {
+    /// A virtio balloon device that reports free pages (`VIRTIO_BALLOON_F_REPORTING`):
+    /// memory the guest frees goes back to the hypervisor, and the first touch of it
+    /// afterwards faults through the host. On the machine of docs/BENCHMARKS.md that ran
+    /// at about 500 MB/s: runs right after much memory was freed are slower.
+    pub(super) free_page_reporting: bool,
+    /// The `haltpoll` idle driver's `guest_halt_poll_ns`, when it is the driver in use:
+    /// 0 means an idle vCPU halts at once, and waking a sleeping thread goes through
+    /// the hypervisor (the round trip shows what that costs).
+    pub(super) guest_halt_poll_ns: Option<u64>,
+}
+
+/// The virtio device id of a memory balloon.
+const VIRTIO_BALLOON: &str = "0x0005";
+/// The balloon's feature bit for free page reporting (virtio spec 5.5.3).
+const VIRTIO_BALLOON_F_REPORTING: usize = 5;
+
+impl Host {
+    /// Reads the facts under `sys` (`/sys`); what cannot be read is left unset.
+    pub(super) fn read(sys: &Path) -> Self {
+        let text = |path: PathBuf| std::fs::read_to_string(path).ok();
+        let free_page_reporting = std::fs::read_dir(sys.join("bus/virtio/devices"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|device| device.path())
+            .any(|device| {
+                // A bound driver negotiated the features the file shows, one character
+                // per bit from bit 0.
+                text(device.join("device")).is_some_and(|id| id.trim() == VIRTIO_BALLOON)
+                    && device.join("driver").exists()
+                    && text(device.join("features")).is_some_and(|features| {
+                        features.as_bytes().get(VIRTIO_BALLOON_F_REPORTING) == Some(&b'1')
+                    })
+            });
+        let haltpoll = text(sys.join("devices/system/cpu/cpuidle/current_driver"))
+            .is_some_and(|driver| driver.trim() == "haltpoll");
+        let guest_halt_poll_ns = haltpoll
+            .then(|| text(sys.join("module/haltpoll/parameters/guest_halt_poll_ns")))
+            .flatten()
+            .and_then(|ns| ns.trim().parse().ok());
+        Self {
+            free_page_reporting,
+            guest_halt_poll_ns,
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "free_page_reporting": self.free_page_reporting,
+            "guest_halt_poll_ns": self.guest_halt_poll_ns,
+        })
+    }
+
+    /// The human lines: only what moves the figures.
+    fn lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if self.free_page_reporting {
+            lines.push(
+                "  host: free page reporting on (memory this machine frees goes back to the \
+                 hypervisor; writing into it again is slower, so runs right after much memory \
+                 was freed are slower)"
+                    .to_owned(),
+            );
+        }
+        if self.guest_halt_poll_ns == Some(0) {
+            lines.push(
+                "  host: guest halt polling off (an idle vCPU halts at once; waking a sleeping \
+                 thread goes through the hypervisor, which the round trip includes)"
+                    .to_owned(),
+            );
+        }
+        lines
+    }
 }
 
 /// Which limit bounds a workload.
@@ -120,6 +203,7 @@ impl Limits {
                 page_cache_mb_per_s: page_cache,
                 memcpy_mb_per_s: memcpy,
                 dir,
+                host: Host::read(Path::new("/sys")),
             })
         })
         .await
@@ -145,6 +229,7 @@ impl Limits {
             "page_cache_mb_per_s": round1(self.page_cache_mb_per_s),
             "memcpy_mb_per_s": round1(self.memcpy_mb_per_s),
             "dir": self.dir.display().to_string(),
+            "host": self.host.to_json(),
         })
     }
 
@@ -196,6 +281,9 @@ impl Limits {
             ),
             format!("  memory copy: {:.0} MB/s", self.memcpy_mb_per_s),
         ]
+        .into_iter()
+        .chain(self.host.lines())
+        .collect()
     }
 }
 
@@ -481,6 +569,47 @@ mod tests {
         assert_eq!(f["of_bound"], 0.5);
         assert_eq!(f["loopback"], 0.5);
         assert!(f["page_cache"].as_f64().unwrap() > 0.0, "{f}");
+    }
+
+    #[test]
+    fn the_host_facts_come_from_sys() {
+        let sys = tempfile::tempdir().unwrap();
+        let device = |name: &str, id: &str, features: &str, bound: bool| {
+            let dir = sys.path().join("bus/virtio/devices").join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("device"), format!("{id}\n")).unwrap();
+            std::fs::write(dir.join("features"), format!("{features}\n")).unwrap();
+            if bound {
+                std::fs::create_dir_all(dir.join("driver")).unwrap();
+            }
+        };
+        // Nothing to read: no facts.
+        assert_eq!(Host::read(sys.path()), Host::default());
+        // A block device with bit 5 set, a balloon without it, an unbound balloon
+        // with it: no reporting.
+        device("virtio1", "0x0002", "0010011001100100", true);
+        device("virtio2", "0x0005", "0110000000000000", true);
+        device("virtio3", "0x0005", "0110010000000000", false);
+        assert!(!Host::read(sys.path()).free_page_reporting);
+        device("virtio0", "0x0005", "0110010100000000", true);
+        assert!(Host::read(sys.path()).free_page_reporting);
+        // Halt polling counts only where haltpoll is the idle driver.
+        let cpuidle = sys.path().join("devices/system/cpu/cpuidle");
+        let params = sys.path().join("module/haltpoll/parameters");
+        std::fs::create_dir_all(&cpuidle).unwrap();
+        std::fs::create_dir_all(&params).unwrap();
+        std::fs::write(params.join("guest_halt_poll_ns"), "0\n").unwrap();
+        std::fs::write(cpuidle.join("current_driver"), "intel_idle\n").unwrap();
+        assert_eq!(Host::read(sys.path()).guest_halt_poll_ns, None);
+        std::fs::write(cpuidle.join("current_driver"), "haltpoll\n").unwrap();
+        let host = Host::read(sys.path());
+        assert_eq!(host.guest_halt_poll_ns, Some(0));
+        assert_eq!(host.lines().len(), 2, "{:?}", host.lines());
+        assert_eq!(host.to_json()["guest_halt_poll_ns"], 0);
+        std::fs::write(params.join("guest_halt_poll_ns"), "200000\n").unwrap();
+        let host = Host::read(sys.path());
+        assert_eq!(host.guest_halt_poll_ns, Some(200_000));
+        assert_eq!(host.lines().len(), 1, "{:?}", host.lines());
     }
 
     #[test]
