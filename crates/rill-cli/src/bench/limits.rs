@@ -17,9 +17,10 @@
 //!   where the file system refuses `O_DIRECT`, as tmpfs does);
 //! - **page_cache**: buffered 1 MiB writes into new files of that directory, each file
 //!   removed at 256 MiB, before the kernel writes it back (what an append that waits for
-//!   no sync costs at least: the kernel's copy into page-cache pages it allocates; on a
-//!   virtual machine that gives freed memory back to its host, those are pages the host
-//!   must fault in again);
+//!   no sync costs at least: the kernel's copy into page-cache pages it allocates; the
+//!   loop reuses the pages it frees at once, so on a virtual machine that gives freed
+//!   memory back to its host, a log writing into memory given back pays more, see
+//!   [`Host`]);
 //! - **memcpy**: copying a 64 MiB buffer into another (the ceiling of any path that
 //!   copies each byte once, such as the embedded mode's).
 //!
