@@ -100,10 +100,18 @@ fn main() -> ExitCode {
     let (cli, matches) = failure::parse::<Cli>(command());
     init_logging(matches!(cli.command, Command::Serve(_)));
     failure::quiet_on_closed_stdout();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Command::Serve(args) = &cli.command {
+        match serve::workers(args) {
+            Ok(Some(n)) => {
+                builder.worker_threads(n);
+            }
+            Ok(None) => {}
+            Err(e) => return failure::report(&e),
+        }
+    }
+    let runtime = match builder.build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("rill: cannot start the async runtime: {e}");

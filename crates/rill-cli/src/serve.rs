@@ -60,6 +60,35 @@ pub(crate) struct ServeArgs {
     /// name is a user authenticates as that user. Also `tls_client_ca`
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
+    /// Threads that run the server's requests (1-1024) [default: one per CPU the
+    /// process may use]. Also `workers` in the TOML file
+    #[arg(long, env = "RILL_WORKERS", value_name = "N",
+          value_parser = clap::value_parser!(u16).range(1..=WORKERS_MAX))]
+    workers: Option<u16>,
+}
+
+/// Most worker threads `--workers` (or `workers`) may ask for.
+const WORKERS_MAX: i64 = 1024;
+
+/// The worker threads `serve` runs on, if set: `--workers` (or `RILL_WORKERS`), else
+/// the config file's `workers`; `None` leaves tokio's default, one per CPU. Read before
+/// the runtime starts, so this reads the file on its own (`run` reads it again).
+pub(crate) fn workers(args: &ServeArgs) -> anyhow::Result<Option<usize>> {
+    if let Some(n) = args.workers {
+        return Ok(Some(usize::from(n)));
+    }
+    let Some(path) = &args.config else {
+        return Ok(None);
+    };
+    let file = load_file(path)?;
+    match file.workers {
+        None => Ok(None),
+        Some(n) if (1..=WORKERS_MAX).contains(&i64::from(n)) => Ok(Some(n as usize)),
+        Some(n) => anyhow::bail!(
+            "invalid config file {}: workers = {n}, but it must be 1 to {WORKERS_MAX}",
+            path.display()
+        ),
+    }
 }
 
 /// `--peers`: node ids and their node-to-node addresses.
@@ -129,6 +158,8 @@ struct FileConfig {
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_client_ca: Option<PathBuf>,
+    /// As `--workers`.
+    workers: Option<u32>,
 }
 
 /// A setting that can be turned off: a number (milliseconds, bytes), or the word `off`.
@@ -579,6 +610,10 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
         max_connections = server.max_connections(),
         "connections at most"
     );
+    tracing::info!(
+        workers = tokio::runtime::Handle::current().metrics().num_workers(),
+        "worker threads"
+    );
     // Scripts read the bound addresses from this line (useful with port 0).
     eprintln!(
         "rill listening on {} (http {})",
@@ -778,6 +813,7 @@ mod tests {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            workers: None,
         }
     }
 

@@ -1,8 +1,9 @@
 //! The `rill` command line as a new user meets it, before any command runs: a bad
 //! server URL or environment variable named as such, a peer that is not a Rill server
 //! named so, data directories that must exist, `serve` that logs one plain listening
-//! line, lists only its own flags and leaves nothing behind when it cannot start, and
-//! `bench` that shows no progress without a terminal.
+//! line, lists only its own flags, runs on the worker threads it is told and leaves
+//! nothing behind when it cannot start, and `bench` that shows no progress without a
+//! terminal.
 //!
 //! `RILL_CLI_UNDER_TEST=/path/to/rill` runs the tests against another build (to see
 //! that they fail without the changes they test).
@@ -216,6 +217,74 @@ fn bad_environment_variables_are_named() {
         .unwrap();
     ok(&out);
     assert!(stderr(&out).contains("RILL_LOG"), "{}", stderr(&out));
+}
+
+/// The worker threads a started server logged it runs on (from its runtime's own count).
+fn logged_workers(args: &[&str], env: &[(&str, &str)]) -> usize {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, log) = serve_briefly(&dir.path().join("data"), args, env);
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = log
+        .lines()
+        .find(|l| l.contains("worker threads"))
+        .unwrap_or_else(|| panic!("no worker-threads line: {log}"));
+    line.rsplit("workers=")
+        .next()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{line}"))
+}
+
+#[test]
+fn serve_runs_on_the_worker_threads_it_is_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rill.toml");
+    let config_arg = config.to_str().unwrap();
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    assert_eq!(logged_workers(&[], &[]), cpus, "one per CPU by default");
+    assert_eq!(logged_workers(&["--workers", "3"], &[]), 3);
+    std::fs::write(&config, "workers = 2\n").unwrap();
+    assert_eq!(logged_workers(&["--config", config_arg], &[]), 2);
+    // The environment wins over the file, the flag over both.
+    assert_eq!(
+        logged_workers(&["--config", config_arg], &[("RILL_WORKERS", "1")]),
+        1
+    );
+    assert_eq!(
+        logged_workers(
+            &["--config", config_arg, "--workers", "4"],
+            &[("RILL_WORKERS", "1")]
+        ),
+        4
+    );
+
+    let data = dir.path().join("data");
+    let serve = |args: &[&str], env: &[(&str, &str)]| {
+        let mut c = Command::new(bin());
+        c.args(["serve", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+            .args(args)
+            .arg("--data")
+            .arg(&data)
+            .env("RILL_LOG", "error");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    usage_error(&serve(&["--workers", "0"], &[]), "--workers");
+    usage_error(&serve(&["--workers", "1025"], &[]), "1..=1024");
+    usage_error(&serve(&[], &[("RILL_WORKERS", "many")]), "RILL_WORKERS");
+    for bad in ["0", "100000"] {
+        std::fs::write(&config, format!("workers = {bad}\n")).unwrap();
+        let err = runtime_error(&serve(&["--config", config_arg], &[]), "workers");
+        assert!(err.contains("1 to 1024"), "{err}");
+    }
+    std::fs::write(&config, "workers = -1\n").unwrap();
+    runtime_error(
+        &serve(&["--config", config_arg], &[]),
+        "invalid config file",
+    );
+    assert!(!data.exists(), "a failed start left {}", data.display());
 }
 
 #[test]
