@@ -28,6 +28,20 @@ impl Broker {
         partition: u32,
         batch: Bytes,
     ) -> Result<Produced, BrokerError> {
+        self.produce_as(stream, topic, partition, batch, None).await
+    }
+
+    /// [`Broker::produce`], of a batch this process built if `built` is `batch`
+    /// (embedded mode): its records and body checksum are not checked again
+    /// (docs/FORMAT.md §3, "Batches built in-process").
+    pub(crate) async fn produce_as(
+        &self,
+        stream: &str,
+        topic: &str,
+        partition: u32,
+        batch: Bytes,
+        built: Option<rill_format::BuiltBatch>,
+    ) -> Result<Produced, BrokerError> {
         self.check_running()?;
         if batch.len() > self.config().max_batch_bytes as usize {
             return Err(rill_storage::StorageError::BatchTooLarge {
@@ -79,7 +93,7 @@ impl Broker {
             // The whole batch is checked first, so a bad batch is refused at once
             // rather than after a sequence wait. (The blocking pool checks it again
             // when a roll or the deadline sends it there: rarely.)
-            let checked = p.check(&batch)?;
+            let checked = p.check_as(&batch, built.as_ref())?;
             loop {
                 let sequenced = p.sequenced();
                 tokio::pin!(sequenced);
@@ -104,7 +118,7 @@ impl Broker {
         // buffer as they are: no copy of the batch, whoever else holds it.
         let counted = Arc::clone(&p);
         let produced = tokio::task::spawn_blocking(move || {
-            let checked = p.check(&batch)?;
+            let checked = p.check_as(&batch, built.as_ref())?;
             p.append_blocking(&checked, &header, deadline)
         })
         .await

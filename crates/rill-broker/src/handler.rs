@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use rill_format::BuiltBatch;
 use rill_proto::pb::*;
 use rill_proto::{PROTOCOL_VERSION, Request, RequestBody, Response, ResponseBody};
 
@@ -22,13 +23,31 @@ impl Broker {
     /// Handles one request as `principal`: the one place it is authorized
     /// (docs/SECURITY.md §4), so the server and embedded mode cannot differ.
     pub async fn handle_as(self: &Arc<Self>, principal: &Principal, request: Request) -> Response {
+        self.handle_with(principal, request, None).await
+    }
+
+    /// [`Broker::handle`] of a `Produce` whose payload this process built (embedded
+    /// mode): if `built` is the request's payload, the batch's records and body
+    /// checksum are not checked again (docs/FORMAT.md §3, "Batches built in-process").
+    /// Any other payload is checked as usual.
+    pub async fn handle_built(self: &Arc<Self>, request: Request, built: BuiltBatch) -> Response {
+        self.handle_with(&Principal::Owner, request, Some(built))
+            .await
+    }
+
+    async fn handle_with(
+        self: &Arc<Self>,
+        principal: &Principal,
+        request: Request,
+        built: Option<BuiltBatch>,
+    ) -> Response {
         let kind = request.body.kind() as u16;
         let produced = match request.body {
             RequestBody::Produce(_) => Some(request.payload.len() as u64),
             _ => None,
         };
         let outcome = match self.auth.authorize(principal, &request.body) {
-            Ok(()) => self.dispatch_as(principal, request).await,
+            Ok(()) => self.dispatch_as(principal, request, built).await,
             Err(e) => Err(e),
         };
         match outcome.map_err(|e| self.unless_behind(e)) {
@@ -86,6 +105,7 @@ impl Broker {
         self: &Arc<Self>,
         principal: &Principal,
         request: Request,
+        built: Option<BuiltBatch>,
     ) -> Result<(ResponseBody, Bytes), BrokerError> {
         if crate::auth::is_auth_request(&request.body) {
             let principal = principal.clone();
@@ -106,7 +126,7 @@ impl Broker {
                 "Authenticate is a step of a connection; embedded mode needs none".into(),
             ));
         }
-        let (mut body, payload) = self.dispatch(request).await?;
+        let (mut body, payload) = self.dispatch(request, built).await?;
         if matches!(principal, Principal::User(_)) {
             match &mut body {
                 ResponseBody::ListStreams(r) => {
@@ -125,6 +145,7 @@ impl Broker {
     async fn dispatch(
         self: &Arc<Self>,
         request: Request,
+        built: Option<BuiltBatch>,
     ) -> Result<(ResponseBody, Bytes), BrokerError> {
         let none = Bytes::new();
         if self.is_clustered()
@@ -270,7 +291,7 @@ impl Broker {
                     check_range_keys(&request.payload, r.partition, lo, hi)?;
                 }
                 let produced = self
-                    .produce(&r.stream, &r.topic, r.partition, request.payload)
+                    .produce_as(&r.stream, &r.topic, r.partition, request.payload, built)
                     .await?;
                 ResponseBody::Produce(ProduceResponse {
                     base_offset: produced.base_offset,

@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use parking_lot::RwLock;
-use rill_format::{BatchHeader, ProducerInfo};
+use rill_format::{BatchHeader, BuiltBatch, ProducerInfo};
 use rill_storage::{
     Appended, CheckedBatch, DurableTicket, LogConfig, LogEnv, LogRead, PartitionLog, StorageError,
 };
@@ -512,6 +513,19 @@ impl Partition {
         Ok(self.log()?.check(batch)?)
     }
 
+    /// [`Partition::check`] of `batch`, or of `built` when `built` is `batch` (a batch
+    /// this process built: its records and body checksum are not checked again).
+    pub(crate) fn check_as<'a>(
+        &self,
+        batch: &'a Bytes,
+        built: Option<&'a BuiltBatch>,
+    ) -> Result<CheckedBatch<'a>, BrokerError> {
+        match built {
+            Some(built) if built.is(batch) => Ok(self.log()?.check_built(built)?),
+            _ => self.check(batch),
+        }
+    }
+
     /// When an idempotent batch arriving now stops waiting for its predecessor.
     pub(crate) fn sequence_deadline(&self) -> Instant {
         Instant::now() + self.options.read().sequence_wait
@@ -817,7 +831,7 @@ impl Partition {
     pub(crate) async fn produce_replicated(
         &self,
         replica: &Arc<dyn ReplicaLog>,
-        batch: bytes::Bytes,
+        batch: Bytes,
         header: &BatchHeader,
     ) -> Result<Produced, BrokerError> {
         let log = replica.log();

@@ -537,3 +537,113 @@ fn commit(
         offset,
     }
 }
+
+/// docs/FORMAT.md §3, "Batches built in-process": an embedded client hands the broker
+/// the batch its builder made, which is appended without its records being checked
+/// again, under every durability, and read back whole. The proof counts only for its
+/// own bytes: a payload that merely came from a built batch (a corrupted copy) is
+/// checked and refused, and the log's limits hold for built batches too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_built_batch_is_trusted_only_as_the_payload_it_is() {
+    let produce = |partition| {
+        rill_proto::RequestBody::Produce(pb::ProduceRequest {
+            stream: "s".into(),
+            topic: "t".into(),
+            partition,
+            ranged: false,
+        })
+    };
+    let built = |values: &[&[u8]]| {
+        let mut b = BatchBuilder::new();
+        for v in values {
+            b.push(NewRecord::value(v)).unwrap();
+        }
+        b.finish_built().unwrap()
+    };
+    for durability in DURABILITIES {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = open(dir.path());
+        create_with(&broker, 1, durability);
+        let first = built(&[b"a", b"bb"]);
+        let request = rill_proto::Request::with_payload(produce(0), first.bytes().clone());
+        let answer = broker.handle_built(request, first.clone()).await;
+        let rill_proto::Response::Ok {
+            body: rill_proto::ResponseBody::Produce(p),
+            ..
+        } = answer
+        else {
+            panic!("{durability:?}: {answer:?}");
+        };
+        assert_eq!((p.base_offset, p.last_offset), (0, 1), "{durability:?}");
+
+        // A copy of a built batch with one record byte changed, sent with the proof of
+        // the original: not the proof's bytes, so checked, and its checksum fails.
+        let mut copy = first.bytes().to_vec();
+        let last = copy.len() - 1;
+        copy[last] ^= 0x01;
+        let request = rill_proto::Request::with_payload(produce(0), Bytes::from(copy));
+        let answer = broker.handle_built(request, first.clone()).await;
+        let rill_proto::Response::Err { error, .. } = answer else {
+            panic!("{durability:?}: a corrupted copy was stored: {answer:?}");
+        };
+        assert_eq!(
+            error.code,
+            rill_proto::ErrorCode::InvalidBatch as i32,
+            "{durability:?}: {error:?}"
+        );
+
+        let read = broker
+            .fetch(
+                "s",
+                "t",
+                0,
+                Fetch {
+                    offset: 0,
+                    max_bytes: 1 << 20,
+                    max_wait: Duration::ZERO,
+                    min_bytes: 0,
+                },
+            )
+            .await
+            .unwrap();
+        let stored = BatchView::parse(&read.bytes).unwrap();
+        assert_eq!(read.bytes.len(), stored.as_bytes().len(), "one batch");
+        let values: Vec<&[u8]> = stored.records().map(|r| r.value).collect();
+        assert_eq!(values, [&b"a"[..], &b"bb"[..]], "{durability:?}");
+    }
+
+    // The topic's record limit holds for a built batch as for any.
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path());
+    broker
+        .create_topic(
+            "s",
+            "t",
+            &pb::TopicOptions {
+                partitions: 1,
+                durability: pb::Durability::Never as i32,
+                max_record_bytes: Some(64),
+                ..Default::default()
+            },
+            false,
+            true,
+        )
+        .unwrap();
+    let big = built(&[b"small", &[7u8; 200]]);
+    let request = rill_proto::Request::with_payload(produce(0), big.bytes().clone());
+    let answer = broker.handle_built(request, big).await;
+    let rill_proto::Response::Err { error, .. } = answer else {
+        panic!("a record over the topic's limit was stored: {answer:?}");
+    };
+    assert_eq!(
+        error.code,
+        rill_proto::ErrorCode::RecordTooLarge as i32,
+        "{error:?}"
+    );
+    let small = built(&[b"small"]);
+    let request = rill_proto::Request::with_payload(produce(0), small.bytes().clone());
+    assert!(matches!(
+        broker.handle_built(request, small).await,
+        rill_proto::Response::Ok { .. }
+    ));
+}

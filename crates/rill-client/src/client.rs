@@ -530,11 +530,35 @@ impl Client {
         retry: Retry,
         policy: RetryPolicy,
     ) -> Result<(ResponseBody, Bytes), ClientError> {
+        self.call_inner(body, payload, None, retry, policy).await
+    }
+
+    /// Like `call`, for a `Produce` of a batch this process built: an embedded broker
+    /// need not check it again (docs/FORMAT.md §3, "Batches built in-process").
+    pub(crate) async fn call_built(
+        &self,
+        body: RequestBody,
+        built: rill_format::BuiltBatch,
+        retry: Retry,
+    ) -> Result<(ResponseBody, Bytes), ClientError> {
+        let payload = built.bytes().clone();
+        self.call_inner(body, payload, Some(built), retry, self.inner.retry)
+            .await
+    }
+
+    async fn call_inner(
+        &self,
+        body: RequestBody,
+        payload: Bytes,
+        built: Option<rill_format::BuiltBatch>,
+        retry: Retry,
+        policy: RetryPolicy,
+    ) -> Result<(ResponseBody, Bytes), ClientError> {
         let mut backoff = policy.backoff;
         let mut attempt = 0;
         let mut migrating = Migrating::default();
         loop {
-            let error = match self.attempt(&body, &payload).await {
+            let error = match self.attempt(&body, &payload, built.as_ref()).await {
                 Attempt::Answered(body, payload) => return Ok((body, payload)),
                 Attempt::Refused(e) if !e.is_transient() => return Err(e),
                 // A sealed range of an elastic topic: the same request would be refused
@@ -569,8 +593,14 @@ impl Client {
         }
     }
 
-    /// Sends a request once. The caller decides about retries.
-    pub(crate) async fn attempt(&self, body: &RequestBody, payload: &Bytes) -> Attempt {
+    /// Sends a request once. The caller decides about retries. `built`, if given, is
+    /// `payload` as this process built it.
+    pub(crate) async fn attempt(
+        &self,
+        body: &RequestBody,
+        payload: &Bytes,
+        built: Option<&rill_format::BuiltBatch>,
+    ) -> Attempt {
         if self.is_closed() {
             return Attempt::Failed(ClientError::Closed);
         }
@@ -588,7 +618,11 @@ impl Client {
             addr: self.inner.transport.peer(),
             reason,
         };
-        match self.inner.transport.call(request).await {
+        let called = match built {
+            Some(built) => self.inner.transport.call_built(request, built.clone()),
+            None => self.inner.transport.call(request),
+        };
+        match called.await {
             Ok(Response::Ok { body, payload }) => Attempt::Answered(body, payload),
             Ok(Response::Err { error, .. }) => {
                 Attempt::Refused(ClientError::from_response(error, body))

@@ -200,7 +200,7 @@ impl Position {
 pub(crate) fn build_batch(
     messages: &[Message],
     producer: Option<rill_format::ProducerInfo>,
-) -> Result<Bytes, crate::ClientError> {
+) -> Result<rill_format::BuiltBatch, crate::ClientError> {
     let bytes: usize = messages.iter().map(Message::approx_len).sum();
     let mut builder = rill_format::BatchBuilder::with_capacity(64 + bytes);
     if let Some(p) = producer {
@@ -218,9 +218,9 @@ pub(crate) fn build_batch(
             .push(record)
             .map_err(|e| crate::ClientError::InvalidArgument(e.to_string()))?;
     }
-    Ok(Bytes::from(builder.finish().map_err(|e| {
-        crate::ClientError::InvalidArgument(e.to_string())
-    })?))
+    builder
+        .finish_built()
+        .map_err(|e| crate::ClientError::InvalidArgument(e.to_string()))
 }
 
 /// A fetched batch that failed its checks while its header still parses: where it

@@ -570,7 +570,7 @@ impl Topic {
             partition,
             ranged,
         });
-        match self.client.call(body, batch, retry).await {
+        match self.client.call_built(body, batch, retry).await {
             Ok((ResponseBody::Produce(r), _)) => Ok(r),
             Ok((other, _)) => Err(unexpected(&other)),
             Err(e) => {

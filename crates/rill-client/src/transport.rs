@@ -34,6 +34,17 @@ pub(crate) enum CallError {
 /// A way to send requests to a broker.
 pub(crate) trait Transport: Send + Sync + fmt::Debug {
     fn call(&self, request: Request) -> BoxFuture<'_, Result<Response, CallError>>;
+    /// [`Transport::call`] of a `Produce` whose payload is `built`, a batch this process
+    /// built. A broker in this process need not check it again (docs/FORMAT.md §3,
+    /// "Batches built in-process"); over a socket it is sent as any payload is.
+    fn call_built(
+        &self,
+        request: Request,
+        built: rill_format::BuiltBatch,
+    ) -> BoxFuture<'_, Result<Response, CallError>> {
+        drop(built);
+        self.call(request)
+    }
     /// A human-readable peer name for errors.
     fn peer(&self) -> String;
     /// Releases what the transport holds: the TCP connection (calls still waiting on
@@ -144,6 +155,20 @@ impl Transport for Embedded {
             let broker = self.broker.read().clone();
             match broker {
                 Some(broker) => Ok(broker.handle(request).await),
+                None => Err(CallError::NotSent("the client was closed".into())),
+            }
+        })
+    }
+
+    fn call_built(
+        &self,
+        request: Request,
+        built: rill_format::BuiltBatch,
+    ) -> BoxFuture<'_, Result<Response, CallError>> {
+        Box::pin(async move {
+            let broker = self.broker.read().clone();
+            match broker {
+                Some(broker) => Ok(broker.handle_built(request, built).await),
                 None => Err(CallError::NotSent("the client was closed".into())),
             }
         })

@@ -1,5 +1,7 @@
 //! Building record batches.
 
+use bytes::Bytes;
+
 use crate::batch::ProducerInfo;
 use crate::header::{HEADER_NAME_LEN_MAX, Header};
 use crate::layout::*;
@@ -63,6 +65,8 @@ pub struct BatchBuilder {
     buf: Vec<u8>,
     count: u32,
     max_delta: u64,
+    /// The largest record body pushed, as `BatchView::largest_record_bytes` counts it.
+    largest_record_bytes: usize,
     producer: Option<ProducerInfo>,
 }
 
@@ -86,6 +90,7 @@ impl BatchBuilder {
             buf,
             count: 0,
             max_delta: 0,
+            largest_record_bytes: 0,
             producer: None,
         }
     }
@@ -150,6 +155,7 @@ impl BatchBuilder {
         }
         self.count = next;
         self.max_delta = self.max_delta.max(record.timestamp_delta_us);
+        self.largest_record_bytes = self.largest_record_bytes.max(body);
         Ok(())
     }
 
@@ -162,6 +168,16 @@ impl BatchBuilder {
         Ok(self.buf)
     }
 
+    /// Like [`BatchBuilder::finish`], as a [`BuiltBatch`]: bytes nothing can change
+    /// any more, with what checking them would find.
+    pub fn finish_built(mut self) -> Result<BuiltBatch, FormatError> {
+        self.seal()?;
+        Ok(BuiltBatch {
+            largest_record_bytes: self.largest_record_bytes,
+            bytes: Bytes::from(self.buf),
+        })
+    }
+
     /// Like [`BatchBuilder::finish`], then resets the builder for reuse.
     pub fn finish_and_reset(&mut self) -> Result<Vec<u8>, FormatError> {
         self.seal()?;
@@ -169,6 +185,7 @@ impl BatchBuilder {
         next.resize(HEADER_LEN, 0);
         self.count = 0;
         self.max_delta = 0;
+        self.largest_record_bytes = 0;
         Ok(std::mem::replace(&mut self.buf, next))
     }
 
@@ -207,6 +224,41 @@ impl BatchBuilder {
         let sealed = header_crc(buf);
         buf[HEADER_CRC..HEADER_CRC + 4].copy_from_slice(&sealed.to_le_bytes());
         Ok(())
+    }
+}
+
+/// A sealed batch as [`BatchBuilder::finish_built`] made it, in this process: a batch
+/// [`BatchView::parse`](crate::BatchView::parse) accepts, in shared bytes that nothing
+/// can change, and what parsing them would find. Only the builder makes one.
+///
+/// So a broker in the same process (embedded mode) may append it without checking its
+/// records and body checksum again (docs/FORMAT.md §3, "Batches built in-process"),
+/// once [`BuiltBatch::is`] says that the bytes it is asked to append are these. Bytes
+/// from anywhere else — a socket, a file, a caller — are always checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuiltBatch {
+    bytes: Bytes,
+    largest_record_bytes: usize,
+}
+
+impl BuiltBatch {
+    /// The batch's bytes.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// The largest record's encoded bytes, as
+    /// [`BatchView::largest_record_bytes`](crate::BatchView::largest_record_bytes)
+    /// counts them.
+    pub fn largest_record_bytes(&self) -> usize {
+        self.largest_record_bytes
+    }
+
+    /// Whether `bytes` are this batch's own: the same buffer, the same length. This
+    /// batch holds a reference to its buffer, so while it lives the buffer is neither
+    /// freed nor reused, and a `Bytes` cannot change what it shares.
+    pub fn is(&self, bytes: &[u8]) -> bool {
+        std::ptr::eq(bytes.as_ptr(), self.bytes.as_ptr()) && bytes.len() == self.bytes.len()
     }
 }
 

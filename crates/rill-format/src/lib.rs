@@ -24,7 +24,7 @@ pub use batch::{
     BATCH_HEADER_LEN, BatchHeader, BatchView, Batches, Compression, MAGIC_V1, ProducerInfo, Record,
     Records, stamp,
 };
-pub use builder::{BatchBuilder, NewRecord};
+pub use builder::{BatchBuilder, BuiltBatch, NewRecord};
 pub use durability::{Durability, ParseDurabilityError};
 pub use error::{FormatError, RecordError};
 pub use header::{HEADER_NAME_LEN_MAX, Header, HeaderValue, Headers};

@@ -101,7 +101,7 @@ fn record() -> impl Strategy<Value = OwnedRecord> {
         })
 }
 
-fn build(records: &[OwnedRecord], producer: Option<ProducerInfo>) -> Vec<u8> {
+fn builder_of(records: &[OwnedRecord], producer: Option<ProducerInfo>) -> BatchBuilder {
     let mut builder = BatchBuilder::new();
     if let Some(p) = producer {
         builder.producer(p);
@@ -125,7 +125,11 @@ fn build(records: &[OwnedRecord], producer: Option<ProducerInfo>) -> Vec<u8> {
             BatchBuilder::record_len(&rec)
         );
     }
-    builder.finish().unwrap()
+    builder
+}
+
+fn build(records: &[OwnedRecord], producer: Option<ProducerInfo>) -> Vec<u8> {
+    builder_of(records, producer).finish().unwrap()
 }
 
 fn producer() -> impl Strategy<Value = Option<ProducerInfo>> {
@@ -178,6 +182,27 @@ proptest! {
                 prop_assert!(value.matches(&h.value), "{:?} != {:?}", h.value, value);
             }
         }
+    }
+
+    /// What a broker in the same process trusts without parsing (docs/FORMAT.md §3):
+    /// a built batch is the bytes `finish` makes, parses, has the largest record the
+    /// parser finds, and is recognised by its own buffer only, never by a copy.
+    #[test]
+    fn built_batches_are_what_parsing_finds(
+        records in prop::collection::vec(record(), 1..20),
+        producer in producer(),
+    ) {
+        let built = builder_of(&records, producer).finish_built().unwrap();
+        let bytes = build(&records, producer);
+        prop_assert_eq!(&built.bytes()[..], &bytes[..]);
+        let view = BatchView::parse(built.bytes()).unwrap();
+        prop_assert_eq!(view.as_bytes().len(), bytes.len());
+        prop_assert_eq!(built.largest_record_bytes(), view.largest_record_bytes());
+        prop_assert!(built.is(built.bytes()));
+        prop_assert!(built.is(&built.bytes().clone()));
+        prop_assert!(!built.is(&bytes), "a copy is not the built batch");
+        prop_assert!(!built.is(&built.bytes()[..bytes.len() - 1]));
+        prop_assert!(!built.is(&built.bytes()[1..]));
     }
 
     #[test]

@@ -605,7 +605,7 @@ impl Core {
         });
         let client = &self.topic.client;
         let mut sent = None;
-        let mut batch = Bytes::new();
+        let mut batch = None;
         let mut backoff = self.policy.backoff;
         let mut migrating = crate::client::Migrating::default();
         let mut attempt = 0;
@@ -615,11 +615,16 @@ impl Core {
                 Some(r) => lane.sequencer()?.identity(r.ticket),
                 None => None,
             };
-            if sent.is_none() || identity != sent {
-                batch = build_batch(messages, identity)?;
-                sent = identity;
-            }
-            let error = match client.attempt(&body, &batch).await {
+            let built = match batch.take() {
+                Some(built) if sent.is_some() && identity == sent => built,
+                _ => {
+                    sent = identity;
+                    build_batch(messages, identity)?
+                }
+            };
+            let attempted = client.attempt(&body, built.bytes(), Some(&built)).await;
+            batch = Some(built);
+            let error = match attempted {
                 Attempt::Answered(ResponseBody::Produce(r), _) => {
                     if let Some(r) = registered.as_mut() {
                         r.acknowledged = true;

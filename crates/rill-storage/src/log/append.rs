@@ -52,26 +52,71 @@ impl PartitionLog {
     /// appending (an idempotent producer's sequence) checks first, so a bad batch is
     /// refused at once.
     pub fn check<'a>(&self, batch: &'a [u8]) -> Result<CheckedBatch<'a>, StorageError> {
-        if batch.len() > self.config.batch_bytes_max as usize {
-            return Err(StorageError::BatchTooLarge {
-                bytes: batch.len(),
-                max: self.config.batch_bytes_max,
-            });
-        }
+        self.check_size(batch)?;
         let view = BatchView::parse(batch)?;
         if view.as_bytes().len() != batch.len() {
             return Err(StorageError::TrailingBytes {
                 extra: batch.len() - view.as_bytes().len(),
             });
         }
-        if view.largest_record_bytes() > self.config.record_bytes_max as usize {
+        // Checked by the parser: max - first equals a non-negative delta.
+        let span_us = view.max_timestamp_us() - view.first_timestamp_us();
+        self.check_limits(
+            batch,
+            view.largest_record_bytes(),
+            span_us,
+            view.record_count(),
+        )
+    }
+
+    /// [`PartitionLog::check`] of a batch built in this process by `rill-format`'s
+    /// builder (docs/FORMAT.md §3, "Batches built in-process"): the builder made a batch
+    /// the parser accepts and counted its largest record, so only the header is read
+    /// (its checksum too) and the log's limits applied; the body checksum and the
+    /// records are not checked again. The same refusals as `check` for the same bytes.
+    pub fn check_built<'a>(
+        &self,
+        built: &'a rill_format::BuiltBatch,
+    ) -> Result<CheckedBatch<'a>, StorageError> {
+        let batch = &built.bytes()[..];
+        self.check_size(batch)?;
+        let header = BatchHeader::parse(batch)?;
+        // The builder writes a batch exactly `batch_length` long, with a span its
+        // timestamps fit.
+        debug_assert_eq!(header.batch_length as usize, batch.len());
+        let span_us = header.max_timestamp_us - header.first_timestamp_us;
+        self.check_limits(
+            batch,
+            built.largest_record_bytes(),
+            span_us,
+            header.record_count,
+        )
+    }
+
+    fn check_size(&self, batch: &[u8]) -> Result<(), StorageError> {
+        if batch.len() > self.config.batch_bytes_max as usize {
+            return Err(StorageError::BatchTooLarge {
+                bytes: batch.len(),
+                max: self.config.batch_bytes_max,
+            });
+        }
+        Ok(())
+    }
+
+    /// The checks of a parsed batch that depend on the log's settings.
+    fn check_limits<'a>(
+        &self,
+        batch: &'a [u8],
+        largest_record_bytes: usize,
+        span_us: i64,
+        record_count: u32,
+    ) -> Result<CheckedBatch<'a>, StorageError> {
+        if largest_record_bytes > self.config.record_bytes_max as usize {
             return Err(StorageError::RecordTooLarge {
-                bytes: view.largest_record_bytes(),
+                bytes: largest_record_bytes,
                 max: self.config.record_bytes_max,
             });
         }
-        // Checked by the parser: max - first equals a non-negative delta.
-        let span_us = view.max_timestamp_us() - view.first_timestamp_us();
         let ahead_max_us = self.ahead_max_us();
         if span_us > ahead_max_us {
             let now_us = self.env.clock.now_us();
@@ -83,7 +128,7 @@ impl PartitionLog {
         }
         Ok(CheckedBatch {
             bytes: batch,
-            count: u64::from(view.record_count()),
+            count: u64::from(record_count),
             span_us,
         })
     }
