@@ -119,7 +119,7 @@ impl<'a> BatchView<'a> {
         }
         let bytes = &buf[..len];
         let stored = u32_at(bytes, BODY_CRC);
-        let computed = crc32c::crc32c(&bytes[BODY..]);
+        let computed = crc32c(&bytes[BODY..]);
         if stored != computed {
             return Err(FormatError::BodyCrc { stored, computed });
         }

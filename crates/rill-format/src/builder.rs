@@ -219,7 +219,7 @@ impl BatchBuilder {
         buf[RESERVED_2..RESERVED_2 + 2].copy_from_slice(&0u16.to_le_bytes());
         buf[BASE_SEQUENCE..BASE_SEQUENCE + 4].copy_from_slice(&seq.to_le_bytes());
         buf[RESERVED_3..RESERVED_3 + 4].copy_from_slice(&0u32.to_le_bytes());
-        let body_crc = crc32c::crc32c(&buf[BODY..]);
+        let body_crc = crc32c(&buf[BODY..]);
         buf[BODY_CRC..BODY_CRC + 4].copy_from_slice(&body_crc.to_le_bytes());
         let sealed = header_crc(buf);
         buf[HEADER_CRC..HEADER_CRC + 4].copy_from_slice(&sealed.to_le_bytes());

@@ -47,5 +47,44 @@ pub(crate) fn i64_at(buf: &[u8], at: usize) -> i64 {
 /// CRC of the header part that `header_crc` covers: every header byte but itself.
 #[inline]
 pub(crate) fn header_crc(buf: &[u8]) -> u32 {
-    crc32c::crc32c(&buf[BATCH_LENGTH..HEADER_LEN])
+    crc32c(&buf[BATCH_LENGTH..HEADER_LEN])
+}
+
+/// CRC-32C (Castagnoli), the format's checksum. `crc-fast` folds with carry-less
+/// multiplication where the CPU has it; it was faster than the `crc32c` crate's
+/// SSE4.2 loop at every length measured here, 44 bytes to 1 MiB.
+#[inline]
+pub(crate) fn crc32c(bytes: &[u8]) -> u32 {
+    // CRC-32/ISCSI is CRC-32C; the 32-bit result comes back in a u64.
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, bytes) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    /// The checksum is CRC-32C exactly: the `crc32c` crate's, which batches stored
+    /// before the switch were sealed with, at every length through the folding
+    /// implementation's block sizes and at every alignment.
+    #[test]
+    fn the_checksum_is_the_crc32c_crates() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let data: Vec<u8> = (0..(1 << 20) + 67)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        for len in (0..=2_100).chain([4_095, 4_096, 4_097, 65_536, 1 << 20]) {
+            for start in [0, 1, 3, 7, 31, 63] {
+                let bytes = &data[start..start + len];
+                assert_eq!(
+                    super::crc32c(bytes),
+                    crc32c::crc32c(bytes),
+                    "{len} bytes from {start}"
+                );
+            }
+        }
+        assert_eq!(super::crc32c(b"123456789"), 0xe306_9283, "the check value");
+    }
 }
