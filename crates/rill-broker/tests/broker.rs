@@ -55,6 +55,17 @@ const DURABILITIES: [pb::Durability; 3] = [
     pb::Durability::Interval,
 ];
 
+/// The stored batches of `s/t` partition 0 from `offset`, up to 1 MiB, without waiting.
+async fn read_now(broker: &Broker, offset: u64) -> Vec<u8> {
+    let fetch = Fetch {
+        offset,
+        max_bytes: 1 << 20,
+        max_wait: Duration::ZERO,
+        min_bytes: 0,
+    };
+    broker.fetch("s", "t", 0, fetch).await.unwrap().bytes
+}
+
 fn info(id: u64, epoch: u16, seq: u32) -> ProducerInfo {
     ProducerInfo {
         id,
@@ -217,21 +228,8 @@ async fn concurrent_pipelined_producers_keep_their_order_and_store_each_batch_on
         let mut next = vec![0u32; PRODUCERS as usize + 1];
         let mut offset = 0;
         while offset < u64::from(BATCHES) * PRODUCERS {
-            let read = broker
-                .fetch(
-                    "s",
-                    "t",
-                    0,
-                    Fetch {
-                        offset,
-                        max_bytes: 1 << 20,
-                        max_wait: Duration::ZERO,
-                        min_bytes: 0,
-                    },
-                )
-                .await
-                .unwrap();
-            let mut rest = &read.bytes[..];
+            let read = read_now(&broker, offset).await;
+            let mut rest = &read[..];
             while !rest.is_empty() {
                 let view = BatchView::parse(rest).unwrap();
                 for record in view.records() {
@@ -284,21 +282,8 @@ async fn a_producers_base_offset_and_first_timestamp_are_overwritten_unchecked()
         .unwrap();
     assert_eq!((produced.base_offset, produced.last_offset), (0, 1));
     assert!(produced.timestamp_us >= before, "{produced:?}");
-    let read = broker
-        .fetch(
-            "s",
-            "t",
-            0,
-            Fetch {
-                offset: 0,
-                max_bytes: 1 << 20,
-                max_wait: Duration::ZERO,
-                min_bytes: 0,
-            },
-        )
-        .await
-        .unwrap();
-    let stored = BatchView::parse(&read.bytes).unwrap();
+    let read = read_now(&broker, 0).await;
+    let stored = BatchView::parse(&read).unwrap();
     assert_eq!(stored.base_offset(), 0);
     assert_eq!(stored.first_timestamp_us(), produced.timestamp_us);
     assert_eq!(stored.max_timestamp_us(), produced.timestamp_us + 250);
@@ -592,22 +577,9 @@ async fn a_built_batch_is_trusted_only_as_the_payload_it_is() {
             "{durability:?}: {error:?}"
         );
 
-        let read = broker
-            .fetch(
-                "s",
-                "t",
-                0,
-                Fetch {
-                    offset: 0,
-                    max_bytes: 1 << 20,
-                    max_wait: Duration::ZERO,
-                    min_bytes: 0,
-                },
-            )
-            .await
-            .unwrap();
-        let stored = BatchView::parse(&read.bytes).unwrap();
-        assert_eq!(read.bytes.len(), stored.as_bytes().len(), "one batch");
+        let read = read_now(&broker, 0).await;
+        let stored = BatchView::parse(&read).unwrap();
+        assert_eq!(read.len(), stored.as_bytes().len(), "one batch");
         let values: Vec<&[u8]> = stored.records().map(|r| r.value).collect();
         assert_eq!(values, [&b"a"[..], &b"bb"[..]], "{durability:?}");
     }
