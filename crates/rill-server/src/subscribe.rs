@@ -32,6 +32,9 @@ use crate::connection::{Context, FETCH_RESPONSE_HEAD_BYTES_MAX, Phase, Reply, ba
 /// How long one of the subscription's reads waits for appends before it reads again
 /// (the broker caps waits at its `max_wait`, 60 s by default).
 const LONG_POLL_MS: u32 = 30_000;
+/// A push carries at most the `Subscribe`'s grant in bytes divided by this (its first
+/// batch whole), so a window is several pushes (docs/STREAMING.md §3).
+const PUSHES_PER_WINDOW: u64 = 4;
 /// How long an `Unsubscribe` waits for the subscription's last frame to be queued.
 const UNSUBSCRIBE_WAIT: Duration = Duration::from_secs(10);
 
@@ -294,7 +297,12 @@ impl Subscription {
                     }
                 }
             };
-            let max_bytes = room.min(max_fetch).max(1);
+            // A quarter of the first grant at most, so a window holds several pushes:
+            // the next is read and sent while the client's credit for this one comes.
+            let max_bytes = room
+                .min(max_fetch)
+                .min(self.request.credit_bytes / PUSHES_PER_WINDOW)
+                .max(1);
             // What the read may return, granted before it reads (as for a Fetch); the
             // first batch may be larger, and the push tops the grant up then.
             let budget = reply.budget();

@@ -199,6 +199,35 @@ async fn pushes_stay_within_the_window_and_credit_resumes_them_in_order() {
     h.stop().await;
 }
 
+/// A push carries at most a quarter of the Subscribe's grant (its first batch whole), so
+/// a large window is several pushes: the server sends the next while the client's
+/// credit for the one before is on its way.
+#[tokio::test]
+async fn a_window_is_several_pushes() {
+    let h = Harness::start(config()).await;
+    let mut client = h.client().await;
+    setup_topic(&mut client, "shop", "wide").await;
+    publish(&mut client, "wide", 0, 40).await;
+    // Room for all 40 batches at once: one push would carry them all.
+    let window = 1_000_000;
+    let id = client.send(&subscribe("wide", 0, window, 1000)).await;
+    let mut seen = Seen::default();
+    let mut frames = Vec::new();
+    while let Some(frame) = client.recv_within(QUIET).await {
+        let before = seen.bytes;
+        let (more, _) = seen.take(id, frame);
+        assert!(more, "the stream goes on");
+        frames.push(seen.bytes - before);
+    }
+    assert_eq!(seen.records, (0..40).collect::<Vec<_>>());
+    assert!(frames.len() >= 2, "one window, several pushes: {frames:?}");
+    assert!(
+        frames.iter().all(|&bytes| bytes <= window / 4),
+        "each push at most a quarter of the window: {frames:?}"
+    );
+    h.stop().await;
+}
+
 /// The window counts frames too: with two frames granted, the first (at once, empty at
 /// the tail) and the next append are pushed, a further append waits for credit.
 #[tokio::test]
