@@ -66,6 +66,14 @@ async fn read_now(broker: &Broker, offset: u64) -> Vec<u8> {
     broker.fetch("s", "t", 0, fetch).await.unwrap().bytes
 }
 
+/// The error code of a refused request; panics with `stored` if it was answered.
+fn refusal(answer: rill_proto::Response, stored: &str) -> i32 {
+    let rill_proto::Response::Err { error, .. } = answer else {
+        panic!("{stored}: {answer:?}");
+    };
+    error.code
+}
+
 fn info(id: u64, epoch: u16, seq: u32) -> ProducerInfo {
     ProducerInfo {
         id,
@@ -568,13 +576,10 @@ async fn a_built_batch_is_trusted_only_as_the_payload_it_is() {
         copy[last] ^= 0x01;
         let request = rill_proto::Request::with_payload(produce(0), Bytes::from(copy));
         let answer = broker.handle_built(request, first.clone()).await;
-        let rill_proto::Response::Err { error, .. } = answer else {
-            panic!("{durability:?}: a corrupted copy was stored: {answer:?}");
-        };
         assert_eq!(
-            error.code,
+            refusal(answer, "a corrupted copy was stored"),
             rill_proto::ErrorCode::InvalidBatch as i32,
-            "{durability:?}: {error:?}"
+            "{durability:?}"
         );
 
         let read = read_now(&broker, 0).await;
@@ -604,13 +609,9 @@ async fn a_built_batch_is_trusted_only_as_the_payload_it_is() {
     let big = built(&[b"small", &[7u8; 200]]);
     let request = rill_proto::Request::with_payload(produce(0), big.bytes().clone());
     let answer = broker.handle_built(request, big).await;
-    let rill_proto::Response::Err { error, .. } = answer else {
-        panic!("a record over the topic's limit was stored: {answer:?}");
-    };
     assert_eq!(
-        error.code,
-        rill_proto::ErrorCode::RecordTooLarge as i32,
-        "{error:?}"
+        refusal(answer, "a record over the topic's limit was stored"),
+        rill_proto::ErrorCode::RecordTooLarge as i32
     );
     let small = built(&[b"small"]);
     let request = rill_proto::Request::with_payload(produce(0), small.bytes().clone());
