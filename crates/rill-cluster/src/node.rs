@@ -96,8 +96,28 @@ pub fn default_timing() -> Arc<Config> {
     )
 }
 
-/// A partition group's timing: the node's, with snapshots and purges left to the
-/// partition's retention (a snapshot is the log itself, §7.5).
+/// The metadata group's configuration: the node's timing, and a leader that restarts
+/// is a follower until an election (docs/REPLICATION.md §7.2). openraft would let it
+/// take up its old term at once ("leader restore"), knowing committed only what its
+/// state machine had applied: the entries it proposed in that term before the restart
+/// are not its first one of a new term, so a read index it confirmed then could miss
+/// entries committed and acknowledged before it stopped (found by the nemesis: a
+/// group's stored offsets read backward after the coordinator's kill -9).
+fn meta_config(base: &Config) -> Arc<Config> {
+    Arc::new(
+        Config {
+            enable_leader_restore: Some(false),
+            ..base.clone()
+        }
+        .validate()
+        .expect("a valid Raft config"),
+    )
+}
+
+/// A partition group's configuration: the node's timing, with snapshots and purges left
+/// to the partition's retention (a snapshot is the log itself, §7.5), and no leader
+/// restore (see [`meta_config`]: a restored leader's high watermark could be below
+/// what readers already read).
 fn partition_timing(base: &Config) -> Arc<Config> {
     Arc::new(
         Config {
@@ -105,6 +125,7 @@ fn partition_timing(base: &Config) -> Arc<Config> {
             // Purges are the retention's (`Replica::retain`), never the library's
             // after a snapshot.
             max_in_snapshot_log_to_keep: u64::MAX,
+            enable_leader_restore: Some(false),
             ..base.clone()
         }
         .validate()
@@ -414,7 +435,7 @@ impl ClusterNode {
         let peers = Peers::new(config.peers.iter().map(|(&id, a)| (id, a.clone())));
         let meta = Raft::new(
             config.id,
-            Arc::clone(&config.timing),
+            meta_config(&config.timing),
             MetaNetwork::new(peers.clone()),
             log,
             meta_sm.clone(),

@@ -5,7 +5,9 @@
 //! on every replica with the same bytes; readers never see past the high watermark; a
 //! node stopped and started again from its directory takes its replicas back and
 //! catches up; an alter that adds a partition starts its replicas; a node whose
-//! `--peers` differs from its stored voters refuses to start.
+//! `--peers` differs from its stored voters refuses to start; a leader restarted at
+//! once is a follower until an election, so the first read it answers holds every
+//! entry committed before.
 
 mod common;
 
@@ -586,6 +588,228 @@ async fn retention_purges_every_replica_through_its_group_and_a_node_left_behind
         next = base + u64::from(BatchView::parse(bytes).unwrap().record_count());
     }
     assert_eq!(next, end);
+    for node in nodes.values() {
+        node.shutdown().await;
+    }
+}
+
+/// A metadata leader that stops and starts again before the others notice does not
+/// take up its old term (docs/REPLICATION.md §7.2): it would, with openraft's leader
+/// restore, and then know only part of what was committed while a follower that was
+/// behind catches up from it, so the first coordinator read it confirmed missed
+/// offsets stored before it stopped (found by the nemesis: a group's stored offsets
+/// read backward after the coordinator's kill -9 and quick restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metadata_leader_restarted_at_once_reads_every_offset_stored_before() {
+    const OFFSETS: u64 = 2_000;
+    let dirs: BTreeMap<u64, tempfile::TempDir> = (1..=3)
+        .map(|id| (id, tempfile::tempdir().unwrap()))
+        .collect();
+    let (mut listeners, peers) = bind_three().await;
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3u64 {
+        let listener = listeners.remove(&id).unwrap();
+        let node = ClusterNode::start(node_config(id, dirs[&id].path(), &peers), listener)
+            .await
+            .unwrap();
+        nodes.insert(id, node);
+    }
+    let mut lead = 0;
+    until("the nodes agree on a controller", || {
+        let seen: Vec<Option<u64>> = nodes.values().map(ClusterNode::controller).collect();
+        lead = seen[0].unwrap_or(0);
+        async move { seen[0].is_some() && seen.iter().all(|l| *l == seen[0]) }
+    })
+    .await;
+    let leader = nodes[&lead].clone();
+    leader
+        .propose(MetaCommand::CreateStream {
+            name: "shop".into(),
+        })
+        .await
+        .unwrap();
+    leader
+        .propose(MetaCommand::CreateTopic {
+            stream: "shop".into(),
+            topic: "orders".into(),
+            spec: TopicSpec {
+                replicas: vec![vec![1, 2, 3]],
+                options: Vec::new(),
+                incarnation: 1,
+            },
+        })
+        .await
+        .unwrap();
+    let followers: Vec<u64> = nodes.keys().copied().filter(|&id| id != lead).collect();
+    let (behind, other) = (followers[0], followers[1]);
+
+    // One follower stops: every offset below commits with the leader and the other.
+    nodes.remove(&behind).unwrap().shutdown().await;
+    let key = |i: u64| OffsetKey {
+        stream: "shop".into(),
+        topic: "orders".into(),
+        partition: 0,
+        consumer: format!("c{i}"),
+    };
+    for chunk in (0..OFFSETS).collect::<Vec<_>>().chunks(100) {
+        let stores = chunk.iter().map(|&i| {
+            leader.propose_indexed(MetaCommand::StoreOffsets {
+                offsets: vec![(key(i), i + 1)],
+            })
+        });
+        for stored in futures::future::join_all(stores).await {
+            stored.unwrap();
+        }
+    }
+    // The other follower stops, the leader stops and starts again at once, and the
+    // follower that missed every offset comes back: what the leader knows committed
+    // now grows only as that follower catches up from it.
+    nodes.remove(&other).unwrap().shutdown().await;
+    nodes.remove(&lead).unwrap().shutdown().await;
+    drop(leader);
+    for id in [lead, behind] {
+        let listener = TcpListener::bind(peers[&id]).await.unwrap();
+        let node = ClusterNode::start(node_config(id, dirs[&id].path(), &peers), listener)
+            .await
+            .unwrap();
+        nodes.insert(id, node);
+    }
+
+    // The first read a coordinator confirms holds every offset.
+    let start = Instant::now();
+    let (coordinator, index) = loop {
+        let mut confirmed = None;
+        for node in nodes.values() {
+            if let Ok(term) = node.coordinator_term()
+                && let Ok(index) = node.read_index_here(term).await
+            {
+                confirmed = Some((node.clone(), index));
+                break;
+            }
+        }
+        if let Some(c) = confirmed {
+            break c;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no node coordinates"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    coordinator.wait_published(index).await.unwrap();
+    let stored = coordinator.metadata().await.offsets;
+    let missing: Vec<u64> = (0..OFFSETS)
+        .filter(|&i| stored.get(&key(i)) != Some(&(i + 1)))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "node {} confirmed read index {index} in its first read after the restart, and it \
+         misses {} of the {OFFSETS} stored offsets (from c{})",
+        coordinator.id(),
+        missing.len(),
+        missing[0]
+    );
+    for node in nodes.values() {
+        node.shutdown().await;
+    }
+}
+
+/// The same for a partition: its leader, stopped and started again at once while a
+/// follower that missed the newest batches comes back, serves only once its high
+/// watermark covers every batch acknowledged before it stopped (with openraft's leader
+/// restore, it served a watermark below them, and a reader that had read past it took
+/// that for the end of the log).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_leader_restarted_at_once_serves_every_batch_acknowledged_before() {
+    use rill_broker::cluster::ReplicaLog;
+    const BATCHES: usize = 1_000;
+    let dirs: BTreeMap<u64, tempfile::TempDir> = (1..=3)
+        .map(|id| (id, tempfile::tempdir().unwrap()))
+        .collect();
+    let (mut listeners, peers) = bind_three().await;
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3u64 {
+        let listener = listeners.remove(&id).unwrap();
+        let node = ClusterNode::start(node_config(id, dirs[&id].path(), &peers), listener)
+            .await
+            .unwrap();
+        nodes.insert(id, node);
+    }
+    nodes[&1]
+        .propose(MetaCommand::CreateStream {
+            name: "shop".into(),
+        })
+        .await
+        .unwrap();
+    nodes[&1]
+        .propose(MetaCommand::CreateTopic {
+            stream: "shop".into(),
+            topic: "orders".into(),
+            spec: TopicSpec {
+                replicas: vec![vec![1, 2, 3]],
+                options: Vec::new(),
+                incarnation: 1,
+            },
+        })
+        .await
+        .unwrap();
+    let id = partition(0);
+    produce(&nodes, &id, "first").await;
+    let lead = nodes
+        .values()
+        .find(|n| n.replica(&id).is_ok_and(|r| r.is_leader()))
+        .expect("a leader committed the first batch")
+        .id();
+    let followers: Vec<u64> = nodes.keys().copied().filter(|&n| n != lead).collect();
+    let (behind, other) = (followers[0], followers[1]);
+
+    // One follower stops; the batches commit with the leader and the other.
+    nodes.remove(&behind).unwrap().shutdown().await;
+    let replica = nodes[&lead].replica(&id).unwrap();
+    let mut end = 0;
+    for chunk in (0..BATCHES).collect::<Vec<_>>().chunks(100) {
+        let produced = chunk
+            .iter()
+            .map(|i| replica.produce(batch(&format!("b{i}"))));
+        for p in futures::future::join_all(produced).await {
+            let (_, last, _) = p.expect("the leader commits with one follower");
+            end = end.max(last + 1);
+        }
+    }
+    drop(replica);
+    nodes.remove(&other).unwrap().shutdown().await;
+    nodes.remove(&lead).unwrap().shutdown().await;
+    for n in [lead, behind] {
+        let listener = TcpListener::bind(peers[&n]).await.unwrap();
+        let node = ClusterNode::start(node_config(n, dirs[&n].path(), &peers), listener)
+            .await
+            .unwrap();
+        nodes.insert(n, node);
+    }
+
+    // The first replica that serves as the leader has every acknowledged batch below
+    // its high watermark.
+    let start = Instant::now();
+    let (serving, watermark) = loop {
+        let found = nodes.values().find_map(|n| {
+            let r = n.replica(&id).ok()?;
+            r.leading()?;
+            Some((n.id(), r.high_watermark()))
+        });
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no replica of {id} serves"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    assert!(
+        watermark >= end,
+        "node {serving} served {id} with high watermark {watermark}, below the {end} \
+         acknowledged before its restart"
+    );
     for node in nodes.values() {
         node.shutdown().await;
     }
