@@ -96,13 +96,13 @@ pub fn default_timing() -> Arc<Config> {
     )
 }
 
-/// The metadata group's configuration: the node's timing, and a leader that restarts
-/// is a follower until an election (docs/REPLICATION.md §7.2). openraft would let it
-/// take up its old term at once ("leader restore"), knowing committed only what its
-/// state machine had applied: the entries it proposed in that term before the restart
-/// are not its first one of a new term, so a read index it confirmed then could miss
-/// entries committed and acknowledged before it stopped (found by the nemesis: a
-/// group's stored offsets read backward after the coordinator's kill -9).
+/// The metadata group's configuration: the node's timing, with openraft's "leader
+/// restore" off, so a leader that restarts is a follower until an election
+/// (docs/REPLICATION.md §7.2). A restored leader takes up its old term knowing
+/// committed only what its state machine restarts from, and its first entry of that
+/// term is an old one: a read index it confirms could miss entries committed and
+/// acknowledged before it stopped (found by the nemesis: a group's stored offsets read
+/// backward after the coordinator's kill -9 and quick restart).
 fn meta_config(base: &Config) -> Arc<Config> {
     Arc::new(
         Config {
