@@ -27,7 +27,13 @@ pub(crate) fn invalid(what: impl std::fmt::Display) -> io::Error {
 /// the new one, whole. The file is its owner's alone (mode 0600): the metadata's
 /// snapshots hold the credentials' verifiers (docs/SECURITY.md §2.3).
 pub(crate) fn replace_file(io: &dyn Io, path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = path.with_extension("tmp");
+    // The file's own temporary name (`meta.vote.tmp`, not `meta.tmp`): files of one
+    // directory are replaced under different locks (the metadata log store's vote and
+    // the state machine's snapshot), and a shared name would let one writer rename the
+    // other's bytes into place, or away.
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    let tmp = path.with_file_name(name);
     let f = io.open(&tmp, true)?;
     io.restrict_to_owner(&tmp)?;
     f.set_len(0)?;

@@ -1,6 +1,7 @@
 //! The metadata group's log store and state machine: openraft's storage conformance
 //! suite (every contract the library relies on), and what the suite does not cover —
-//! a restart keeps what was reported durable, and a torn last entry is cut, not fatal.
+//! a restart keeps what was reported durable, and a torn last entry is cut, not fatal;
+//! the log store and the state machine replace their files side by side.
 
 use std::io::Write;
 
@@ -154,4 +155,55 @@ async fn the_state_machine_restarts_from_its_snapshot() {
     assert_eq!(applied, built.meta.last_log_id);
     assert!(reopened.state().await.streams.contains_key("shop"));
     assert_eq!(reopened.state().await.offsets.get(&key), Some(&42));
+}
+
+/// The log store's files (`meta.vote`, `meta.log`, `meta.purged`) and the state
+/// machine's snapshot (`meta.snapshot`) share a directory but not a lock: openraft saves
+/// a vote while the state machine builds a snapshot. Each replacement has a temporary
+/// file of its own, so neither takes the other's bytes (with one shared `meta.tmp`, a
+/// vote saved during a build could be renamed away, or land in the other file).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vote_saved_while_a_snapshot_is_built_keeps_both_files_whole() {
+    use openraft::RaftSnapshotBuilder;
+    const ROUNDS: u64 = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = MetaLogStore::open(dir.path()).unwrap();
+    let mut sm = MetaStateMachine::open(dir.path()).unwrap();
+    let stream = MetaEntry {
+        log_id: openraft::testing::log_id::<MetaTypes>(1, 1, 1),
+        payload: openraft::EntryPayload::Normal(rill_cluster::MetaCommand::CreateStream {
+            name: "shop".into(),
+        }),
+    };
+    sm.apply(futures::stream::iter([Ok((stream, None))]))
+        .await
+        .unwrap();
+    let votes = tokio::spawn(async move {
+        for term in 1..=ROUNDS {
+            log.save_vote(&openraft::impls::Vote::new(term, 1))
+                .await
+                .map_err(|e| format!("saving the vote of term {term}: {e}"))?;
+        }
+        Ok::<_, String>(())
+    });
+    let snapshots = tokio::spawn(async move {
+        for round in 0..ROUNDS {
+            sm.get_snapshot_builder()
+                .await
+                .build_snapshot()
+                .await
+                .map_err(|e| format!("building snapshot {round}: {e}"))?;
+        }
+        Ok::<_, String>(())
+    });
+    let (votes, snapshots) = (votes.await.unwrap(), snapshots.await.unwrap());
+    votes.unwrap();
+    snapshots.unwrap();
+    let mut log = MetaLogStore::open(dir.path()).expect("the log opens with its vote");
+    assert_eq!(
+        log.read_vote().await.unwrap(),
+        Some(openraft::impls::Vote::new(ROUNDS, 1))
+    );
+    let reopened = MetaStateMachine::open(dir.path()).expect("the snapshot reads back");
+    assert!(reopened.state().await.streams.contains_key("shop"));
 }
