@@ -565,7 +565,13 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
     let cluster = match (node_id, peers) {
         (None, None) => None,
         (Some(id), Some(peers)) => {
-            Some(start_node(id, &parse_peers(&peers)?, &data, &broker_config).await?)
+            let node = start_node(id, &parse_peers(&peers)?, &data, &broker_config).await?;
+            // A started node is a voter of the metadata group: from now on it may have
+            // granted a vote, or acknowledged an entry, that the others count on, so
+            // its directory stays even if the start fails below. Removed, it would
+            // come back knowing nothing, and could vote twice in one term.
+            made.keep();
+            Some(node)
         }
         (Some(_), None) => {
             anyhow::bail!("--node-id needs --peers (every node's node-to-node address)")
@@ -593,6 +599,9 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
     let server = match Server::bind(server_config, Arc::clone(&broker)).await {
         Ok(server) => server,
         Err(e) => {
+            if let Some(node) = &cluster {
+                node.shutdown().await;
+            }
             let b = Arc::clone(&broker);
             let _closed = tokio::task::spawn_blocking(move || b.shutdown()).await;
             return Err(anyhow::Error::new(e).context("cannot start the server"));
@@ -634,7 +643,7 @@ pub(crate) async fn run(args: ServeArgs, data: Option<PathBuf>) -> anyhow::Resul
 
 /// A data directory that did not exist before `serve` started: removed when dropped
 /// unless [`MadeDir::keep`] was called, so a start that fails (a port in use) leaves
-/// nothing behind.
+/// nothing behind. A cluster node's is kept once the node started (its votes).
 struct MadeDir(Option<PathBuf>);
 
 impl MadeDir {

@@ -287,6 +287,43 @@ fn serve_runs_on_the_worker_threads_it_is_told() {
     assert!(!data.exists(), "a failed start left {}", data.display());
 }
 
+/// A cluster node's start that fails after the node joined its metadata group keeps
+/// the directory it made: the node may already have granted a vote there, which a node
+/// started again from nothing would forget (and could vote twice in one term). Found
+/// by the nemesis: "Write Vote: No such file or directory" from a node whose client
+/// port was taken, its directory removed under its running metadata group.
+#[test]
+fn a_cluster_node_that_cannot_listen_keeps_the_directory_it_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().to_string();
+    let peer = common::free_port();
+    let peers = format!("1=127.0.0.1:{peer},2=127.0.0.1:1,3=127.0.0.1:2");
+    let data = dir.path().join("data");
+    let out = Command::new(bin())
+        .args(["serve", "--listen", &port, "--http", "127.0.0.1:0"])
+        .args(["--node-id", "1", "--peers", &peers, "--data"])
+        .arg(&data)
+        .env("RILL_LOG", "error")
+        .output()
+        .unwrap();
+    // The node's banner line, then the error.
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.trim_end()
+            .lines()
+            .last()
+            .is_some_and(|l| l.contains("cannot start the server")),
+        "{err}"
+    );
+    assert!(
+        data.join("cluster").join("meta").join("meta.log").exists(),
+        "the failed start removed {}",
+        data.display()
+    );
+}
+
 #[test]
 fn a_serve_that_cannot_listen_leaves_no_data_directory() {
     let dir = tempfile::tempdir().unwrap();
