@@ -62,6 +62,59 @@ fn batch(tag: &str) -> Bytes {
     Bytes::from(b.finish().unwrap())
 }
 
+/// Three nodes on loopback, each with a directory of its own, started at once.
+async fn start_three() -> (
+    BTreeMap<u64, tempfile::TempDir>,
+    BTreeMap<u64, SocketAddr>,
+    BTreeMap<u64, ClusterNode>,
+) {
+    let dirs: BTreeMap<u64, tempfile::TempDir> = (1..=3)
+        .map(|id| (id, tempfile::tempdir().unwrap()))
+        .collect();
+    let (mut listeners, peers) = bind_three().await;
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3u64 {
+        let listener = listeners.remove(&id).unwrap();
+        let node = ClusterNode::start(node_config(id, dirs[&id].path(), &peers), listener)
+            .await
+            .unwrap();
+        nodes.insert(id, node);
+    }
+    (dirs, peers, nodes)
+}
+
+/// Starts node `id` again from its directory, on its peer address.
+async fn start_again(
+    id: u64,
+    dirs: &BTreeMap<u64, tempfile::TempDir>,
+    peers: &BTreeMap<u64, SocketAddr>,
+) -> ClusterNode {
+    let listener = TcpListener::bind(peers[&id]).await.unwrap();
+    ClusterNode::start(node_config(id, dirs[&id].path(), peers), listener)
+        .await
+        .unwrap()
+}
+
+/// Creates stream `shop` and its topic `orders`: one partition, a replica on each node.
+async fn create_orders(node: &ClusterNode, incarnation: u64) {
+    node.propose(MetaCommand::CreateStream {
+        name: "shop".into(),
+    })
+    .await
+    .unwrap();
+    node.propose(MetaCommand::CreateTopic {
+        stream: "shop".into(),
+        topic: "orders".into(),
+        spec: TopicSpec {
+            replicas: vec![vec![1, 2, 3]],
+            options: Vec::new(),
+            incarnation,
+        },
+    })
+    .await
+    .unwrap();
+}
+
 fn partition(p: u32) -> PartitionId {
     PartitionId {
         stream: "shop".into(),
@@ -492,24 +545,7 @@ async fn retention_purges_every_replica_through_its_group_and_a_node_left_behind
         let listener = listeners.remove(&id).unwrap();
         nodes.insert(id, ClusterNode::start(config(id), listener).await.unwrap());
     }
-    nodes[&1]
-        .propose(MetaCommand::CreateStream {
-            name: "shop".into(),
-        })
-        .await
-        .unwrap();
-    nodes[&1]
-        .propose(MetaCommand::CreateTopic {
-            stream: "shop".into(),
-            topic: "orders".into(),
-            spec: TopicSpec {
-                replicas: vec![vec![1, 2, 3]],
-                options: Vec::new(),
-                incarnation: 7,
-            },
-        })
-        .await
-        .unwrap();
+    create_orders(&nodes[&1], 7).await;
     let id = partition(0);
     // About 2 KiB a batch: 60 batches are some 15 segments, far past 16 KiB.
     let mut end = 0;
@@ -602,18 +638,7 @@ async fn retention_purges_every_replica_through_its_group_and_a_node_left_behind
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_metadata_leader_restarted_at_once_reads_every_offset_stored_before() {
     const OFFSETS: u64 = 2_000;
-    let dirs: BTreeMap<u64, tempfile::TempDir> = (1..=3)
-        .map(|id| (id, tempfile::tempdir().unwrap()))
-        .collect();
-    let (mut listeners, peers) = bind_three().await;
-    let mut nodes = BTreeMap::new();
-    for id in 1..=3u64 {
-        let listener = listeners.remove(&id).unwrap();
-        let node = ClusterNode::start(node_config(id, dirs[&id].path(), &peers), listener)
-            .await
-            .unwrap();
-        nodes.insert(id, node);
-    }
+    let (dirs, peers, mut nodes) = start_three().await;
     let mut lead = 0;
     until("the nodes agree on a controller", || {
         let seen: Vec<Option<u64>> = nodes.values().map(ClusterNode::controller).collect();
@@ -622,24 +647,7 @@ async fn a_metadata_leader_restarted_at_once_reads_every_offset_stored_before() 
     })
     .await;
     let leader = nodes[&lead].clone();
-    leader
-        .propose(MetaCommand::CreateStream {
-            name: "shop".into(),
-        })
-        .await
-        .unwrap();
-    leader
-        .propose(MetaCommand::CreateTopic {
-            stream: "shop".into(),
-            topic: "orders".into(),
-            spec: TopicSpec {
-                replicas: vec![vec![1, 2, 3]],
-                options: Vec::new(),
-                incarnation: 1,
-            },
-        })
-        .await
-        .unwrap();
+    create_orders(&leader, 1).await;
     let followers: Vec<u64> = nodes.keys().copied().filter(|&id| id != lead).collect();
     let (behind, other) = (followers[0], followers[1]);
 
@@ -668,11 +676,7 @@ async fn a_metadata_leader_restarted_at_once_reads_every_offset_stored_before() 
     nodes.remove(&lead).unwrap().shutdown().await;
     drop(leader);
     for id in [lead, behind] {
-        let listener = TcpListener::bind(peers[&id]).await.unwrap();
-        let node = ClusterNode::start(node_config(id, dirs[&id].path(), &peers), listener)
-            .await
-            .unwrap();
-        nodes.insert(id, node);
+        nodes.insert(id, start_again(id, &dirs, &peers).await);
     }
 
     // The first read a coordinator confirms holds every offset.
@@ -723,36 +727,8 @@ async fn a_metadata_leader_restarted_at_once_reads_every_offset_stored_before() 
 async fn a_partition_leader_restarted_at_once_serves_every_batch_acknowledged_before() {
     use rill_broker::cluster::ReplicaLog;
     const BATCHES: usize = 1_000;
-    let dirs: BTreeMap<u64, tempfile::TempDir> = (1..=3)
-        .map(|id| (id, tempfile::tempdir().unwrap()))
-        .collect();
-    let (mut listeners, peers) = bind_three().await;
-    let mut nodes = BTreeMap::new();
-    for id in 1..=3u64 {
-        let listener = listeners.remove(&id).unwrap();
-        let node = ClusterNode::start(node_config(id, dirs[&id].path(), &peers), listener)
-            .await
-            .unwrap();
-        nodes.insert(id, node);
-    }
-    nodes[&1]
-        .propose(MetaCommand::CreateStream {
-            name: "shop".into(),
-        })
-        .await
-        .unwrap();
-    nodes[&1]
-        .propose(MetaCommand::CreateTopic {
-            stream: "shop".into(),
-            topic: "orders".into(),
-            spec: TopicSpec {
-                replicas: vec![vec![1, 2, 3]],
-                options: Vec::new(),
-                incarnation: 1,
-            },
-        })
-        .await
-        .unwrap();
+    let (dirs, peers, mut nodes) = start_three().await;
+    create_orders(&nodes[&1], 1).await;
     let id = partition(0);
     produce(&nodes, &id, "first").await;
     let lead = nodes
@@ -779,12 +755,8 @@ async fn a_partition_leader_restarted_at_once_serves_every_batch_acknowledged_be
     drop(replica);
     nodes.remove(&other).unwrap().shutdown().await;
     nodes.remove(&lead).unwrap().shutdown().await;
-    for n in [lead, behind] {
-        let listener = TcpListener::bind(peers[&n]).await.unwrap();
-        let node = ClusterNode::start(node_config(n, dirs[&n].path(), &peers), listener)
-            .await
-            .unwrap();
-        nodes.insert(n, node);
+    for id in [lead, behind] {
+        nodes.insert(id, start_again(id, &dirs, &peers).await);
     }
 
     // The first replica that serves as the leader has every acknowledged batch below
