@@ -44,7 +44,9 @@ fn node_config(id: u64, dir: &Path, peers: &BTreeMap<u64, SocketAddr>) -> NodeCo
 async fn bind_three() -> (BTreeMap<u64, TcpListener>, BTreeMap<u64, SocketAddr>) {
     let mut listeners = BTreeMap::new();
     for id in 1..=3u64 {
-        listeners.insert(id, TcpListener::bind("127.0.0.1:0").await.unwrap());
+        // A reserved port (rill_testkit::ports): a node restarted on it finds it free.
+        let port = rill_testkit::ports::free_port().unwrap();
+        listeners.insert(id, TcpListener::bind(("127.0.0.1", port)).await.unwrap());
     }
     let addrs = listeners
         .iter()

@@ -172,7 +172,9 @@ async fn converged(nodes: &BTreeMap<u64, Node>, from: u64, end: u64) {
 async fn bind_three() -> (BTreeMap<u64, TcpListener>, BTreeMap<u64, SocketAddr>) {
     let mut listeners = BTreeMap::new();
     for id in 1..=3u64 {
-        listeners.insert(id, TcpListener::bind("127.0.0.1:0").await.unwrap());
+        // A reserved port (rill_testkit::ports): a node restarted on it finds it free.
+        let port = rill_testkit::ports::free_port().unwrap();
+        listeners.insert(id, TcpListener::bind(("127.0.0.1", port)).await.unwrap());
     }
     let addrs = listeners
         .iter()

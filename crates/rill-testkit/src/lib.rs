@@ -10,6 +10,7 @@
 #![deny(missing_docs, unreachable_pub)]
 
 pub mod nemesis;
+pub mod ports;
 pub mod proxy;
 pub mod soak;
 

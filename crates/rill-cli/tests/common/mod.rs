@@ -4,7 +4,6 @@
 pub mod cluster;
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
@@ -176,10 +175,9 @@ impl Drop for FixedServer {
     }
 }
 
-/// A port that was free a moment ago.
+/// A port for a server to bind, that no other test holds (`rill_testkit::ports`).
 pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a probe listener");
-    listener.local_addr().unwrap().port()
+    rill_testkit::ports::free_port().expect("choose a free port")
 }
 
 /// A client and what keeps its broker alive.

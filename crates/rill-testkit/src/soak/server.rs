@@ -2,7 +2,6 @@
 //! found by the same clients, killed with SIGKILL and started again on its data.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -234,18 +233,10 @@ impl Drop for Server {
     }
 }
 
-/// A port of 127.0.0.1 that was free a moment ago.
+/// A port of 127.0.0.1 for a server to bind ([`crate::ports`]).
 pub(crate) fn free_port() -> Result<u16, SoakError> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|source| SoakError::Io {
-        what: "bind a probe listener".into(),
+    crate::ports::free_port().map_err(|source| SoakError::Io {
+        what: "choose a free port".into(),
         source,
-    })?;
-    let port = listener
-        .local_addr()
-        .map_err(|source| SoakError::Io {
-            what: "read the probe listener's port".into(),
-            source,
-        })?
-        .port();
-    Ok(port)
+    })
 }
