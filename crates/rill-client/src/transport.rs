@@ -268,7 +268,7 @@ struct Connection {
     streams: Streams,
     /// `HelloResponse.features` of its server.
     features: std::sync::atomic::AtomicU32,
-    alive: Arc<AtomicBool>,
+    health: Arc<Health>,
     /// The task routing responses; aborted when the client closes, which drops the
     /// socket's read half (the writer ends once `frames` is dropped).
     reader: tokio::task::JoinHandle<()>,
@@ -305,7 +305,7 @@ impl Tcp {
             return Err(CallError::NotSent("the client was closed".into()).into());
         }
         if let Some(c) = slot.as_ref()
-            && c.alive.load(Ordering::Acquire)
+            && c.health.is_alive()
         {
             return Ok(Arc::clone(c));
         }
@@ -464,18 +464,20 @@ async fn send_on(
     connection.pending.lock().insert(id, tx);
     // The reader marks the connection dead before failing what is pending; a call
     // registered after that sweep would wait forever, so it checks and leaves.
-    if !connection.alive.load(Ordering::Acquire) {
+    if !connection.health.is_alive() {
         connection.pending.lock().remove(&id);
-        return Err(CallError::NotSent("connection closed".into()));
+        return Err(connection.health.unsent());
     }
     if connection.frames.send(frame).await.is_err() {
         connection.pending.lock().remove(&id);
-        connection.alive.store(false, Ordering::Release);
-        return Err(CallError::NotSent("connection closed".into()));
+        connection
+            .health
+            .fail(&CallError::NotSent("connection closed".into()));
+        return Err(connection.health.unsent());
     }
     match rx.await {
         Ok(result) => result,
-        Err(_) => Err(CallError::Lost("connection closed".into())),
+        Err(_) => Err(connection.health.lost()),
     }
 }
 
@@ -549,11 +551,9 @@ impl Transport for Tcp {
                 .map_err(|e| CallError::NotSent(e.to_string()))?;
             let (tx, frames) = mpsc::channel(capacity.max(2));
             connection.streams.lock().insert(id, tx);
-            if !connection.alive.load(Ordering::Acquire)
-                || connection.frames.send(frame).await.is_err()
-            {
+            if !connection.health.is_alive() || connection.frames.send(frame).await.is_err() {
                 connection.streams.lock().remove(&id);
-                return Err(CallError::NotSent("connection closed".into()));
+                return Err(connection.health.unsent());
             }
             let link = Arc::new(OnConnection {
                 connection,
@@ -574,7 +574,7 @@ impl Transport for Tcp {
                 fail_all(
                     &connection.pending,
                     &connection.streams,
-                    &connection.alive,
+                    &connection.health,
                     &CallError::Lost("the client was closed".into()),
                 );
             }
@@ -583,9 +583,70 @@ impl Transport for Tcp {
     }
 }
 
+/// Whether a connection still works, and if not, why it stopped: a call that finds it
+/// dead fails with that reason, not a bare "connection closed" (a server that refused
+/// the client's TLS certificate says so in an alert the reader may have taken before
+/// the first request was even queued).
+#[derive(Debug)]
+struct Health {
+    alive: AtomicBool,
+    /// The first reason given, or a later one that is the peer's refusal
+    /// ([`CallError::Protocol`]), which says more than a broken socket does.
+    failure: Mutex<Option<CallError>>,
+}
+
+impl Health {
+    fn new(alive: bool) -> Self {
+        Self {
+            alive: AtomicBool::new(alive),
+            failure: Mutex::new(None),
+        }
+    }
+
+    fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// Marks the connection dead with `error` as its reason.
+    fn fail(&self, error: &CallError) {
+        {
+            let mut failure = self.failure.lock();
+            let replace = match (&*failure, error) {
+                (None, _) => true,
+                (Some(CallError::Protocol(_)), _) => false,
+                (Some(_), CallError::Protocol(_)) => true,
+                (Some(_), _) => false,
+            };
+            if replace {
+                *failure = Some(error.clone());
+            }
+        }
+        self.alive.store(false, Ordering::Release);
+    }
+
+    /// What a request that never left a dead connection fails with: safe to retry,
+    /// unless the peer refused this client for good.
+    fn unsent(&self) -> CallError {
+        match &*self.failure.lock() {
+            Some(CallError::Protocol(m)) => CallError::Protocol(m.clone()),
+            Some(CallError::NotSent(m) | CallError::Lost(m)) => CallError::NotSent(m.clone()),
+            None => CallError::NotSent("connection closed".into()),
+        }
+    }
+
+    /// What a request that was sent and then lost its answer fails with.
+    fn lost(&self) -> CallError {
+        match &*self.failure.lock() {
+            Some(CallError::Protocol(m)) => CallError::Protocol(m.clone()),
+            Some(CallError::NotSent(m) | CallError::Lost(m)) => CallError::Lost(m.clone()),
+            None => CallError::Lost("connection closed".into()),
+        }
+    }
+}
+
 /// Fails every pending call and subscription of a broken connection.
-fn fail_all(pending: &Pending, streams: &Streams, alive: &AtomicBool, error: &CallError) {
-    alive.store(false, Ordering::Release);
+fn fail_all(pending: &Pending, streams: &Streams, health: &Health, error: &CallError) {
+    health.fail(error);
     for (_, tx) in pending.lock().drain() {
         let _ = tx.send(Err(error.clone()));
     }
@@ -603,7 +664,7 @@ fn dead_connection() -> Connection {
         pending: Arc::default(),
         streams: Arc::default(),
         features: std::sync::atomic::AtomicU32::new(0),
-        alive: Arc::new(AtomicBool::new(false)),
+        health: Arc::new(Health::new(false)),
         reader: tokio::spawn(async {}),
     }
 }
@@ -658,14 +719,14 @@ where
     let (frames, mut outgoing) = mpsc::channel::<EncodedFrame>(1024);
     let pending: Pending = Arc::default();
     let streams: Streams = Arc::default();
-    let alive = Arc::new(AtomicBool::new(true));
+    let health = Arc::new(Health::new(true));
 
     // Writer: drains every queued frame before flushing, so pipelined requests share
     // syscalls; large payloads bypass the buffer.
-    let (w_pending, w_streams, w_alive) = (
+    let (w_pending, w_streams, w_health) = (
         Arc::clone(&pending),
         Arc::clone(&streams),
-        Arc::clone(&alive),
+        Arc::clone(&health),
     );
     tokio::spawn(async move {
         let mut out = BufWriter::with_capacity(64 * 1024, write);
@@ -674,14 +735,14 @@ where
             while let Some(frame) = next.take() {
                 if let Err(e) = write_frame(&mut out, &frame).await {
                     let lost = CallError::Lost(e.to_string());
-                    fail_all(&w_pending, &w_streams, &w_alive, &lost);
+                    fail_all(&w_pending, &w_streams, &w_health, &lost);
                     return;
                 }
                 next = outgoing.try_recv().ok();
             }
             if let Err(e) = out.flush().await {
                 let lost = CallError::Lost(e.to_string());
-                fail_all(&w_pending, &w_streams, &w_alive, &lost);
+                fail_all(&w_pending, &w_streams, &w_health, &lost);
                 return;
             }
         }
@@ -689,10 +750,10 @@ where
     });
 
     // Reader: routes each response to its caller by correlation id.
-    let (r_pending, r_streams, r_alive) = (
+    let (r_pending, r_streams, r_health) = (
         Arc::clone(&pending),
         Arc::clone(&streams),
-        Arc::clone(&alive),
+        Arc::clone(&health),
     );
     let reader = tokio::spawn(async move {
         let decoder = FrameDecoder::new(max_frame_bytes);
@@ -757,7 +818,7 @@ where
             Ok(reason) => closed_error(reason, last_word.as_ref()),
             Err(fatal) => CallError::Protocol(fatal),
         };
-        fail_all(&r_pending, &r_streams, &r_alive, &error);
+        fail_all(&r_pending, &r_streams, &r_health, &error);
     });
 
     Connection {
@@ -765,7 +826,7 @@ where
         pending,
         streams,
         features: std::sync::atomic::AtomicU32::new(0),
-        alive,
+        health,
         reader,
     }
 }
@@ -790,5 +851,82 @@ async fn write_frame<W: tokio::io::AsyncWrite + Unpin>(
         out.get_mut().write_all(&frame.payload).await
     } else {
         out.write_all(&frame.payload).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(e: &CallError) -> &str {
+        match e {
+            CallError::NotSent(m) | CallError::Lost(m) | CallError::Protocol(m) => m,
+        }
+    }
+
+    #[test]
+    fn a_dead_connection_says_why_and_a_refusal_outranks_a_broken_socket() {
+        let fresh = Health::new(true);
+        assert!(fresh.is_alive());
+        assert!(matches!(fresh.unsent(), CallError::NotSent(m) if m == "connection closed"));
+
+        let broken = Health::new(true);
+        broken.fail(&CallError::Lost("connection reset by peer".into()));
+        assert!(!broken.is_alive());
+        // Never sent: safe to retry, with the socket's reason.
+        assert!(
+            matches!(broken.unsent(), CallError::NotSent(m) if m == "connection reset by peer")
+        );
+        assert!(matches!(broken.lost(), CallError::Lost(m) if m == "connection reset by peer"));
+        // The peer's refusal, given later, replaces it; nothing replaces the refusal.
+        broken.fail(&CallError::Protocol("certificate required".into()));
+        broken.fail(&CallError::Lost("broken pipe".into()));
+        assert!(matches!(broken.unsent(), CallError::Protocol(m) if m == "certificate required"));
+        assert!(matches!(broken.lost(), CallError::Protocol(m) if m == "certificate required"));
+        // The first of two socket reasons stays.
+        let twice = Health::new(true);
+        twice.fail(&CallError::Lost("first".into()));
+        twice.fail(&CallError::NotSent("second".into()));
+        assert_eq!(message(&twice.unsent()), "first");
+    }
+
+    /// A server that refuses the client for good and closes before the client queued a
+    /// request (a TLS 1.3 server rejects a client certificate after the client's side of
+    /// the handshake is done): the request fails with the server's reason, not with a
+    /// bare "connection closed" (which a CI run of the TLS test once printed).
+    #[tokio::test]
+    async fn a_request_after_the_server_said_why_it_closed_gets_that_reason() {
+        let (client, mut server) = tokio::io::duplex(64 * 1024);
+        let (read, write) = tokio::io::split(client);
+        let connection = spawn_connection(read, write, 1 << 20);
+        let refusal = Response::error(
+            0,
+            rill_proto::ErrorCode::InvalidRequest,
+            "this server wants a client certificate",
+        )
+        .encode(0)
+        .unwrap()
+        .to_bytes();
+        server.write_all(&refusal).await.unwrap();
+        drop(server);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while connection.health.is_alive() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "never saw the close"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let hello = Request::new(RequestBody::Hello(HelloRequest {
+            client: "test".into(),
+            protocol_version: u32::from(PROTOCOL_VERSION),
+        }));
+        let error = send_on(&connection, &AtomicU64::new(1), hello)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, CallError::Protocol(m) if m.contains("wants a client certificate")),
+            "{error:?}"
+        );
     }
 }
