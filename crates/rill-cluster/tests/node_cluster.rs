@@ -340,11 +340,7 @@ async fn three_nodes_form_a_cluster_replicate_a_topic_and_take_a_node_back() {
     for i in 0..10 {
         end[0] = produce(&nodes, &partition(0), &format!("after-{i}")).await;
     }
-    let listener = TcpListener::bind(peers[&lead]).await.unwrap();
-    let node = ClusterNode::start(node_config(lead, dirs[&lead].path(), &peers), listener)
-        .await
-        .unwrap();
-    nodes.insert(lead, node);
+    nodes.insert(lead, start_again(lead, &dirs, &peers).await);
     converged(&nodes, &partition(0), end[0]).await;
     converged(&nodes, &partition(1), end[1]).await;
 
@@ -387,18 +383,7 @@ async fn a_configuration_that_names_no_cluster_of_this_node_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_topic_s_files_go_and_a_node_that_missed_the_deletion_starts_the_new_topic_afresh()
  {
-    let dirs: BTreeMap<u64, tempfile::TempDir> = (1..=3)
-        .map(|id| (id, tempfile::tempdir().unwrap()))
-        .collect();
-    let (mut listeners, peers) = bind_three().await;
-    let mut nodes = BTreeMap::new();
-    for id in 1..=3u64 {
-        let listener = listeners.remove(&id).unwrap();
-        let node = ClusterNode::start(node_config(id, dirs[&id].path(), &peers), listener)
-            .await
-            .unwrap();
-        nodes.insert(id, node);
-    }
+    let (dirs, peers, mut nodes) = start_three().await;
     let create = |incarnation: u64| MetaCommand::CreateTopic {
         stream: "shop".into(),
         topic: "orders".into(),
@@ -447,11 +432,7 @@ async fn a_deleted_topic_s_files_go_and_a_node_that_missed_the_deletion_starts_t
         new_end = produce(&nodes, &partition(0), &format!("new-{i}")).await;
     }
     assert_eq!(new_end, 4, "the new topic starts at offset 0");
-    let listener = TcpListener::bind(peers[&3]).await.unwrap();
-    let node = ClusterNode::start(node_config(3, dirs[&3].path(), &peers), listener)
-        .await
-        .unwrap();
-    nodes.insert(3, node);
+    nodes.insert(3, start_again(3, &dirs, &peers).await);
     converged(&nodes, &partition(0), new_end).await;
     let batches = committed(&nodes[&3], &partition(0));
     assert_eq!(
