@@ -3,6 +3,7 @@
 const test = require('node:test')
 const assert = require('node:assert/strict')
 const { execFileSync } = require('node:child_process')
+const fs = require('node:fs')
 const path = require('node:path')
 const { tempDir, startServer } = require('./helpers.cjs')
 
@@ -10,8 +11,9 @@ const { tempDir, startServer } = require('./helpers.cjs')
 const run = (name, arg, cwd) =>
   execFileSync(process.execPath, [path.join(__dirname, '..', 'examples', name), arg], { encoding: 'utf8', timeout: 60_000, cwd })
 
-test('examples run embedded', () => {
+test('examples run embedded', (t) => {
   const dir = tempDir()
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }))
   const q = run('quickstart.mjs', path.join(dir, 'data'), dir)
   assert.match(q, /published order 5/)
   assert.match(q, /read 5 orders/)
