@@ -107,15 +107,18 @@ async fn produce(topic: Topic, name: String, stop: Arc<AtomicBool>) -> Vec<Strin
     acked
 }
 
-/// Waits until the topic's map is at `epoch` with nothing pending, through whichever
-/// node answers; the ranges then.
-async fn wait_epoch(topic: &Topic, epoch: u64) -> Vec<rill_client::RangeInfo> {
+/// Waits until the topic's map is at `epoch` or later, through whichever node answers;
+/// the description then. A node answers from the catalog it has applied, which may be
+/// behind the controller's (a node restarted a moment before, or a follower that has
+/// not applied the newest change): so a test that chooses a range to change chooses it
+/// from a description at least as new as the last change it waited for.
+async fn wait_epoch(topic: &Topic, epoch: u64) -> rill_client::TopicDescription {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(d) = topic.describe().await
             && d.range_epoch >= epoch
         {
-            return d.ranges;
+            return d;
         }
         assert!(
             Instant::now() < deadline,
@@ -225,7 +228,7 @@ async fn a_split_completes_while_the_parents_leader_is_killed_and_readers_keep_e
         rng
     };
     for round in 0..rounds {
-        let d = describe(&topic).await;
+        let d = wait_epoch(&topic, round).await;
         let parent = d
             .ranges
             .iter()
@@ -266,7 +269,7 @@ async fn a_split_completes_while_the_parents_leader_is_killed_and_readers_keep_e
         eprintln!(
             "round {round}: split range {parent}, killed node {victim} (its leader) {delay:?} in; the request {answered}"
         );
-        let ranges = wait_epoch(&topic, round + 1).await;
+        let ranges = wait_epoch(&topic, round + 1).await.ranges;
         let children: Vec<&rill_client::RangeInfo> =
             ranges.iter().filter(|r| r.parents == [parent]).collect();
         assert!(ranges[parent as usize].sealed_at.is_some(), "{ranges:?}");
@@ -274,7 +277,7 @@ async fn a_split_completes_while_the_parents_leader_is_killed_and_readers_keep_e
     }
     // Children are placed as added partitions are: some land on a node that holds no
     // replica of their parent.
-    let d = describe(&topic).await;
+    let d = wait_epoch(&topic, rounds).await;
     let status = wait_status(&url, |s| {
         s["partitions"]
             .as_array()
@@ -304,7 +307,7 @@ async fn a_split_completes_while_the_parents_leader_is_killed_and_readers_keep_e
     // A merge of two neighbours, whose groups are led from wherever elections put
     // them, while the producers go on.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut open: Vec<rill_client::RangeInfo> = describe(&topic)
+    let mut open: Vec<rill_client::RangeInfo> = wait_epoch(&topic, rounds)
         .await
         .ranges
         .into_iter()
@@ -338,9 +341,13 @@ async fn a_split_completes_while_the_parents_leader_is_killed_and_readers_keep_e
     for p in producers {
         acked.extend(p.await.unwrap());
     }
-    let d = describe(&topic).await;
+    let d = wait_epoch(&topic, rounds + 1).await;
     eprintln!("ranges: {:?}", d.ranges);
-    assert_eq!(d.range_epoch, rounds + 1);
+    assert_eq!(
+        d.range_epoch,
+        rounds + 1,
+        "no change but the splits and the merge"
+    );
     // Each range's end as its leader reports it (a node answers `describe` from its
     // own replicas only): a sealed range ends at its seal, and the ranges hold the
     // acknowledged records and no more (the readers below say which).
@@ -476,7 +483,7 @@ async fn the_automatic_policy_splits_a_hot_range_through_the_cluster() {
     assert!(config.auto_split.is_some());
     let stop = Arc::new(AtomicBool::new(false));
     let producer = tokio::spawn(produce(topic.clone(), "hot".into(), Arc::clone(&stop)));
-    let ranges = wait_epoch(&topic, 1).await;
+    let ranges = wait_epoch(&topic, 1).await.ranges;
     stop.store(true, Ordering::SeqCst);
     let acked = producer.await.unwrap();
     assert!(ranges[0].sealed_at.is_some(), "{ranges:?}");
@@ -547,7 +554,7 @@ async fn a_hot_range_splits_under_its_new_leader_without_waiting_out_the_cooldow
     // Hot under its new leader: split within seconds, not after the cooldown.
     let stop = Arc::new(AtomicBool::new(false));
     let producer = tokio::spawn(produce(topic.clone(), "hot".into(), Arc::clone(&stop)));
-    let ranges = wait_epoch(&topic, 1).await;
+    let ranges = wait_epoch(&topic, 1).await.ranges;
     stop.store(true, Ordering::SeqCst);
     let acked = producer.await.unwrap();
     assert!(ranges[0].sealed_at.is_some(), "{ranges:?}");
