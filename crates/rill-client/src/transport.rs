@@ -611,13 +611,8 @@ impl Health {
     fn fail(&self, error: &CallError) {
         {
             let mut failure = self.failure.lock();
-            let replace = match (&*failure, error) {
-                (None, _) => true,
-                (Some(CallError::Protocol(_)), _) => false,
-                (Some(_), CallError::Protocol(_)) => true,
-                (Some(_), _) => false,
-            };
-            if replace {
+            let refused = |e: &CallError| matches!(e, CallError::Protocol(_));
+            if failure.is_none() || (refused(error) && !failure.as_ref().is_some_and(refused)) {
                 *failure = Some(error.clone());
             }
         }
@@ -627,19 +622,20 @@ impl Health {
     /// What a request that never left a dead connection fails with: safe to retry,
     /// unless the peer refused this client for good.
     fn unsent(&self) -> CallError {
-        match &*self.failure.lock() {
-            Some(CallError::Protocol(m)) => CallError::Protocol(m.clone()),
-            Some(CallError::NotSent(m) | CallError::Lost(m)) => CallError::NotSent(m.clone()),
-            None => CallError::NotSent("connection closed".into()),
-        }
+        self.reason(CallError::NotSent)
     }
 
     /// What a request that was sent and then lost its answer fails with.
     fn lost(&self) -> CallError {
+        self.reason(CallError::Lost)
+    }
+
+    /// The peer's refusal as it is; any other reason (or none) as `kind`.
+    fn reason(&self, kind: fn(String) -> CallError) -> CallError {
         match &*self.failure.lock() {
             Some(CallError::Protocol(m)) => CallError::Protocol(m.clone()),
-            Some(CallError::NotSent(m) | CallError::Lost(m)) => CallError::Lost(m.clone()),
-            None => CallError::Lost("connection closed".into()),
+            Some(CallError::NotSent(m) | CallError::Lost(m)) => kind(m.clone()),
+            None => kind("connection closed".into()),
         }
     }
 }
